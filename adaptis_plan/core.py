@@ -1,0 +1,175 @@
+"""Plain internal structures shared by the builders, the simulator, the search and the plan IO.
+
+No pydantic, no IO, no solver, no torch: frozen dataclasses and numpy arrays only.
+
+- `Action`: one unit of work, written `{stage}{op}{mb}` exactly as torch.distributed.pipelining
+  prints it (`2F0`, `7I3`).
+- `Programs`: per-device action lists in execution order (`programs[device] = [Action, ...]`).
+- `Layout`: partition (layer cut points) + placement (stage -> device).
+- `CostTable`: per-device, per-layer costs (seconds, bytes) from the cost model or a measured profile,
+  plus the link matrix. Times may differ per device (heterogeneous clusters), hence the
+  `[device, layer]` shape.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+OPS = ("F", "B", "I", "W")
+_ACTION_RE = re.compile(r"^\s*(\d+)([FBIW])(\d+)\s*$")
+
+
+class Action(NamedTuple):
+    """`stage` global stage id, `op` one of F/B/I/W, `mb` micro-batch index."""
+
+    stage: int
+    op: str
+    mb: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.op}{self.mb}"
+
+    @classmethod
+    def parse(cls, text: str) -> Action:
+        m = _ACTION_RE.match(text)
+        if not m:
+            raise ValueError(f"'{text}' is not an action like '2F0' or '7I3'")
+        return cls(int(m.group(1)), m.group(2), int(m.group(3)))
+
+
+Programs = list[list[Action]]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Partition and placement.
+
+    `bounds` has num_stages + 1 increasing cut points: stage s holds layers
+    [bounds[s], bounds[s+1]). `stage_device[s]` is the device that runs stage s.
+    """
+
+    bounds: tuple[int, ...]
+    stage_device: tuple[int, ...]
+    num_devices: int
+
+    def __post_init__(self) -> None:
+        if len(self.bounds) != len(self.stage_device) + 1:
+            raise ValueError("bounds must have num_stages + 1 entries")
+        if any(b >= c for b, c in zip(self.bounds, self.bounds[1:])):
+            raise ValueError(f"stage bounds {self.bounds} leave a stage empty")
+        if any(not 0 <= d < self.num_devices for d in self.stage_device):
+            raise ValueError(f"stage_device {self.stage_device} names a device outside 0..{self.num_devices - 1}")
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stage_device)
+
+    @property
+    def num_layers(self) -> int:
+        return self.bounds[-1]
+
+    def stages_of(self, device: int) -> list[int]:
+        return [s for s, d in enumerate(self.stage_device) if d == device]
+
+    def layers(self, stage: int) -> range:
+        return range(self.bounds[stage], self.bounds[stage + 1])
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Costs per device and layer, for one training config.
+
+    Times (seconds) have shape [num_devices, num_layers]; bytes per layer have shape
+    [num_layers] (memory does not depend on which device runs the layer).
+
+    Memory semantics per micro-batch and stage (sums over the stage's layers):
+    F allocates `act_bytes`; I frees `act_bytes - act_w_bytes` (keeps what W needs);
+    W frees `act_w_bytes`; B frees `act_bytes`. `static_bytes` (weights + gradients +
+    optimizer state) is resident for the whole step. A stage boundary after layer l sends
+    `out_bytes[l]` forward (activation) and the same amount backward (gradient).
+    """
+
+    f_s: np.ndarray
+    i_s: np.ndarray
+    w_s: np.ndarray
+    act_bytes: np.ndarray
+    act_w_bytes: np.ndarray
+    static_bytes: np.ndarray
+    out_bytes: np.ndarray
+    mem_limit_bytes: np.ndarray  # [num_devices]
+    link_bw_bytes_per_s: np.ndarray  # [num_devices, num_devices]
+    link_latency_s: np.ndarray  # [num_devices, num_devices]
+    layer_kinds: tuple[str, ...] = field(default=())
+    device_names: tuple[str, ...] = field(default=())
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.f_s.shape[0])
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.f_s.shape[1])
+
+    @property
+    def b_s(self) -> np.ndarray:
+        return self.i_s + self.w_s
+
+    def p2p_s(self, src: int, dst: int, nbytes: float) -> float:
+        """Time to move `nbytes` from device src to dst; zero on the same device."""
+        if src == dst:
+            return 0.0
+        return float(self.link_latency_s[src, dst] + nbytes / self.link_bw_bytes_per_s[src, dst])
+
+    def restrict(self, num_devices: int) -> CostTable:
+        """The same table for the first `num_devices` devices."""
+        n = num_devices
+        return CostTable(
+            f_s=self.f_s[:n],
+            i_s=self.i_s[:n],
+            w_s=self.w_s[:n],
+            act_bytes=self.act_bytes,
+            act_w_bytes=self.act_w_bytes,
+            static_bytes=self.static_bytes,
+            out_bytes=self.out_bytes,
+            mem_limit_bytes=self.mem_limit_bytes[:n],
+            link_bw_bytes_per_s=self.link_bw_bytes_per_s[:n, :n],
+            link_latency_s=self.link_latency_s[:n, :n],
+            layer_kinds=self.layer_kinds,
+            device_names=self.device_names[:n],
+        )
+
+
+def uniform_costs(
+    num_layers: int,
+    num_devices: int,
+    f: float = 1.0,
+    i: float = 1.0,
+    w: float = 1.0,
+    act: float = 1.0,
+    act_w: float = 0.5,
+    static: float = 0.0,
+    out: float = 0.0,
+    mem_limit: float = float("inf"),
+    bw: float = float("inf"),
+    latency: float = 0.0,
+) -> CostTable:
+    """A synthetic table (every layer alike) for tests and examples."""
+    full = np.full((num_devices, num_layers), 1.0)
+    return CostTable(
+        f_s=full * f,
+        i_s=full * i,
+        w_s=full * w,
+        act_bytes=np.full(num_layers, act),
+        act_w_bytes=np.full(num_layers, act_w),
+        static_bytes=np.full(num_layers, static),
+        out_bytes=np.full(num_layers, out),
+        mem_limit_bytes=np.full(num_devices, mem_limit),
+        link_bw_bytes_per_s=np.full((num_devices, num_devices), bw),
+        link_latency_s=np.full((num_devices, num_devices), latency),
+        layer_kinds=("decoder",) * num_layers,
+        device_names=("dev",) * num_devices,
+    )

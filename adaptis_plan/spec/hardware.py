@@ -1,0 +1,99 @@
+"""Hardware profile: device types, the cluster as device groups, and the links (pydantic).
+
+Data flow: read from `profiles/*.json` (built-ins, shipped in the package) or a user file;
+read by the cost model (device speed/memory) and by `costs.build_cost_table` (links).
+Imports nothing from the rest of the package.
+
+Pipeline rank r is mapped to a physical slot by filling the groups in order: group 0's
+nodes first (`devices_per_node` pipeline ranks per node), then group 1, and so on. With
+tensor parallelism of degree T a pipeline rank occupies T devices of one node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeviceTypeSpec(_Strict):
+    """One accelerator model."""
+
+    peak_bf16_tflops: PositiveFloat = Field(description="peak dense bf16 tensor throughput, TFLOP/s")
+    matmul_efficiency: float = Field(gt=0, le=1, description="achievable fraction of peak on large GEMMs")
+    hbm_bytes: PositiveInt = Field(description="device memory, bytes")
+    hbm_bandwidth_gbps: PositiveFloat = Field(description="memory bandwidth, GB/s")
+    memory_efficiency: float = Field(0.8, gt=0, le=1, description="achievable fraction of HBM bandwidth")
+    source: str = Field(description="where the numbers come from")
+
+
+class LinkSpec(_Strict):
+    """A point-to-point path between two pipeline ranks."""
+
+    bandwidth_gbps: PositiveFloat = Field(description="achievable unidirectional bandwidth per rank pair, GB/s")
+    latency_s: float = Field(ge=0, description="per-message latency, seconds")
+    source: str = Field(description="where the numbers come from")
+
+
+class DeviceGroupSpec(_Strict):
+    """A homogeneous block of nodes."""
+
+    device_type: str = Field(description="key into device_types")
+    num_nodes: PositiveInt = Field(description="nodes in this group")
+    devices_per_node: PositiveInt = Field(description="accelerators per node")
+
+
+class HardwareProfile(_Strict):
+    """A cluster: device types, groups of nodes, and the links inside and across nodes."""
+
+    name: str
+    description: str = ""
+    device_types: dict[str, DeviceTypeSpec] = Field(min_length=1)
+    groups: list[DeviceGroupSpec] = Field(min_length=1, description="filled in order by pipeline ranks")
+    intra_node: LinkSpec = Field(description="link between ranks in one node (NVLink)")
+    inter_node: LinkSpec = Field(description="link between ranks on different nodes (InfiniBand)")
+    memory_fraction: float = Field(0.9, gt=0, le=1, description="usable share of each device's memory")
+
+    @model_validator(mode="after")
+    def _check_groups(self) -> HardwareProfile:
+        for i, g in enumerate(self.groups):
+            if g.device_type not in self.device_types:
+                known = ", ".join(sorted(self.device_types))
+                raise ValueError(f"groups[{i}].device_type '{g.device_type}' is not one of: {known}")
+        return self
+
+    @property
+    def num_devices(self) -> int:
+        return sum(g.num_nodes * g.devices_per_node for g in self.groups)
+
+    def rank_slots(self, pp: int, tp: int = 1) -> list[tuple[str, int]]:
+        """(device type, global node id) of each of `pp` pipeline ranks, each `tp` devices wide.
+
+        Raises ValueError when the cluster is too small.
+        """
+        slots: list[tuple[str, int]] = []
+        node = 0
+        for g in self.groups:
+            per_node = g.devices_per_node // tp
+            for _ in range(g.num_nodes):
+                for _ in range(per_node):
+                    slots.append((g.device_type, node))
+                node += 1
+        if tp > 1 and all(g.devices_per_node < tp for g in self.groups):
+            raise ValueError(f"tp {tp} exceeds devices_per_node of every group of hardware '{self.name}'")
+        if len(slots) < pp:
+            raise ValueError(
+                f"hardware '{self.name}' has room for {len(slots)} pipeline ranks at tp {tp}, pp {pp} asked;"
+                " add nodes to the profile's groups or lower --pp"
+            )
+        return slots[:pp]
+
+    def fingerprint(self) -> str:
+        data = self.model_dump(mode="json", exclude={"name", "description"})
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()

@@ -1,0 +1,177 @@
+"""Model spec: the ordered list of pipeline-able layers (boundary model, pydantic).
+
+Data flow: importers (`adaptis_plan.models`) and native spec files produce a `ModelSpec`;
+the cost model, the planner and the executor read it. Imports nothing from the rest of
+the package.
+
+A layer's `kind` says which sub-specs it carries:
+
+| kind        | attention | mlp | moe | mamba | meaning                                        |
+|-------------|-----------|-----|-----|-------|------------------------------------------------|
+| embedding   | -         | -   | -   | -     | token embedding (vocab x hidden)               |
+| decoder     | yes       | yes | -   | -     | pre-norm attention block + dense MLP block      |
+| moe         | yes       | -   | yes | -     | pre-norm attention block + mixture of experts   |
+| attention   | yes       | -   | -   | -     | attention-only block (Nemotron-H `*`)           |
+| mlp         | -         | yes | -   | -     | MLP-only block (Nemotron-H `-`)                 |
+| moe_mlp     | -         | -   | yes | -     | MoE-only block                                  |
+| mamba       | -         | -   | -   | yes   | Mamba-2 mixer block (Nemotron-H `M`)            |
+| mamba_moe   | -         | -   | yes | yes   | Mamba mixer + MoE (Jamba expert layers)         |
+| mamba_mlp   | -         | yes | -   | yes   | Mamba mixer + dense MLP (Jamba)                 |
+| head        | -         | -   | -   | -     | final norm + LM head + cross-entropy loss       |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+LayerKind = Literal[
+    "embedding",
+    "decoder",
+    "moe",
+    "attention",
+    "mlp",
+    "moe_mlp",
+    "mamba",
+    "mamba_moe",
+    "mamba_mlp",
+    "head",
+]
+
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "embedding": (),
+    "decoder": ("attention", "mlp"),
+    "moe": ("attention", "moe"),
+    "attention": ("attention",),
+    "mlp": ("mlp",),
+    "moe_mlp": ("moe",),
+    "mamba": ("mamba",),
+    "mamba_moe": ("mamba", "moe"),
+    "mamba_mlp": ("mamba", "mlp"),
+    "head": (),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AttentionSpec(_Strict):
+    """Self-attention. `gqa` covers MHA/GQA/MQA; `mla` is DeepSeek's latent attention."""
+
+    type: Literal["gqa", "mla"] = Field("gqa", description="attention variant")
+    num_heads: PositiveInt = Field(description="query heads")
+    num_kv_heads: PositiveInt = Field(description="key/value heads (gqa); equals num_heads for mla")
+    head_dim: PositiveInt = Field(description="per-head dim of q/k/v (gqa)")
+    q_lora_rank: int | None = Field(None, ge=1, description="mla: query low-rank dim, None = full q projection")
+    kv_lora_rank: int | None = Field(None, ge=1, description="mla: compressed kv dim")
+    qk_nope_head_dim: int | None = Field(None, ge=1, description="mla: non-rotary part of q/k head dim")
+    qk_rope_head_dim: int | None = Field(None, ge=1, description="mla: rotary part of q/k head dim")
+    v_head_dim: int | None = Field(None, ge=1, description="mla: value head dim")
+    sliding_window: int | None = Field(None, ge=1, description="local attention window in tokens, None = global")
+    qk_norm: bool = Field(False, description="per-head RMSNorm on q and k (Qwen3, Gemma3)")
+    bias: bool = Field(False, description="bias on q/k/v projections (Qwen2)")
+
+    @model_validator(mode="after")
+    def _check_mla(self) -> AttentionSpec:
+        if self.type == "mla":
+            for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, name) is None:
+                    raise ValueError(f"attention.type 'mla' needs {name}")
+        return self
+
+
+class MlpSpec(_Strict):
+    """Dense feed-forward block."""
+
+    activation: Literal["swiglu", "geglu", "gelu", "relu2"] = Field("swiglu", description="gated (3 matrices) or plain (2)")
+    intermediate_size: PositiveInt = Field(description="inner dimension")
+
+
+class MoeSpec(_Strict):
+    """Mixture of experts: router + top-k routed experts + always-on shared experts."""
+
+    num_experts: PositiveInt = Field(description="routed experts")
+    top_k: PositiveInt = Field(description="routed experts active per token")
+    expert_intermediate_size: PositiveInt = Field(description="inner dim of one routed expert")
+    num_shared_experts: int = Field(0, ge=0, description="shared experts (each of shared_intermediate_size)")
+    shared_intermediate_size: int | None = Field(None, ge=1, description="inner dim of one shared expert")
+    activation: Literal["swiglu", "geglu", "gelu", "relu2"] = Field("swiglu", description="expert MLP activation")
+
+    @model_validator(mode="after")
+    def _check(self) -> MoeSpec:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"moe.top_k {self.top_k} exceeds moe.num_experts {self.num_experts}")
+        return self
+
+
+class MambaSpec(_Strict):
+    """Mamba-2 mixer: in_proj -> conv1d -> selective scan (SSD) -> gated norm -> out_proj."""
+
+    num_heads: PositiveInt = Field(description="SSM heads")
+    head_dim: PositiveInt = Field(description="per-head channel dim; inner = num_heads * head_dim")
+    state_size: PositiveInt = Field(description="SSM state dim N")
+    num_groups: PositiveInt = Field(1, description="B/C groups")
+    conv_kernel: PositiveInt = Field(4, description="depthwise conv width")
+
+
+class LayerSpec(_Strict):
+    """One pipeline-able unit of the model."""
+
+    kind: LayerKind
+    attention: AttentionSpec | None = None
+    mlp: MlpSpec | None = None
+    moe: MoeSpec | None = None
+    mamba: MambaSpec | None = None
+    name: str | None = Field(None, description="optional human label, e.g. the HF module name")
+
+    @model_validator(mode="after")
+    def _check_parts(self) -> LayerSpec:
+        needs = _NEEDS[self.kind]
+        for part in ("attention", "mlp", "moe", "mamba"):
+            present = getattr(self, part) is not None
+            if part in needs and not present:
+                raise ValueError(f"layer kind '{self.kind}' needs a '{part}' section")
+            if part not in needs and present:
+                raise ValueError(f"layer kind '{self.kind}' takes no '{part}' section")
+        return self
+
+
+class ModelSpec(_Strict):
+    """A whole model as the pipeline sees it: embedding, blocks, head, in order."""
+
+    name: str = Field(description="model name")
+    hidden_size: PositiveInt
+    vocab_size: PositiveInt
+    tie_word_embeddings: bool = Field(False, description="head shares the embedding matrix (counted once)")
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    layers: list[LayerSpec] = Field(min_length=2, description="embedding first, head last")
+    extra_parameters: int = Field(
+        0, ge=0, description="parameters outside the pipelined language model (e.g. a vision tower), reported only"
+    )
+    source: str | None = Field(None, description="where the spec came from (HF model_type, zoo, file)")
+
+    @model_validator(mode="after")
+    def _check_order(self) -> ModelSpec:
+        kinds = [layer.kind for layer in self.layers]
+        if kinds[0] != "embedding":
+            raise ValueError("layers[0] must be the 'embedding' layer")
+        if kinds[-1] != "head":
+            raise ValueError(f"the last layer (layers[{len(kinds) - 1}]) must be the 'head' layer")
+        for i, k in enumerate(kinds[1:-1], start=1):
+            if k in ("embedding", "head"):
+                raise ValueError(f"layers[{i}] is '{k}': only the first layer may be the embedding, the last the head")
+        return self
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def fingerprint(self) -> str:
+        """sha256 of the normalized spec (name and source excluded: same layers = same model)."""
+        data = self.model_dump(mode="json", exclude={"name", "source"})
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
