@@ -1,0 +1,160 @@
+"""Exports: torch CSV (loaded, lowered, validated and simulated by torch itself), Megatron
+layout string, torchtitan module names."""
+
+from __future__ import annotations
+
+import re
+from unittest import mock
+
+import pytest
+
+from adaptis_plan.core import Action, Layout
+from adaptis_plan.errors import InputError
+from adaptis_plan.export import megatron_layout, to_torch_csv, torchtitan_fqns
+from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
+
+# ---------------------------------------------------------------- torch CSV
+
+
+def test_torch_csv_text() -> None:
+    programs = [[Action(0, "F", 0), Action(0, "B", 0)], [Action(1, "F", 0), Action(1, "I", 0), Action(1, "W", 0)]]
+    assert to_torch_csv(programs) == "0F0,0B0\n1F0,1I0,1W0\n"
+    with pytest.raises(InputError, match="device 0 action"):
+        to_torch_csv([[(0, "X", 0)]])
+
+
+def _csv_cases():
+    for name in STRATEGIES:
+        spec = get_spec(name)
+        ks = spec.stages_per_device or (1, 2, 3)
+        for num_devices, num_microbatches in ((1, 3), (2, 4), (3, 7), (4, 8), (4, 12)):
+            for k in ks:
+                if name == "DualPipeV" and num_microbatches < num_devices * k:
+                    continue
+                yield name, num_devices, num_microbatches, k
+
+
+@pytest.mark.parametrize(("name", "num_devices", "num_microbatches", "k"), list(_csv_cases()))
+def test_torch_loads_lowers_validates_and_simulates_our_csv(name, num_devices, num_microbatches, k, tmp_path) -> None:
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
+    from torch.distributed.pipelining.stage import PipelineStage
+
+    spec = get_spec(name)
+    stage_device = spec.stage_device(num_devices, k)
+    num_stages = len(stage_device)
+    programs = spec.build(stage_device, num_devices, num_microbatches)
+    path = tmp_path / "schedule.csv"
+    path.write_text(to_torch_csv(programs))
+
+    # A runtime with mocked stages, as torch's own schedule tests and visualizer build one.
+    stage = mock.create_autospec(PipelineStage, instance=True)
+    stage.group_rank = 0
+    stage.group_size = num_devices
+    stage.submod = None
+    stage.num_stages = num_stages
+    runtime = schedules._PipelineScheduleRuntime([stage] * k, num_microbatches)
+    runtime._load_csv(str(path))  # parses, validates, infers stage -> rank, lowers with comms
+
+    loaded = [
+        [Action(a.stage_index, a.computation_type.value, a.microbatch_index) for a in runtime.pipeline_order[r]]
+        for r in range(num_devices)
+    ]
+    assert loaded == programs
+    assert runtime.stage_index_to_group_rank == dict(enumerate(stage_device))
+    stage_to_rank = runtime.stage_index_to_group_rank.__getitem__
+
+    mapping = schedules._validate_schedule(runtime.pipeline_order, num_devices, num_stages, num_microbatches)
+    assert mapping == dict(enumerate(stage_device))
+    compute = {r: list(runtime.pipeline_order[r]) for r in range(num_devices)}
+    with_comms = schedules._add_send_recv(compute, stage_to_rank=stage_to_rank, num_stages=num_stages)
+    schedules._simulate_comms_compute(with_comms, stage_to_rank, num_stages)
+    # The runtime's own lowering (with FSDP / grad-reduction bookkeeping, which the simulator skips) runs too.
+    bookkeeping = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
+    lowered = {
+        r: [a for a in acts if a.computation_type.value not in bookkeeping]
+        for r, acts in runtime.pipeline_order_with_comms.items()
+    }
+    schedules._simulate_comms_compute(lowered, stage_to_rank, num_stages)
+
+
+# ---------------------------------------------------------------- Megatron layout
+
+
+def _parse_megatron(layout: str) -> list[list[str]]:
+    """Megatron's own reading of the layout string: unroll `(..)*n` and `x*n`, split stages on `|`."""
+    text = layout.replace(",", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text)
+    return [list(stage) for stage in text.split("|")]
+
+
+def _kinds(num_layers: int) -> list[str]:
+    return ["embedding"] + ["decoder"] * (num_layers - 2) + ["head"]
+
+
+def test_megatron_layout_interleaved() -> None:
+    layout = Layout(uniform_bounds(12, 4), placement("loop", 2, 2), 2)
+    text = megatron_layout(layout, _kinds(12))
+    assert text == "Ett|t*3|t*3|ttL"
+    stages = _parse_megatron(text)
+    assert [len(s) for s in stages] == [3, 3, 3, 3]
+    assert stages[0][0] == "E" and stages[-1][-1] == "L"
+
+
+def test_megatron_layout_heterogeneous_kinds() -> None:
+    kinds = ["embedding", "decoder", "moe", "moe", "mamba", "attention", "mamba", "mtp", "head"]
+    layout = Layout((0, 3, 5, 7, 9), placement("loop", 2, 2), 2)
+    assert megatron_layout(layout, kinds) == "Ett|tt|tt|mL"
+
+
+def test_megatron_layout_sequential_is_a_loop() -> None:
+    layout = Layout(uniform_bounds(34, 4), placement("sequential", 4), 4)
+    assert megatron_layout(layout, _kinds(34)) == "Et*8|t*8|t*8|t*8L"
+
+
+def test_megatron_layout_rejects_v_placement() -> None:
+    layout = Layout(uniform_bounds(10, 4), placement("v", 2, 2), 2)
+    with pytest.raises(
+        InputError, match=r"needs a loop placement \(stage s on device s % pp\); this plan places stage 2"
+    ):
+        megatron_layout(layout, _kinds(10))
+
+
+def test_megatron_layout_rejects_uneven_stage_counts() -> None:
+    layout = Layout((0, 2, 4, 6), (0, 1, 0), 2)
+    with pytest.raises(InputError, match="same number of stages"):
+        megatron_layout(layout, _kinds(6))
+
+
+def test_megatron_layout_checks_kinds() -> None:
+    layout = Layout(uniform_bounds(10, 2), placement("sequential", 2), 2)
+    with pytest.raises(InputError, match="layer_kinds has 9 entries"):
+        megatron_layout(layout, _kinds(9))
+    with pytest.raises(InputError, match="embedding first"):
+        megatron_layout(layout, ["decoder"] * 10)
+
+
+# ---------------------------------------------------------------- torchtitan
+
+
+def test_torchtitan_fqns() -> None:
+    layout = Layout(uniform_bounds(12, 4), placement("loop", 2, 2), 2)
+    assert torchtitan_fqns(layout, _kinds(12)) == [
+        ["tok_embeddings", "layers.0", "layers.1"],
+        ["layers.2", "layers.3", "layers.4"],
+        ["layers.5", "layers.6", "layers.7"],
+        ["layers.8", "layers.9", "norm", "output"],
+    ]
+
+
+def test_torchtitan_fqns_single_stage_and_v() -> None:
+    assert torchtitan_fqns(Layout((0, 4), (0,), 1), _kinds(4)) == [
+        ["tok_embeddings", "layers.0", "layers.1", "norm", "output"]
+    ]
+    parts = torchtitan_fqns(Layout(uniform_bounds(10, 4), placement("v", 2, 2), 2), _kinds(10))
+    assert [name for part in parts for name in part] == ["tok_embeddings"] + [f"layers.{i}" for i in range(8)] + [
+        "norm",
+        "output",
+    ]
+    with pytest.raises(InputError, match="layer_kinds has 3 entries"):
+        torchtitan_fqns(Layout((0, 4), (0,), 1), _kinds(3))
