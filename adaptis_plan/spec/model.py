@@ -109,13 +109,29 @@ class MoeSpec(_Strict):
 
 
 class MambaSpec(_Strict):
-    """Mamba-2 mixer: in_proj -> conv1d -> selective scan (SSD) -> gated norm -> out_proj."""
+    """Mamba mixer. Version 2 (default): in_proj -> conv1d -> selective scan (SSD) -> gated norm -> out_proj.
 
-    num_heads: PositiveInt = Field(description="SSM heads")
-    head_dim: PositiveInt = Field(description="per-head channel dim; inner = num_heads * head_dim")
+    Version 1 (Jamba): in_proj -> conv1d -> x_proj (dt_rank + 2N) -> dt_proj -> selective scan
+    -> out_proj, with A of shape (inner, N). It is written as heads of one channel each:
+    `num_heads` = inner channels (each has its own dt, as a Mamba-2 head does), `head_dim` = 1,
+    `num_groups` = 1 (B and C are shared by all channels), and `dt_rank` is required.
+    """
+
+    num_heads: PositiveInt = Field(description="SSM heads (version 1: inner channels)")
+    head_dim: PositiveInt = Field(description="per-head channel dim; inner = num_heads * head_dim (version 1: 1)")
     state_size: PositiveInt = Field(description="SSM state dim N")
     num_groups: PositiveInt = Field(1, description="B/C groups")
     conv_kernel: PositiveInt = Field(4, description="depthwise conv width")
+    version: Literal[1, 2] = Field(2, description="1 = Mamba-1 selective scan (Jamba), 2 = Mamba-2 SSD")
+    dt_rank: int | None = Field(None, ge=1, description="version 1 only: rank of the dt projection")
+
+    @model_validator(mode="after")
+    def _check_version(self) -> MambaSpec:
+        if self.version == 1 and self.dt_rank is None:
+            raise ValueError("mamba.version 1 needs dt_rank")
+        if self.version == 2 and self.dt_rank is not None:
+            raise ValueError("mamba.dt_rank is for version 1 only; remove it or set version: 1")
+        return self
 
 
 class LayerSpec(_Strict):

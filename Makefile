@@ -1,0 +1,40 @@
+# adaptis — developer entry points. `make demo` and `make test` are the README's quick start.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP_TORCH := torch==2.13.0
+
+.PHONY: install demo test lint format schemas bench clean
+
+$(BIN)/adaptis: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(PIP_TORCH)"
+	$(BIN)/pip install -q -e ".[dev,torch]"
+	@touch $@
+
+install: $(BIN)/adaptis  ## virtual environment with adaptis, torch (CPU) and the dev tools
+
+demo: install  ## plan a built-in model on a built-in profile and show the result
+	$(BIN)/adaptis plan --model gemma-s --hardware h200 --pp 4 --microbatches 16 --seq-len 4096 -o out/demo-plan.json
+	$(BIN)/adaptis simulate out/demo-plan.json --svg out/demo-timeline.svg
+
+test: install  ## the whole test suite (exit 5 = no tests collected counts as a failure)
+	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
+
+lint: install
+	$(BIN)/ruff check adaptis_plan tests bench
+	$(BIN)/ruff format --check adaptis_plan tests bench
+
+format: install
+	$(BIN)/ruff format adaptis_plan tests bench
+	$(BIN)/ruff check --fix adaptis_plan tests bench
+
+schemas: install  ## regenerate schemas/ from the pydantic models
+	$(BIN)/adaptis schema
+
+bench: install  ## regenerate BENCHMARKS.md (simulated paper cases + real CPU runs)
+	$(BIN)/python -m bench.run --out BENCHMARKS.md
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

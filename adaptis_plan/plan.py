@@ -1,0 +1,147 @@
+"""Plan IO: read (with validation), write (atomic), and convert between the file and the
+internal `Layout` / `Programs`.
+
+Data flow: search / classic builders + simulator -> `make_plan` -> `write_plan`;
+`read_plan` -> simulate / export / run. Imports the spec, core, validate; never a solver or torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .core import Action, Layout, Programs
+from .errors import InputError
+from .spec.hardware import HardwareProfile
+from .spec.model import ModelSpec
+from .spec.plan import PlanAction, PlanDevice, PlanFile, PlanHardwareRef, PlanModelRef, PlanStage, Predicted
+from .spec.training import TrainingConfig
+
+
+def pydantic_error_line(path: object, err: ValidationError) -> str:
+    """First pydantic error as 'file: field.path = value: message; fix'."""
+    e = err.errors()[0]
+    loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in e["loc"]).replace(".[", "[")
+    value = e.get("input")
+    shown = json.dumps(value)[:60] if not isinstance(value, dict) else "{...}"
+    msg = e["msg"]
+    if e["type"] == "missing":
+        return f"{path}: {loc}: field required; add it"
+    if e["type"] == "extra_forbidden":
+        return f"{path}: {loc}: unknown field; remove it or check its spelling"
+    where = f"{path}: {loc} = {shown}" if loc else f"{path}"
+    return f"{where}: {msg}"
+
+
+def read_plan(path: str | Path) -> PlanFile:
+    """Read and validate a plan file (structure and action orders)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such plan file; write one with `adaptis plan ... -o {p.name}`")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); the file may be truncated — re-run `adaptis plan`"
+        ) from None
+    try:
+        plan = PlanFile.model_validate(data)
+    except ValidationError as e:
+        raise InputError(pydantic_error_line(p, e)) from None
+    from .validate import check_programs
+
+    try:
+        check_programs(plan_layout(plan), plan_programs(plan), plan.training.num_microbatches)
+    except InputError as e:
+        err = type(e)(f"{p}: {e}")
+        err.grid = getattr(e, "grid", "")  # type: ignore[attr-defined]
+        raise err from None
+    return plan
+
+
+def write_plan(plan: PlanFile, path: str | Path) -> None:
+    """Write atomically: a temporary file in the same folder, then rename."""
+    write_json_atomic(plan.model_dump(mode="json", exclude_none=True), path)
+
+
+def write_json_atomic(data: object, path: str | Path) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def plan_layout(plan: PlanFile) -> Layout:
+    bounds = tuple([s.layers[0] for s in plan.stages] + [plan.stages[-1].layers[1]])
+    return Layout(bounds=bounds, stage_device=tuple(s.device for s in plan.stages), num_devices=plan.training.pp)
+
+
+def plan_programs(plan: PlanFile) -> Programs:
+    return [[Action(a.stage, a.op, a.mb) for a in dev.actions] for dev in plan.devices]
+
+
+def make_plan(
+    *,
+    strategy: str,
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    training: TrainingConfig,
+    layout: Layout,
+    programs: Programs,
+    result,  # simulate.SimResult
+    search: dict | None = None,
+) -> PlanFile:
+    """Assemble a plan file from a layout, orders and the simulator's verdict on them."""
+    devices = []
+    for d, prog in enumerate(programs):
+        acts = [
+            PlanAction(op=a.op, stage=a.stage, mb=a.mb, start_s=round(t0, 9), end_s=round(t1, 9))
+            for a, (t0, t1) in zip(prog, result.times[d])
+        ]
+        devices.append(PlanDevice(device=d, actions=acts))
+    stages = [
+        PlanStage(stage=s, device=layout.stage_device[s], layers=(layout.bounds[s], layout.bounds[s + 1]))
+        for s in range(layout.num_stages)
+    ]
+    predicted = Predicted(
+        step_time_s=result.step_time_s,
+        bubble_ratio=float(result.bubble_ratio),
+        bubble_ratio_per_device=[float(x) for x in result.bubble_ratio_per_device],
+        peak_memory_bytes=[float(x) for x in result.peak_memory_bytes],
+        lower_bound_s=float(result.lower_bound_s),
+    )
+    from . import __version__
+
+    return PlanFile(
+        strategy=strategy,
+        model=PlanModelRef(name=model.name, fingerprint=model.fingerprint(), num_layers=model.num_layers),
+        hardware=PlanHardwareRef(name=hardware.name, fingerprint=hardware.fingerprint()),
+        training=training,
+        stages=stages,
+        devices=devices,
+        predicted=predicted,
+        search=search,
+        created_by=f"adaptis {__version__}",
+    )
+
+
+def check_model_matches(plan: PlanFile, model: ModelSpec, plan_path: object) -> None:
+    """Refuse a plan made for another model."""
+    fp = model.fingerprint()
+    if plan.model.fingerprint != fp:
+        raise InputError(
+            f"{plan_path}: model.fingerprint: the plan was made for model '{plan.model.name}'"
+            f" ({plan.model.fingerprint[:12]}), not '{model.name}' ({fp[:12]}); re-plan with"
+            f" `adaptis plan --model {model.name} ...` or pass --model {plan.model.name}"
+        )

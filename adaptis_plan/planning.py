@@ -1,0 +1,267 @@
+"""Use cases behind the CLI: plan, simulate a plan file, export a plan file, load a plan's model.
+
+Data flow: CLI arguments -> (model spec, hardware, training, cost table) -> search or classic
+builder -> simulator -> plan file / summaries. No rich, no click: renderers print, this
+returns data. ortools and torch are reached only through `search` and `executor`, lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .core import CostTable, Layout, Programs
+from .errors import InfeasibleError, InputError
+from .plan import check_model_matches, make_plan, plan_layout, plan_programs, read_plan
+from .simulate import SimResult, simulate
+from .spec.hardware import HardwareProfile
+from .spec.model import ModelSpec
+from .spec.plan import PlanFile
+from .spec.profile import CostProfile
+from .spec.training import TrainingConfig
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model_arg: str
+    hardware_arg: str
+    pp: int
+    num_microbatches: int
+    seq_len: int = 4096
+    micro_batch_size: int = 1
+    tp: int = 1
+    strategy: str = "adaptive"
+    partition: str | None = None
+    stages_per_device: int | None = None
+    search: tuple[str, ...] = ("partition", "placement", "schedule")
+    recompute: bool = False
+    costs_path: str | None = None
+    time_limit_s: float = 5.0
+    seed: int = 0
+
+
+@dataclass
+class PlanOutcome:
+    plan: PlanFile
+    result: SimResult
+    layout: Layout
+    programs: Programs
+    model: ModelSpec
+    costs: CostTable
+    baselines: dict[str, SimResult]
+    plan_time_s: float
+    search_info: dict = field(default_factory=dict)
+
+    def json_summary(self) -> dict:
+        out = {"strategy": self.plan.strategy, **self.result.summary(), "plan_time_s": self.plan_time_s}
+        out["baselines"] = {
+            name: {"step_time_s": r.step_time_s, "bubble_ratio": r.bubble_ratio,
+                   "peak_memory_bytes": list(r.peak_memory_bytes), "fits_memory": r.fits_memory}
+            for name, r in self.baselines.items()
+        }
+        out["stages"] = [s.model_dump() for s in self.plan.stages]
+        if self.search_info:
+            out["search"] = self.search_info
+        return out
+
+
+def load_costs_profile(path: str | None) -> CostProfile | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such cost profile; measure one with `adaptis profile --model MODEL -o {p.name}`")
+    try:
+        return CostProfile.model_validate(json.loads(p.read_text()))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except ValidationError as e:
+        from .plan import pydantic_error_line
+
+        raise InputError(pydantic_error_line(p, e)) from None
+
+
+def _training(req: PlanRequest) -> TrainingConfig:
+    return TrainingConfig(num_microbatches=req.num_microbatches, micro_batch_size=req.micro_batch_size,
+                          seq_len=req.seq_len, pp=req.pp, tp=req.tp, recompute=req.recompute)
+
+
+def cost_table_for(model: ModelSpec, hw: HardwareProfile, training: TrainingConfig,
+                   profile: CostProfile | None) -> CostTable:
+    from .costs import build_cost_table
+
+    try:
+        return build_cost_table(model, hw, training, profile)
+    except ValueError as e:  # e.g. the cluster is too small for pp x tp
+        raise InputError(f"--hardware {hw.name}: {e}") from None
+
+
+def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
+    """Plan with the requested strategy; the simulator's verdict is the prediction."""
+    from .hardware import load_hardware
+    from .models.load import load_model
+
+    t0 = time.perf_counter()
+    model = load_model(req.model_arg)
+    hw = load_hardware(req.hardware_arg)
+    training = _training(req)
+    if req.pp > model.num_layers:
+        raise InputError(f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp")
+    costs = cost_table_for(model, hw, training, load_costs_profile(req.costs_path))
+
+    from .search.generator import classic_baselines, classic_candidate, search_plan
+
+    baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
+    if req.strategy.lower() == "adaptive":
+        if req.partition is not None or req.stages_per_device is not None:
+            raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
+        if req.time_limit_s <= 0:
+            raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
+        with _progress_bar(progress) as tick:
+            outcome = search_plan(costs, model.num_layers, req.num_microbatches, components=req.search,
+                                  time_limit_s=req.time_limit_s, seed=req.seed, progress=tick, baselines=baselines)
+        best = outcome.best
+        strategy = "adaptive"
+        search_info = {
+            "source": best.source if best.source != "adaptive" else best.label,
+            "components": list(req.search),
+            "phases": outcome.phases,
+            "solver": outcome.solver,
+            "candidates_evaluated": outcome.evaluated,
+            "seed": req.seed,
+        }
+    else:
+        from .schedules import canonical_name
+
+        name = canonical_name(req.strategy)
+        best = classic_candidate(costs, model.num_layers, req.num_microbatches, name, req.partition or "uniform",
+                                 req.stages_per_device)
+        strategy = name
+        search_info = {"source": best.label, "partition": req.partition or "uniform"}
+    result = best.result if best.result is not None else simulate(best.layout, costs, best.programs,
+                                                                  req.num_microbatches)
+    if not result.fits_memory:
+        raise InfeasibleError(_memory_message(result, model, training, strategy, costs))
+    plan = make_plan(strategy=strategy, model=model, hardware=hw, training=training, layout=best.layout,
+                     programs=best.programs, result=result, search=search_info)
+    base_results = {k: c.result for k, c in baselines.items() if c.result is not None}
+    return PlanOutcome(plan=plan, result=result, layout=best.layout, programs=best.programs, model=model,
+                       costs=costs, baselines=base_results, plan_time_s=time.perf_counter() - t0,
+                       search_info=search_info)
+
+
+def _memory_message(result: SimResult, model: ModelSpec, training: TrainingConfig, strategy: str,
+                    costs: CostTable) -> str:
+    over = [o for o in result.overflow_bytes]
+    d = max(range(len(over)), key=lambda i: over[i])
+    need = result.peak_memory_bytes[d]
+    have = float(costs.mem_limit_bytes[d])
+    gib = 2**30
+    fixes = [f"more devices (--pp {training.pp * 2})", "fewer micro-batches in flight (a 1F1B-style strategy)"]
+    if not training.recompute:
+        fixes.append("--recompute")
+    fixes.append(f"tensor parallelism (--tp {training.tp * 2})")
+    return (f"no {strategy} plan for {model.name} fits memory: device {d} needs {need / gib:.1f} GiB but has"
+            f" {have / gib:.1f} GiB ({(need - have) / gib:.1f} GiB over); try " + ", ".join(fixes))
+
+
+class _progress_bar:
+    """A rich progress bar on a terminal (stderr), a no-op otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._bar = None
+
+    def __enter__(self) -> Callable[[str, float], None]:
+        if not self.enabled:
+            return lambda _m, _f: None
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from .cli import console
+
+        self._bar = Progress(TextColumn("planning: {task.description:<24}"), BarColumn(), TimeElapsedColumn(),
+                             console=console(), transient=True)
+        self._bar.start()
+        task = self._bar.add_task("start", total=1.0)
+
+        def tick(msg: str, frac: float) -> None:
+            self._bar.update(task, description=msg, completed=frac)
+
+        return tick
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+# ----------------------------------------------------------------------------- plan files
+def load_plan_and_model(plan_path: str, model_arg: str | None) -> tuple[PlanFile, ModelSpec]:
+    from .models.load import load_model
+
+    plan = read_plan(plan_path)
+    try:
+        model = load_model(model_arg or plan.model.name)
+    except InputError as e:
+        if model_arg is None:
+            raise InputError(f"{plan_path}: model.name = '{plan.model.name}' is not a built-in model; pass --model"
+                             " with the model file the plan was made for") from e
+        raise
+    check_model_matches(plan, model, plan_path)
+    return plan, model
+
+
+@dataclass
+class SimOutcome:
+    plan: PlanFile
+    layout: Layout
+    programs: Programs
+    result: SimResult
+    title: str
+    stored_differs: bool
+
+    def json_summary(self) -> dict:
+        return {"strategy": self.plan.strategy, **self.result.summary(),
+                "stored_step_time_s": self.plan.predicted.step_time_s, "stored_differs": self.stored_differs}
+
+
+def simulate_plan_file(plan_path: str, *, model_arg: str | None = None, hardware_arg: str | None = None,
+                       costs_path: str | None = None) -> SimOutcome:
+    from .hardware import load_hardware
+
+    plan, model = load_plan_and_model(plan_path, model_arg)
+    try:
+        hw = load_hardware(hardware_arg or plan.hardware.name)
+    except InputError as e:
+        if hardware_arg is None:
+            raise InputError(f"{plan_path}: hardware.name = '{plan.hardware.name}' is not a built-in profile; pass"
+                             " --hardware with the profile the plan was made for") from e
+        raise
+    if hardware_arg is None and hw.fingerprint() != plan.hardware.fingerprint:
+        raise InputError(f"{plan_path}: hardware.fingerprint: the built-in profile '{hw.name}' changed since the plan"
+                         " was made; re-plan or pass --hardware with the original profile file")
+    costs = cost_table_for(model, hw, plan.training, load_costs_profile(costs_path))
+    layout, programs = plan_layout(plan), plan_programs(plan)
+    result = simulate(layout, costs, programs, plan.training.num_microbatches)
+    stored = plan.predicted.step_time_s
+    differs = abs(stored - result.step_time_s) > 1e-6 * max(stored, result.step_time_s, 1e-12)
+    title = (f"{plan.model.name} · {plan.strategy} · pp {plan.training.pp} · {plan.training.num_microbatches} mb"
+             f" · seq {plan.training.seq_len}")
+    return SimOutcome(plan, layout, programs, result, title, differs)
+
+
+def export_plan_file(plan_path: str, fmt: str, *, model_arg: str | None = None) -> str:
+    from .export import megatron_layout, to_torch_csv, torchtitan_fqns
+
+    plan, model = load_plan_and_model(plan_path, model_arg)
+    layout, programs = plan_layout(plan), plan_programs(plan)
+    kinds = [layer.kind for layer in model.layers]
+    if fmt == "torch-csv":
+        return to_torch_csv(programs)
+    if fmt == "megatron-layout":
+        return megatron_layout(layout, kinds) + "\n"
+    return json.dumps({"module_fqns_per_model_part": torchtitan_fqns(layout, kinds)}, indent=1) + "\n"

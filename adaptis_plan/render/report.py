@@ -1,0 +1,124 @@
+"""Terminal reports for `adaptis plan` and `adaptis simulate` (rich).
+
+Data flow: `planning.PlanOutcome` / `planning.SimOutcome` -> tables and a timeline on the
+console. Presentation only: every number comes from the simulator's result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from ..core import Layout
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f}"
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:,.1f}"
+
+
+def layout_glance(layout: Layout, layer_kinds: list[str] | None = None) -> list[str]:
+    """One line per device: its stages with their layer ranges."""
+    lines = []
+    for d in range(layout.num_devices):
+        parts = []
+        for s in layout.stages_of(d):
+            lo, hi = layout.bounds[s], layout.bounds[s + 1]
+            tag = ""
+            if layer_kinds:
+                if layer_kinds[lo] == "embedding":
+                    tag += "E+"
+                if layer_kinds[hi - 1] == "head":
+                    tag += "+H"
+            parts.append(f"s{s}[{lo}:{hi}) {hi - lo}L{(' ' + tag) if tag else ''}")
+        lines.append(f"device {d}: " + "  ".join(parts))
+    return lines
+
+
+def print_plan_report(console: Console, outcome, output_path: str) -> None:
+    r = outcome.result
+    plan = outcome.plan
+    t = Table(title=f"{outcome.model.name}: pp {plan.training.pp}, {plan.training.num_microbatches} micro-batches,"
+                    f" seq {plan.training.seq_len}, {plan.hardware.name}")
+    t.add_column("strategy")
+    t.add_column("step ms", justify="right")
+    t.add_column("speed-up", justify="right")
+    t.add_column("bubble", justify="right")
+    t.add_column("peak GiB per device", justify="left")
+    rows = sorted(outcome.baselines.items(), key=lambda kv: kv[1].step_time_s)
+    for name, b in rows:
+        mem = " ".join(_gib(x) for x in b.peak_memory_bytes)
+        if not b.fits_memory:
+            mem += " (OOM)"
+        t.add_row(name, _ms(b.step_time_s), f"{b.step_time_s / r.step_time_s:.2f}x", f"{b.bubble_ratio:.1%}", mem)
+    t.add_row(f"[bold]{plan.strategy}[/]", f"[bold]{_ms(r.step_time_s)}[/]", "[bold]1.00x[/]", f"{r.bubble_ratio:.1%}",
+              " ".join(_gib(x) for x in r.peak_memory_bytes), end_section=True)
+    console.print(t)
+    kinds = [layer.kind for layer in outcome.model.layers]
+    console.print("[bold]partition and placement[/]")
+    for line in layout_glance(outcome.layout, kinds):
+        console.print("  " + line)
+    gap = r.step_time_s / r.lower_bound_s - 1 if r.lower_bound_s > 0 else float("nan")
+    console.print(f"lower bound {_ms(r.lower_bound_s)} ms; this plan is {gap:.1%} above it."
+                  f" planned in {outcome.plan_time_s:.2f} s.")
+    for line in why_lines(outcome):
+        console.print(line)
+    from .terminal import timeline
+
+    console.print(timeline(r, outcome.programs, outcome.layout, width=min(console.width - 12, 110)))
+    console.print(f"wrote {output_path}")
+
+
+def why_lines(outcome) -> list[str]:
+    """One or two lines on why the plan wins: which device bottlenecked the best classic plan, what moved."""
+    r = outcome.result
+    feasible = {k: v for k, v in outcome.baselines.items() if v.fits_memory}
+    if not feasible:
+        return ["no classic strategy fits memory on this input; this plan does."]
+    name, b = min(feasible.items(), key=lambda kv: kv[1].step_time_s)
+    if b.step_time_s <= r.step_time_s * (1 + 1e-9):
+        return [f"the best classic plan ({name}) is already as good as anything found; it is kept."]
+    busy_b = np.array(b.busy_s)
+    hot = int(np.argmax(busy_b))
+    busy_a = np.array(r.busy_s)
+    spread_b = busy_b.max() / max(busy_b.mean(), 1e-12) - 1
+    spread_a = busy_a.max() / max(busy_a.mean(), 1e-12) - 1
+    return [
+        f"why: under {name} device {hot} is the bottleneck ({_ms(busy_b[hot])} ms busy, {spread_b:.0%} above the"
+        f" mean device); this plan evens work to {spread_a:.0%} above the mean and cuts the mean bubble from"
+        f" {b.bubble_ratio:.1%} to {r.bubble_ratio:.1%} ({b.step_time_s / r.step_time_s:.2f}x faster).",
+        f"found by: {outcome.search_info.get('source', outcome.plan.strategy)}",
+    ]
+
+
+def print_simulation_report(console: Console, sim, width: int = 100, trace_path: str | None = None,
+                            svg_path: str | None = None) -> None:
+    r = sim.result
+    console.print(f"[bold]{sim.title}[/]")
+    t = Table()
+    t.add_column("device", justify="right")
+    t.add_column("busy ms", justify="right")
+    t.add_column("bubble", justify="right")
+    t.add_column("peak GiB", justify="right")
+    t.add_column("limit GiB", justify="right")
+    for d in range(r.num_devices):
+        limit = r.mem_limit_bytes[d] if r.mem_limit_bytes else float("nan")
+        t.add_row(str(d), _ms(r.busy_s[d]), f"{r.bubble_ratio_per_device[d]:.1%}", _gib(r.peak_memory_bytes[d]),
+                  _gib(limit))
+    console.print(t)
+    gap = r.step_time_s / r.lower_bound_s - 1 if r.lower_bound_s > 0 else float("nan")
+    console.print(f"step {_ms(r.step_time_s)} ms, mean bubble {r.bubble_ratio:.1%}, lower bound"
+                  f" {_ms(r.lower_bound_s)} ms ({gap:.1%} above), fits memory: {r.fits_memory}")
+    if sim.stored_differs:
+        console.print(f"[yellow]note:[/] the plan file says {_ms(sim.plan.predicted.step_time_s)} ms; re-simulated"
+                      f" {_ms(r.step_time_s)} ms (costs or cost model differ from when it was planned)")
+    from .terminal import timeline
+
+    console.print(timeline(r, sim.programs, sim.layout, width=width))
+    for label, path in (("trace", trace_path), ("svg", svg_path)):
+        if path:
+            console.print(f"wrote {label}: {path}")
