@@ -7,7 +7,14 @@ Counting rules (matching how model cards count):
 - norms are counted (RMSNorm: `hidden`; LayerNorm: `2 * hidden`);
 - the embedding is `vocab * hidden`; the head is the final norm plus `vocab * hidden`
   unless the embeddings are tied (then the matrix is counted once, in the embedding);
-- MoE: `total` counts every expert and the router, `active` the top-k + shared experts.
+- MoE: `total` counts every expert and the router, `active` the top-k + shared experts;
+  the embedding counts as active (Mixtral's and Qwen's convention; DeepSeek's published
+  "activated" figures leave it out);
+- Mamba-2 as in HF Mamba2Mixer; Mamba-1 (`MambaSpec.version == 1`, Jamba) as in MambaMixer.
+
+Tied embeddings: the matrix is counted once, in the embedding layer. A consumer that needs
+the weights a pipeline stage holds must add `vocab * hidden` to the head's stage when the
+two layers sit on different devices (each stage keeps its own copy, as Megatron does).
 """
 
 from __future__ import annotations
@@ -59,7 +66,9 @@ def mlp_params(h: int, activation: str, inner: int) -> int:
 
 def moe_params(h: int, m: MoeSpec) -> ParamCount:
     expert = mlp_params(h, m.activation, m.expert_intermediate_size)
-    shared = m.num_shared_experts * mlp_params(h, m.activation, m.shared_intermediate_size or m.expert_intermediate_size)
+    shared = m.num_shared_experts * mlp_params(
+        h, m.activation, m.shared_intermediate_size or m.expert_intermediate_size
+    )
     router = h * m.num_experts
     return ParamCount(m.num_experts * expert + shared + router, m.top_k * expert + shared + router)
 
