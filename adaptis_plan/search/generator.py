@@ -36,7 +36,7 @@ from ..errors import InputError
 from ..schedules import STRATEGIES, get_spec, placement, uniform_bounds
 from ..simulate import SimResult, simulate
 from .listsched import ListPolicy, list_schedule
-from .partition import device_balanced_bounds, device_work
+from .partition import device_balanced_bounds, min_max_stage_bounds
 
 ALL_COMPONENTS = ("partition", "placement", "schedule")
 
@@ -88,8 +88,8 @@ def classic_candidate(
         raise InputError(f"{spec.name}: {len(stage_device)} stages for {num_layers} layers")
     if partition == "uniform":
         bounds = uniform_bounds(num_layers, len(stage_device))
-    else:
-        bounds = device_balanced_bounds(costs, stage_device)
+    else:  # the min-max partition (Mist-like): minimize the heaviest stage
+        bounds = min_max_stage_bounds(costs, stage_device)
     layout = Layout(bounds=tuple(bounds), stage_device=stage_device, num_devices=p)
     programs = spec.build(stage_device, p, num_microbatches)
     result = simulate(layout, costs, programs, num_microbatches)
@@ -206,6 +206,16 @@ class _Search:
             return device_balanced_bounds(self.costs, stage_device)
         return uniform_bounds(self.num_layers, len(stage_device))
 
+    def partitions_for(self, stage_device: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """Distinct candidate partitions: device-balanced and min-max-stage (uniform when partition is off)."""
+        if "partition" not in self.components:
+            return [uniform_bounds(self.num_layers, len(stage_device))]
+        mm = min_max_stage_bounds(self.costs, stage_device)
+        out = [device_balanced_bounds(self.costs, stage_device, start=mm)]
+        if mm not in out:
+            out.append(mm)
+        return out
+
     def log_phase(self, name: str, t0: float, n0: int) -> None:
         self.phases.append({
             "phase": name,
@@ -226,12 +236,17 @@ class _Search:
         base_policy = _policies(self.p)[0]
         cands = []
         for label, sd in placements:
-            layout = Layout(bounds=self.bounds_for(sd), stage_device=sd, num_devices=self.p)
-            cands.append(self.schedule(layout, base_policy, label))
+            for bounds in self.partitions_for(sd):
+                layout = Layout(bounds=bounds, stage_device=sd, num_devices=self.p)
+                cands.append(self.schedule(layout, base_policy, label))
         cands.sort(key=lambda c: c.estimate_s)
-        if "partition" in self.components and cands:
-            self._cpsat_partition(cands[0])
-        top = cands[: max(3, len(cands) // 4)]
+        top = cands[: max(3, len(cands) // 6)]
+        if "partition" in self.components:
+            seen: set[tuple[int, ...]] = set()
+            for c in top[:3]:
+                if c.layout.stage_device not in seen:
+                    seen.add(c.layout.stage_device)
+                    self._cpsat_partition(c)
         for c in top:
             self.judge(c)
         self.log_phase("placement x partition", t0, n0)
@@ -245,7 +260,7 @@ class _Search:
         sd = cand.layout.stage_device
         res = solve_partition(self.costs, sd, hint_bounds=cand.layout.bounds,
                               time_limit_s=min(1.0, max(0.2, self.left() * 0.1)), num_workers=1, seed=self.seed)
-        self.solver["partition"] = _solve_summary(res)
+        self.solver.setdefault("partition", []).append({"placement": cand.label.split(" / ")[0], **_solve_summary(res)})
         if res.feasible and tuple(res.payload) != cand.layout.bounds:
             layout = Layout(bounds=tuple(res.payload), stage_device=sd, num_devices=self.p)
             alt = self.schedule(layout, ListPolicy(label="zb-depth"), cand.label.split(" / ")[0] + " cpsat")

@@ -83,25 +83,85 @@ def device_work(costs: CostTable, bounds: tuple[int, ...], stage_device: tuple[i
     return out
 
 
-def _score(costs: CostTable, bounds: tuple[int, ...], stage_device: tuple[int, ...]) -> tuple[float, float]:
-    return float(device_work(costs, bounds, stage_device).max()), float(stage_work(costs, bounds, stage_device).max())
+class _Scorer:
+    """Device loads of a partition, vectorized over a fixed placement."""
+
+    def __init__(self, costs: CostTable, stage_device: tuple[int, ...]) -> None:
+        self.prefix = _prefix(layer_work(costs))
+        self.sd = np.array(stage_device)
+        self.num_devices = costs.num_devices
+
+    def loads(self, bounds: tuple[int, ...] | list[int]) -> tuple[np.ndarray, np.ndarray]:
+        b = np.asarray(bounds)
+        stage = self.prefix[self.sd, b[1:]] - self.prefix[self.sd, b[:-1]]
+        return np.bincount(self.sd, weights=stage, minlength=self.num_devices), stage
+
+    def score(self, bounds: tuple[int, ...] | list[int]) -> tuple[float, ...]:
+        """Device loads heaviest first (so lowering the second-heaviest also counts), then the heaviest stage."""
+        dev, stage = self.loads(bounds)
+        return (*np.round(np.sort(dev)[::-1], 12).tolist(), float(stage.max()))
+
+
+def _target_fill(prefix: np.ndarray, stage_device: tuple[int, ...], target: float) -> tuple[int, ...]:
+    """Walk the stages in order; each takes layers until it reaches its device's remaining budget
+    shared over the device's remaining stages (stopping at the layer nearest that share)."""
+    num_layers = prefix.shape[1] - 1
+    num_stages = len(stage_device)
+    left_stages = {d: stage_device.count(d) for d in set(stage_device)}
+    budget = {d: target for d in left_stages}
+    bounds = [0]
+    start = 0
+    for s, d in enumerate(stage_device):
+        row = prefix[d]
+        share = budget[d] / left_stages[d]
+        max_stop = num_layers - (num_stages - s - 1)
+        if s == num_stages - 1:
+            stop = num_layers
+        else:
+            goal = row[start] + share
+            stop = int(np.searchsorted(row, goal, side="right")) - 1
+            stop = max(stop, start + 1)
+            if stop + 1 <= max_stop and abs(row[stop + 1] - goal) < abs(row[stop] - goal):
+                stop += 1
+            stop = min(stop, max_stop)
+        budget[d] -= row[stop] - row[start]
+        left_stages[d] -= 1
+        bounds.append(stop)
+        start = stop
+    return tuple(bounds)
 
 
 def device_balanced_bounds(
     costs: CostTable, stage_device: tuple[int, ...], start: tuple[int, ...] | None = None, max_moves: int = 400
 ) -> tuple[int, ...]:
-    """Refine cut points by single-layer boundary moves that lower (max device work, max stage work)."""
-    bounds = list(start or min_max_stage_bounds(costs, stage_device))
-    best = _score(costs, tuple(bounds), stage_device)
+    """Refine cut points by boundary moves of one or two layers that lower the sorted device loads.
+
+    Starts from the best of `start`, the min-max-stage partition, and budget-driven fills
+    (`_target_fill`) for a range of per-device targets around the mean device load.
+    """
+    scorer = _Scorer(costs, stage_device)
+    starts = [start] if start else []
+    starts.append(min_max_stage_bounds(costs, stage_device))
+    num_devices = len(set(stage_device))
+    mean_load = float(scorer.prefix[:, -1].min()) / num_devices
+    for factor in np.linspace(0.9, 1.3, 41):
+        starts.append(_target_fill(scorer.prefix, stage_device, mean_load * factor))
+    bounds = list(min(starts, key=scorer.score))
+    best = scorer.score(bounds)
+    num_stages = len(stage_device)
     for _ in range(max_moves):
+        dev, _stage = scorer.loads(bounds)
+        hot = int(np.argmax(dev))
+        # only moving a boundary of the heaviest device's stages can lower the maximum
+        ks = {k for s in range(num_stages) if stage_device[s] == hot for k in (s, s + 1) if 0 < k < num_stages}
         improved = False
-        for k in range(1, len(bounds) - 1):
-            for delta in (-1, 1):
+        for k in sorted(ks):
+            for delta in (-2, -1, 1, 2):
                 cand = bounds.copy()
                 cand[k] += delta
                 if not (cand[k - 1] < cand[k] < cand[k + 1]):
                     continue
-                score = _score(costs, tuple(cand), stage_device)
+                score = scorer.score(cand)
                 if score < best:
                     best, bounds, improved = score, cand, True
         if not improved:
