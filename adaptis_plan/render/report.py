@@ -42,8 +42,10 @@ def layout_glance(layout: Layout, layer_kinds: list[str] | None = None) -> list[
 def print_plan_report(console: Console, outcome, output_path: str) -> None:
     r = outcome.result
     plan = outcome.plan
-    t = Table(title=f"{outcome.model.name}: pp {plan.training.pp}, {plan.training.num_microbatches} micro-batches,"
-                    f" seq {plan.training.seq_len}, {plan.hardware.name}")
+    t = Table(
+        title=f"{outcome.model.name}: pp {plan.training.pp}, {plan.training.num_microbatches} micro-batches,"
+        f" seq {plan.training.seq_len}, {plan.hardware.name}"
+    )
     t.add_column("strategy")
     t.add_column("step ms", justify="right")
     t.add_column("speed-up", justify="right")
@@ -55,16 +57,24 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         if not b.fits_memory:
             mem += " (OOM)"
         t.add_row(name, _ms(b.step_time_s), f"{b.step_time_s / r.step_time_s:.2f}x", f"{b.bubble_ratio:.1%}", mem)
-    t.add_row(f"[bold]{plan.strategy}[/]", f"[bold]{_ms(r.step_time_s)}[/]", "[bold]1.00x[/]", f"{r.bubble_ratio:.1%}",
-              " ".join(_gib(x) for x in r.peak_memory_bytes), end_section=True)
+    t.add_row(
+        f"[bold]{plan.strategy}[/]",
+        f"[bold]{_ms(r.step_time_s)}[/]",
+        "[bold]1.00x[/]",
+        f"{r.bubble_ratio:.1%}",
+        " ".join(_gib(x) for x in r.peak_memory_bytes),
+        end_section=True,
+    )
     console.print(t)
     kinds = [layer.kind for layer in outcome.model.layers]
     console.print("[bold]partition and placement[/]")
     for line in layout_glance(outcome.layout, kinds):
         console.print("  " + line)
     gap = r.step_time_s / r.lower_bound_s - 1 if r.lower_bound_s > 0 else float("nan")
-    console.print(f"lower bound {_ms(r.lower_bound_s)} ms; this plan is {gap:.1%} above it."
-                  f" planned in {outcome.plan_time_s:.2f} s.")
+    console.print(
+        f"lower bound {_ms(r.lower_bound_s)} ms; this plan is {gap:.1%} above it."
+        f" planned in {outcome.plan_time_s:.2f} s."
+    )
     for line in why_lines(outcome):
         console.print(line)
     from .terminal import timeline
@@ -95,8 +105,9 @@ def why_lines(outcome) -> list[str]:
     ]
 
 
-def print_simulation_report(console: Console, sim, width: int = 100, trace_path: str | None = None,
-                            svg_path: str | None = None) -> None:
+def print_simulation_report(
+    console: Console, sim, width: int = 100, trace_path: str | None = None, svg_path: str | None = None
+) -> None:
     r = sim.result
     console.print(f"[bold]{sim.title}[/]")
     t = Table()
@@ -107,15 +118,20 @@ def print_simulation_report(console: Console, sim, width: int = 100, trace_path:
     t.add_column("limit GiB", justify="right")
     for d in range(r.num_devices):
         limit = r.mem_limit_bytes[d] if r.mem_limit_bytes else float("nan")
-        t.add_row(str(d), _ms(r.busy_s[d]), f"{r.bubble_ratio_per_device[d]:.1%}", _gib(r.peak_memory_bytes[d]),
-                  _gib(limit))
+        t.add_row(
+            str(d), _ms(r.busy_s[d]), f"{r.bubble_ratio_per_device[d]:.1%}", _gib(r.peak_memory_bytes[d]), _gib(limit)
+        )
     console.print(t)
     gap = r.step_time_s / r.lower_bound_s - 1 if r.lower_bound_s > 0 else float("nan")
-    console.print(f"step {_ms(r.step_time_s)} ms, mean bubble {r.bubble_ratio:.1%}, lower bound"
-                  f" {_ms(r.lower_bound_s)} ms ({gap:.1%} above), fits memory: {r.fits_memory}")
+    console.print(
+        f"step {_ms(r.step_time_s)} ms, mean bubble {r.bubble_ratio:.1%}, lower bound"
+        f" {_ms(r.lower_bound_s)} ms ({gap:.1%} above), fits memory: {r.fits_memory}"
+    )
     if sim.stored_differs:
-        console.print(f"[yellow]note:[/] the plan file says {_ms(sim.plan.predicted.step_time_s)} ms; re-simulated"
-                      f" {_ms(r.step_time_s)} ms (costs or cost model differ from when it was planned)")
+        console.print(
+            f"[yellow]note:[/] the plan file says {_ms(sim.plan.predicted.step_time_s)} ms; re-simulated"
+            f" {_ms(r.step_time_s)} ms (costs or cost model differ from when it was planned)"
+        )
     from .terminal import timeline
 
     console.print(timeline(r, sim.programs, sim.layout, width=width))
