@@ -1,0 +1,381 @@
+"""Analytic cost model (adaptis_plan/costmodel.py) and cost-table assembly (adaptis_plan/costs.py).
+
+Model specs are built here directly, shaped like the paper's scaled families (research/paper.md
+§5.1) and the published models; the zoo in `adaptis_plan/models/` is not used.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from adaptis_plan.costmodel import causal_keys, layer_cost, layer_work, op_seconds
+from adaptis_plan.costs import build_cost_table, layer_cost_rows
+from adaptis_plan.errors import InputError
+from adaptis_plan.hardware import load_hardware
+from adaptis_plan.params import model_params
+from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
+from adaptis_plan.spec.profile import CostProfile, LayerCostEntry, MeasuredLink, ProfiledModel
+from adaptis_plan.spec.training import TrainingConfig
+
+H200 = load_hardware("h200")
+H200_DEV = H200.device_types["h200-sxm-141gb"]
+EMB, HEAD = LayerSpec(kind="embedding"), LayerSpec(kind="head")
+
+
+def _train(seq_len: int = 4096, **kw: object) -> TrainingConfig:
+    return TrainingConfig(num_microbatches=8, pp=kw.pop("pp", 1), seq_len=seq_len, **kw)  # type: ignore[arg-type]
+
+
+def llama2_7b() -> ModelSpec:
+    a = AttentionSpec(num_heads=32, num_kv_heads=32, head_dim=128)
+    block = LayerSpec(kind="decoder", attention=a, mlp=MlpSpec(activation="swiglu", intermediate_size=11008))
+    return ModelSpec(name="llama-2-7b-like", hidden_size=4096, vocab_size=32000, layers=[EMB] + [block] * 32 + [HEAD])
+
+
+def gemma_s() -> ModelSpec:
+    """Gemma conventions (head_dim 256, GeGLU 8x, tied embeddings) at the paper's Gemma-S size."""
+    a = AttentionSpec(num_heads=32, num_kv_heads=32, head_dim=256)
+    block = LayerSpec(kind="decoder", attention=a, mlp=MlpSpec(activation="geglu", intermediate_size=8 * 1536))
+    return ModelSpec(
+        name="gemma-s-like",
+        hidden_size=1536,
+        vocab_size=256000,
+        tie_word_embeddings=True,
+        layers=[EMB] + [block] * 32 + [HEAD],
+    )
+
+
+def _mla() -> AttentionSpec:
+    return AttentionSpec(
+        type="mla",
+        num_heads=16,
+        num_kv_heads=16,
+        head_dim=192,
+        kv_lora_rank=512,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+    )
+
+
+def deepseek(num_layers: int, num_dense: int, vocab: int, name: str) -> ModelSpec:
+    """DeepSeek-V2-Lite shapes: MLA, dense first layers, then 64 experts top-6 + 2 shared."""
+    dense = LayerSpec(kind="decoder", attention=_mla(), mlp=MlpSpec(activation="swiglu", intermediate_size=10944))
+    moe = MoeSpec(
+        num_experts=64, top_k=6, expert_intermediate_size=1408, num_shared_experts=2, shared_intermediate_size=1408
+    )
+    moe_layer = LayerSpec(kind="moe", attention=_mla(), moe=moe)
+    blocks = [dense] * num_dense + [moe_layer] * (num_layers - num_dense)
+    return ModelSpec(name=name, hidden_size=2048, vocab_size=vocab, layers=[EMB] + blocks + [HEAD])
+
+
+def nemotron_h_s() -> ModelSpec:
+    """Nemotron-H conventions (Mamba-2 heads of 64, state 128, 8 groups; GQA; relu2 MLP) at hidden 1024."""
+    kinds = {
+        "M": LayerSpec(kind="mamba", mamba=MambaSpec(num_heads=32, head_dim=64, state_size=128, num_groups=8)),
+        "*": LayerSpec(kind="attention", attention=AttentionSpec(num_heads=32, num_kv_heads=8, head_dim=128)),
+        "-": LayerSpec(kind="mlp", mlp=MlpSpec(activation="relu2", intermediate_size=5376)),
+    }
+    pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
+    return ModelSpec(
+        name="nemotron-h-s-like",
+        hidden_size=1024,
+        vocab_size=131072,
+        layers=[EMB] + [kinds[c] for c in pattern] + [HEAD],
+    )
+
+
+def _train_flops(model: ModelSpec, training: TrainingConfig) -> float:
+    works = [layer_work(model, layer, training) for layer in model.layers]
+    return sum(w.f.flops + w.i.flops + w.w.flops for w in works)
+
+
+def _f_s(model: ModelSpec, kind: str, training: TrainingConfig) -> float:
+    layer = next(x for x in model.layers if x.kind == kind)
+    return layer_cost(model, layer, training, H200_DEV, H200.intra_node).f_s
+
+
+# ---- FLOPs -------------------------------------------------------------------------------------
+
+
+def test_dense_training_flops_per_token_match_causal_estimate() -> None:
+    """6*N + 6*L*h*s: the usual 12*L*h*s attention term is for full attention; causal halves it."""
+    model, s = llama2_7b(), 4096
+    h, num_blocks = model.hidden_size, 32
+    n_nonembedding = model_params(model).total - model.vocab_size * h
+    per_token = _train_flops(model, _train(s)) / s
+    causal = 6 * n_nonembedding + 6 * num_blocks * h * s
+    assert abs(per_token / causal - 1) < 0.05
+    full = 6 * n_nonembedding + 12 * num_blocks * h * s
+    assert per_token < 0.96 * full  # the full-attention definition is not the one we match
+
+
+def test_moe_flops_follow_active_parameters() -> None:
+    model = deepseek(27, 1, 102400, "deepseek-v2-lite-like")
+    params = model_params(model)
+    assert 15.2e9 < params.total < 16.2e9  # published: 15.7B total
+    active = params.active - model.vocab_size * model.hidden_size
+    assert abs(active / 2.4e9 - 1) < 0.05  # published: 2.4B activated
+    s = 4096
+    a = _mla()
+    attention_term = 26 * 3 * s * a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+    attention_term += 3 * s * a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+    per_token = _train_flops(model, _train(s)) / s
+    assert abs(per_token / (6 * active + attention_term) - 1) < 0.05
+    assert per_token < 0.3 * 6 * params.total  # routed experts beyond the top-k cost no FLOPs
+
+
+def test_gemm_layer_ops_have_equal_flops_and_similar_times() -> None:
+    h = 4096
+    model = ModelSpec(
+        name="mlp-only",
+        hidden_size=h,
+        vocab_size=32000,
+        layers=[EMB, LayerSpec(kind="mlp", mlp=MlpSpec(activation="swiglu", intermediate_size=4 * h)), HEAD],
+    )
+    work = layer_work(model, model.layers[1], _train())
+    assert work.f.flops == work.i.flops == work.w.flops
+    f, i, w = op_seconds(work, H200_DEV)
+    assert 0.9 < i / f < 1.2 and 0.85 < w / f < 1.15
+
+
+def test_attention_flops_count_causal_mask_and_window() -> None:
+    assert causal_keys(4) == 1 + 2 + 3 + 4
+    assert causal_keys(5, window=2) == 1 + 2 + 2 + 2 + 2
+    assert causal_keys(4, window=100) == causal_keys(4)
+
+
+# ---- how costs scale ---------------------------------------------------------------------------
+
+
+def test_attention_grows_superlinearly_mamba_linearly() -> None:
+    model = nemotron_h_s()
+    attention = _f_s(model, "attention", _train(8192)) / _f_s(model, "attention", _train(4096))
+    mamba = _f_s(model, "mamba", _train(8192)) / _f_s(model, "mamba", _train(4096))
+    mlp = _f_s(model, "mlp", _train(8192)) / _f_s(model, "mlp", _train(4096))
+    assert attention > 2.5
+    assert abs(mamba - 2) < 0.05 and abs(mlp - 2) < 0.05
+    assert _f_s(model, "attention", _train(4096)) > 1.5 * _f_s(model, "mamba", _train(4096))
+
+
+def test_sliding_window_caps_attention() -> None:
+    local = AttentionSpec(num_heads=32, num_kv_heads=8, head_dim=128, sliding_window=1024)
+    model = ModelSpec(
+        name="local",
+        hidden_size=1024,
+        vocab_size=1000,
+        layers=[EMB, LayerSpec(kind="attention", attention=local), HEAD],
+    )
+    ratio = _f_s(model, "attention", _train(16384)) / _f_s(model, "attention", _train(8192))
+    assert ratio < 2.1
+
+
+def test_gemma_s_head_is_several_layers_like_the_paper() -> None:
+    """research/paper.md §2.3: Gemma (1536, seq 4K, vocab 256K) head F = 5.72 x a transformer layer's F."""
+    model, training = gemma_s(), _train(4096)
+    ratio = _f_s(model, "head", training) / _f_s(model, "decoder", training)
+    assert 5.72 / 2 < ratio < 5.72 * 2
+
+
+def test_embedding_ops() -> None:
+    model = gemma_s()
+    cost = layer_cost(model, model.layers[0], _train(), H200_DEV)
+    assert cost.i_s == 0.0
+    assert cost.w_s > 10 * cost.f_s  # dense table gradient over v x h
+
+
+def test_tensor_parallel_divides_and_adds_communication() -> None:
+    model = llama2_7b()
+    one = layer_cost(model, model.layers[1], _train(), H200_DEV, H200.intra_node)
+    two = layer_cost(model, model.layers[1], _train(tp=2), H200_DEV, H200.intra_node)
+    assert one.f_s / 2 < two.f_s < one.f_s * 0.6
+    assert two.w_s == pytest.approx(one.w_s / 2, rel=1e-9)  # W has no TP communication
+    assert two.act_bytes == pytest.approx(one.act_bytes / 2)
+    assert two.static_bytes == pytest.approx(one.static_bytes / 2)
+    assert two.out_bytes == one.out_bytes / 2 == 4096 * 4096 * 2 / 2
+
+
+def test_recompute_keeps_only_the_input_and_reruns_forward() -> None:
+    model = llama2_7b()
+    plain = layer_cost(model, model.layers[1], _train(), H200_DEV)
+    again = layer_cost(model, model.layers[1], _train(recompute=True), H200_DEV)
+    assert again.act_bytes == again.act_w_bytes == 4096 * 4096 * 2
+    assert again.i_s == pytest.approx(plain.i_s + plain.f_s)
+    assert (again.f_s, again.w_s) == (plain.f_s, plain.w_s)
+    head = layer_cost(model, model.layers[-1], _train(recompute=True), H200_DEV)
+    assert head.act_bytes > 4096 * 32000 * 4  # the head is not recomputed: logits stay
+
+
+# ---- memory ------------------------------------------------------------------------------------
+
+
+def test_gpt_block_activations_match_korthikanti_without_dropout() -> None:
+    """Korthikanti et al.: 34*s*b*h bytes + 5*a*s^2*b; with flash attention and no dropout masks 32*s*b*h."""
+    h, b, s = 4096, 2, 2048
+    block = LayerSpec(
+        kind="decoder",
+        attention=AttentionSpec(num_heads=32, num_kv_heads=32, head_dim=128),
+        mlp=MlpSpec(activation="gelu", intermediate_size=4 * h),
+    )
+    model = ModelSpec(name="gpt", hidden_size=h, vocab_size=50000, norm="layernorm", layers=[EMB, block, HEAD])
+    work = layer_work(model, block, TrainingConfig(num_microbatches=1, pp=1, seq_len=s, micro_batch_size=b))
+    assert work.act_bytes == pytest.approx(32 * s * b * h, rel=0.01)
+    assert 0.2 * work.act_bytes < work.act_w_bytes < 0.6 * work.act_bytes
+
+
+def test_activation_bytes_differ_by_sub_block_and_head_keeps_logits() -> None:
+    training = _train(4096)
+    acts = {}
+    for model in (nemotron_h_s(), deepseek(16, 3, 131072, "deepseek-s-like")):
+        for layer in model.layers:
+            work = layer_work(model, layer, training)
+            assert 0 <= work.act_w_bytes <= work.act_bytes
+            acts[(model.name, layer.kind)] = work.act_bytes
+    assert len({acts[("nemotron-h-s-like", k)] for k in ("mamba", "mlp", "attention")}) == 3
+    assert acts[("deepseek-s-like", "moe")] > 1.3 * acts[("deepseek-s-like", "decoder")]  # top-k expert intermediates
+    logits = 4096 * 131072
+    assert acts[("deepseek-s-like", "head")] >= logits * (4 + 2)
+
+
+def test_static_bytes_per_parameter() -> None:
+    model = llama2_7b()
+    block = model.layers[1]
+    n = layer_work(model, block, _train()).params_held
+    assert layer_work(model, block, _train()).static_bytes == 18 * n
+    assert layer_work(model, block, _train(dp=4)).static_bytes == (2 + 4 + 12 / 4) * n
+    assert layer_work(model, block, _train(dp=4, zero=0)).static_bytes == 18 * n
+    assert layer_work(model, block, _train(dp=4, zero=3)).static_bytes == 18 / 4 * n
+    assert layer_work(model, block, _train(dtype="fp32")).static_bytes == 16 * n
+    tied = gemma_s()
+    assert layer_work(tied, tied.layers[-1], _train()).params_held > tied.vocab_size * tied.hidden_size
+
+
+# ---- cost table --------------------------------------------------------------------------------
+
+
+def test_cost_table_shapes_links_and_memory() -> None:
+    model = gemma_s()
+    table = build_cost_table(model, H200, _train(pp=16))
+    assert table.f_s.shape == (16, model.num_layers)
+    assert np.all(table.f_s == table.f_s[0])  # one device type
+    assert np.all(table.mem_limit_bytes == 141e9 * 0.9)
+    bw, lat = table.link_bw_bytes_per_s, table.link_latency_s
+    assert bw[0, 7] == 450e9 and bw[7, 8] == 50e9 and bw[8, 15] == 450e9
+    assert lat[0, 7] == 5e-6 and lat[7, 8] == 1e-5 and lat[3, 3] == 0 and np.isinf(bw[3, 3])
+    assert table.p2p_s(7, 8, 1e9) == pytest.approx(1e-5 + 1e9 / 50e9)
+    assert table.layer_kinds[0] == "embedding" and table.layer_kinds[-1] == "head"
+    assert table.out_bytes[-1] == 0 and table.out_bytes[0] == 4096 * 1536 * 2
+    assert np.all(table.act_w_bytes <= table.act_bytes)
+
+
+def test_cost_table_tp8_spans_nodes_per_rank() -> None:
+    table = build_cost_table(gemma_s(), H200, _train(pp=16, tp=8))
+    assert np.all(table.link_bw_bytes_per_s[~np.eye(16, dtype=bool)] == 50e9)  # one rank per node
+
+
+def test_cost_table_heterogeneous_rows() -> None:
+    hw = load_hardware("h100-a100-mixed")
+    table = build_cost_table(llama2_7b(), hw, _train(pp=16))
+    assert table.device_names[0] == "h100-sxm5-80gb" and table.device_names[15] == "a100-sxm4-80gb"
+    assert np.all(table.f_s[15, 1:-1] > 2 * table.f_s[0, 1:-1])
+    assert table.link_bw_bytes_per_s[7, 8] == 25e9
+
+
+def test_cluster_too_small_is_input_error() -> None:
+    with pytest.raises(InputError, match="room for 8 pipeline ranks"):
+        build_cost_table(gemma_s(), load_hardware("cpu"), _train(pp=16))
+
+
+def test_build_cost_table_is_fast() -> None:
+    model = ModelSpec(
+        name="big",
+        hidden_size=2048,
+        vocab_size=131072,
+        layers=[EMB] + list(deepseek(72, 3, 131072, "x").layers[1:-1]) + list(nemotron_h_s().layers[1:-1]) * 2 + [HEAD],
+    )
+    model = model.model_copy(
+        update={"layers": [x.model_copy(update={"name": f"layers.{i}"}) for i, x in enumerate(model.layers)]}
+    )
+    assert model.num_layers >= 130
+    training = _train(pp=16)
+    build_cost_table(model, H200, training)
+    best = min(_timed(lambda: build_cost_table(model, H200, training)) for _ in range(5))
+    assert best < 0.05, f"{best * 1e3:.1f} ms"
+
+
+def _timed(fn: object) -> float:
+    start = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return time.perf_counter() - start
+
+
+# ---- measured profiles -------------------------------------------------------------------------
+
+
+def _profile(model: ModelSpec, **kw: object) -> CostProfile:
+    fields: dict[str, object] = dict(
+        model=ProfiledModel(name=model.name, fingerprint=model.fingerprint()),
+        device="cpu",
+        torch_version="2.13.0",
+        num_threads=1,
+        seq_len=4096,
+        micro_batch_size=1,
+        dtype="bf16",
+        repeats=3,
+        measured_at="2025-01-01T00:00:00",
+        entries=[
+            LayerCostEntry(
+                layers=[1, 2], kind="decoder", f_s=1.0, i_s=2.0, w_s=3.0, b_s=5.0, act_bytes=100, act_w_bytes=40
+            )
+        ],
+        link=MeasuredLink(latency_s=1e-3, bandwidth_gbps=1.0, backend="gloo"),
+    )
+    fields.update(kw)
+    return CostProfile(**fields)  # type: ignore[arg-type]
+
+
+def test_profile_overrides_listed_layers_on_every_device() -> None:
+    model = gemma_s()
+    analytic = build_cost_table(model, H200, _train(pp=4))
+    table = build_cost_table(model, H200, _train(pp=4), _profile(model))
+    assert np.all(table.f_s[:, 1:3] == 1.0) and np.all(table.i_s[:, 1:3] == 2.0) and np.all(table.w_s[:, 1:3] == 3.0)
+    assert list(table.act_bytes[1:3]) == [100, 100] and list(table.act_w_bytes[1:3]) == [40, 40]
+    assert np.all(table.f_s[:, 3:] == analytic.f_s[:, 3:])
+    assert np.all(table.static_bytes == analytic.static_bytes)
+    assert table.link_bw_bytes_per_s[0, 1] == 1e9 and table.link_latency_s[2, 3] == 1e-3
+    assert table.link_latency_s[1, 1] == 0
+
+
+def test_profile_of_another_model_is_refused() -> None:
+    model, other = gemma_s(), llama2_7b()
+    with pytest.raises(InputError) as info:
+        build_cost_table(model, H200, _train(pp=4), _profile(other))
+    assert str(info.value) == (
+        "costs.json: model.fingerprint: profile was measured on model 'llama-2-7b-like', not 'gemma-s-like';"
+        " re-run adaptis profile --model gemma-s-like"
+    )
+
+
+def test_profile_step_shape_must_match() -> None:
+    model = gemma_s()
+    with pytest.raises(InputError, match=r"prof.json: seq_len = 2048: the plan asks for 4096"):
+        build_cost_table(model, H200, _train(pp=4), _profile(model, seq_len=2048), profile_source="prof.json")
+    with pytest.raises(InputError, match="micro_batch_size = 2"):
+        build_cost_table(model, H200, _train(pp=4), _profile(model, micro_batch_size=2))
+    bad = LayerCostEntry(layers=[99], kind="decoder", f_s=1, i_s=1, w_s=1, b_s=2, act_bytes=1, act_w_bytes=1)
+    with pytest.raises(InputError, match=r"entries\[0\].layers = 99"):
+        build_cost_table(model, H200, _train(pp=4), _profile(model, entries=[bad]))
+
+
+def test_layer_cost_rows() -> None:
+    model = nemotron_h_s()
+    rows = layer_cost_rows(model, H200, _train())
+    assert len(rows) == model.num_layers
+    keys = {"index", "kind", "parameters", "f_s", "i_s", "w_s", "act_bytes", "static_bytes"}
+    assert keys <= set(rows[0])
+    assert [r["index"] for r in rows] == list(range(model.num_layers))
+    assert sum(r["parameters"] for r in rows) == model_params(model).total
+    assert all(isinstance(r["act_bytes"], int) for r in rows)

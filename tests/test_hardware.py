@@ -1,0 +1,137 @@
+"""Built-in hardware profiles and `load_hardware` / `list_hardware` (adaptis_plan/hardware.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from adaptis_plan.errors import InputError
+from adaptis_plan.hardware import builtin_hardware_names, list_hardware, load_hardware
+
+PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+REQUIRED = ("a100", "h100", "h200", "cpu", "h100-a100-mixed")
+
+
+def _h200_dict() -> dict:
+    return json.loads((PROFILES / "h200.json").read_text())
+
+
+def test_builtins_listed_with_descriptions() -> None:
+    rows = dict(list_hardware())
+    for name in REQUIRED:
+        assert name in rows, name
+        assert rows[name], f"{name} has no description"
+    assert builtin_hardware_names() == sorted(rows)
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_builtin_loads_and_cites_sources(name: str) -> None:
+    hw = load_hardware(name)
+    assert hw.name == name  # file stem == profile name
+    for dt in hw.device_types.values():
+        assert len(dt.source) > 20
+    assert hw.intra_node.source and hw.inter_node.source
+    assert hw.intra_node.bandwidth_gbps > hw.inter_node.bandwidth_gbps
+
+
+def test_datasheet_numbers() -> None:
+    a100 = load_hardware("a100").device_types["a100-sxm4-80gb"]
+    h100 = load_hardware("h100").device_types["h100-sxm5-80gb"]
+    h200 = load_hardware("h200").device_types["h200-sxm-141gb"]
+    assert (a100.peak_bf16_tflops, a100.hbm_bytes, a100.hbm_bandwidth_gbps) == (312, 80e9, 2039)
+    assert (h100.peak_bf16_tflops, h100.hbm_bytes, h100.hbm_bandwidth_gbps) == (989, 80e9, 3350)
+    assert (h200.peak_bf16_tflops, h200.hbm_bytes, h200.hbm_bandwidth_gbps) == (989, 141e9, 4800)
+    for dt in (a100, h100, h200):
+        assert 0.6 <= dt.matmul_efficiency <= 0.7
+    assert load_hardware("h200").inter_node.bandwidth_gbps == 50  # NDR 400 Gb/s
+    assert load_hardware("a100").inter_node.bandwidth_gbps == 25  # HDR 200 Gb/s
+
+
+def test_h200_fits_paper_cases() -> None:
+    hw = load_hardware("h200")
+    assert hw.groups[0].devices_per_node == 8
+    assert len({node for _, node in hw.rank_slots(16, 1)}) == 2
+    assert len({node for _, node in hw.rank_slots(16, 8)}) == 16
+
+
+def test_mixed_cluster_is_a_list_of_groups() -> None:
+    hw = load_hardware("h100-a100-mixed")
+    slots = hw.rank_slots(16, 1)
+    assert [dt for dt, _ in slots] == ["h100-sxm5-80gb"] * 8 + ["a100-sxm4-80gb"] * 8
+    assert [node for _, node in slots] == [0] * 8 + [1] * 8
+
+
+def test_load_from_json_and_yaml_path(tmp_path: Path) -> None:
+    data = _h200_dict()
+    data["name"] = "mine"
+    (tmp_path / "mine.json").write_text(json.dumps(data))
+    assert load_hardware(str(tmp_path / "mine.json")).name == "mine"
+    yaml = pytest.importorskip("yaml")
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(data))
+    assert load_hardware(str(tmp_path / "mine.yaml")).fingerprint() == load_hardware("h200").fingerprint()
+
+
+def _error(arg: str) -> str:
+    with pytest.raises(InputError) as info:
+        load_hardware(arg)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "nope.json")
+    message = _error(path)
+    assert message.startswith(path) and "no such hardware profile file" in message
+
+
+def test_malformed_json(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('{"name": "x",\n  "groups": [}\n')
+    message = _error(str(path))
+    assert str(path) in message and "not valid JSON at line 2 column" in message
+
+
+def test_validation_error_names_field_and_value(tmp_path: Path) -> None:
+    data = _h200_dict()
+    data["groups"][0]["num_nodes"] = 0
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps(data))
+    message = _error(str(path))
+    assert "groups[0].num_nodes = 0" in message and "greater than 0" in message
+
+
+def test_typo_field_is_unknown(tmp_path: Path) -> None:
+    data = _h200_dict()
+    data["intra_node"]["bandwith_gbps"] = data["intra_node"].pop("bandwidth_gbps")
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(data))
+    message = _error(str(path))
+    assert "intra_node.bandwith_gbps: unknown field; did you mean 'bandwidth_gbps'?" in message
+
+
+def test_unknown_device_type_reference(tmp_path: Path) -> None:
+    data = _h200_dict()
+    data["groups"][0]["device_type"] = "h300"
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps(data))
+    assert "groups[0].device_type 'h300' is not one of: h200-sxm-141gb" in _error(str(path))
+
+
+def test_unknown_name_suggests() -> None:
+    message = _error("h10")
+    assert "hardware 'h10'" in message and "did you mean 'h100'?" in message and "h200" in message
+    assert "did you mean" not in _error("zzzzzz")
+
+
+def test_layering_no_heavy_imports() -> None:
+    code = (
+        "import sys, adaptis_plan.hardware, adaptis_plan.costmodel, adaptis_plan.costs;"
+        "bad = [m for m in ('torch', 'ortools', 'rich', 'click') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
