@@ -10,8 +10,8 @@ Families:
 - Real models: the config values of the published `config.json` files (fields the importer
   reads; the four paper models match `shared/models/*/config.json`).
 - The paper's scaled families (research/paper.md §5.1, small / medium / large):
-  - `gemma-s|m|l`: hidden 1536, 32 heads (head_dim 48, MHA), GeGLU inner 6144 (4x),
-    32 / 64 / 128 layers, vocab 256000 / 512000 / 1024000. Embeddings untied (Gemma ties
+  - `gemma-s|m|l`: hidden 1536, 32 heads, with Gemma's proportions: head_dim 256 (MHA, as
+    gemma-7b) and a GeGLU inner of 8 x hidden = 12288 (gemma-7b: 24576 / 3072); 32 / 64 / 128 layers, vocab 256000 / 512000 / 1024000. Embeddings untied (Gemma ties
     them): under pipeline parallelism the head's stage holds its own copy of the matrix with
     gradients and optimizer state (as Megatron does), which is what the paper's memory model
     counts (v*h for the embedding and again for the head); untied specs make each of the two
@@ -256,11 +256,11 @@ def _gemma_scaled(num_layers: int, vocab: int) -> dict[str, Any]:
     return {
         "model_type": "gemma",
         "hidden_size": 1536,
-        "intermediate_size": 6144,
+        "intermediate_size": 12288,
         "num_hidden_layers": num_layers,
         "num_attention_heads": 32,
         "num_key_value_heads": 32,
-        "head_dim": 48,
+        "head_dim": 256,
         "vocab_size": vocab,
         "tie_word_embeddings": False,
     }
