@@ -21,6 +21,12 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:,.1f}"
 
 
+def _peak(r) -> str:
+    """Max peak memory over devices, marked when a device runs out of memory."""
+    peak = _gib(max(r.peak_memory_bytes))
+    return peak if r.fits_memory else f"[red]{peak} OOM[/]"
+
+
 def layout_glance(layout: Layout, layer_kinds: list[str] | None = None) -> list[str]:
     """One line per device: its stages with their layer ranges."""
     lines = []
@@ -50,19 +56,16 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     t.add_column("step ms", justify="right")
     t.add_column("speed-up", justify="right")
     t.add_column("bubble", justify="right")
-    t.add_column("peak GiB per device", justify="left")
-    rows = sorted(outcome.baselines.items(), key=lambda kv: kv[1].step_time_s)
+    t.add_column("peak GiB (max device)", justify="right")
+    rows = sorted(outcome.baselines.items(), key=lambda kv: (not kv[1].fits_memory, kv[1].step_time_s))
     for name, b in rows:
-        mem = " ".join(_gib(x) for x in b.peak_memory_bytes)
-        if not b.fits_memory:
-            mem += " (OOM)"
-        t.add_row(name, _ms(b.step_time_s), f"{b.step_time_s / r.step_time_s:.2f}x", f"{b.bubble_ratio:.1%}", mem)
+        t.add_row(name, _ms(b.step_time_s), f"{b.step_time_s / r.step_time_s:.2f}x", f"{b.bubble_ratio:.1%}", _peak(b))
     t.add_row(
         f"[bold]{plan.strategy}[/]",
         f"[bold]{_ms(r.step_time_s)}[/]",
         "[bold]1.00x[/]",
         f"{r.bubble_ratio:.1%}",
-        " ".join(_gib(x) for x in r.peak_memory_bytes),
+        _peak(r),
         end_section=True,
     )
     console.print(t)
