@@ -1,0 +1,148 @@
+"""The adaptive planner: partition heuristics, list scheduler, generator invariants.
+
+Property test (hypothesis) over random layer costs, device counts, speeds, memory limits and
+micro-batch counts: every adaptive plan is valid, simulates without deadlock, fits memory
+whenever the search says so, and is never slower than any feasible classic strategy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adaptis_plan.core import CostTable, Layout, uniform_costs
+from adaptis_plan.errors import InputError
+from adaptis_plan.search.generator import candidate_placements, classic_baselines, search_plan
+from adaptis_plan.search.listsched import ListPolicy, list_schedule
+from adaptis_plan.search.partition import device_balanced_bounds, device_work, min_max_stage_bounds, stage_work
+from adaptis_plan.simulate import simulate
+from adaptis_plan.validate import check_programs
+
+
+def _costs(work: list[float], num_devices: int, speeds: list[float] | None = None, **kw) -> CostTable:
+    c = uniform_costs(len(work), num_devices, **kw)
+    w = np.array(work, dtype=float)
+    speed = np.array(speeds or [1.0] * num_devices)[:, None]
+    return dataclasses.replace(c, f_s=np.tile(w, (num_devices, 1)) / speed, i_s=np.tile(w, (num_devices, 1)) / speed,
+                               w_s=np.tile(w * 0.5, (num_devices, 1)) / speed)
+
+
+def _brute_min_max_stage(work: np.ndarray, num_stages: int) -> float:
+    import itertools
+
+    best = np.inf
+    n = len(work)
+    for cuts in itertools.combinations(range(1, n), num_stages - 1):
+        b = (0, *cuts, n)
+        best = min(best, max(work[b[i]:b[i + 1]].sum() for i in range(num_stages)))
+    return best
+
+
+@given(st.lists(st.floats(0.1, 10), min_size=4, max_size=9), st.integers(2, 4))
+@settings(max_examples=40, deadline=None)
+def test_min_max_stage_is_optimal(work, num_stages):
+    num_stages = min(num_stages, len(work))
+    costs = _costs(work, num_stages)
+    bounds = min_max_stage_bounds(costs, tuple(range(num_stages)))
+    got = stage_work(costs, bounds, tuple(range(num_stages))).max()
+    ref = _brute_min_max_stage(np.array(work) * 2.5, num_stages)
+    assert got == pytest.approx(ref, rel=1e-9)
+
+
+def test_heterogeneous_devices_get_proportionate_work():
+    costs = _costs([1.0] * 12, 2, speeds=[2.0, 1.0])
+    bounds = device_balanced_bounds(costs, (0, 1))
+    assert bounds == (0, 8, 12)  # the 2x faster device takes 2/3 of the layers
+
+
+def test_device_balanced_beats_stage_balanced_on_device_load():
+    work = [0.2] + [1.0] * 16 + [6.0]
+    costs = _costs(work, 4)
+    sd = (0, 1, 2, 3, 3, 2, 1, 0)
+    mm = min_max_stage_bounds(costs, sd)
+    db = device_balanced_bounds(costs, sd)
+    assert device_work(costs, db, sd).max() <= device_work(costs, mm, sd).max() + 1e-12
+
+
+def test_list_schedule_matches_1f1b_without_split():
+    p, m = 4, 8
+    costs = uniform_costs(4, p, f=1, i=1, w=1)
+    layout = Layout(bounds=(0, 1, 2, 3, 4), stage_device=(0, 1, 2, 3), num_devices=p)
+    programs, est = list_schedule(layout, costs, m, ListPolicy(split_backward=False))
+    check_programs(layout, programs, m)
+    assert est == pytest.approx((m + p - 1) * 3)  # textbook 1F1B with F=1, B=2
+    assert simulate(layout, costs, programs, m).step_time_s == pytest.approx(est)
+
+
+def test_list_schedule_split_beats_fused_and_respects_memory_cap():
+    p, m = 4, 8
+    costs = uniform_costs(4, p, f=1, i=1, w=1, act=1.0, act_w=0.5, mem_limit=3.0)
+    layout = Layout(bounds=(0, 1, 2, 3, 4), stage_device=(0, 1, 2, 3), num_devices=p)
+    split, est_split = list_schedule(layout, costs, m, ListPolicy(split_backward=True))
+    _, est_fused = list_schedule(layout, costs, m, ListPolicy(split_backward=False))
+    assert est_split < est_fused
+    res = simulate(layout, costs, split, m)
+    assert res.fits_memory, res.peak_memory_bytes
+
+
+def test_candidate_placements_cover_presets():
+    labels = [label for label, _ in candidate_placements(4, 40)]
+    assert "sequential" in labels and "loop x2" in labels and "V x2" in labels and "loop x4" in labels
+    for _, sd in candidate_placements(4, 40):
+        assert sorted(set(sd)) == [0, 1, 2, 3]
+
+
+def test_more_devices_than_layers_refused():
+    costs = uniform_costs(3, 4)
+    with pytest.raises(InputError, match="more devices"):
+        search_plan(costs, 3, 8, time_limit_s=1)
+
+
+def test_unknown_component_refused():
+    costs = uniform_costs(8, 2)
+    with pytest.raises(InputError, match="unknown component"):
+        search_plan(costs, 8, 4, components=("partition", "magic"), time_limit_s=1)
+
+
+def test_reproducible_with_seed():
+    work = [0.3] + [1.0] * 10 + [4.0]
+    costs = _costs(work, 3)
+    a = search_plan(costs, len(work), 9, time_limit_s=3, seed=7)
+    b = search_plan(costs, len(work), 9, time_limit_s=3, seed=7)
+    assert a.best.layout == b.best.layout
+    assert a.best.programs == b.best.programs
+
+
+@st.composite
+def _instances(draw):
+    num_devices = draw(st.integers(1, 4))
+    num_layers = draw(st.integers(num_devices + 2, 14))
+    work = draw(st.lists(st.floats(0.05, 8.0), min_size=num_layers, max_size=num_layers))
+    speeds = draw(st.lists(st.sampled_from([1.0, 1.0, 2.0]), min_size=num_devices, max_size=num_devices))
+    m = draw(st.integers(1, 3 * num_devices))
+    act = draw(st.floats(0.5, 2.0))
+    # a memory limit between "too small for anything" and "plenty"
+    mem = draw(st.sampled_from([np.inf, 6.0 * act * num_layers / num_devices, 1.5 * act * num_layers / num_devices]))
+    return _costs(work, num_devices, speeds, act=act, act_w=act / 2, mem_limit=mem, out=0.1, bw=10.0,
+                  latency=0.01), num_layers, m
+
+
+@given(_instances())
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_adaptive_is_valid_and_never_worse_than_classic(instance):
+    costs, num_layers, m = instance
+    baselines = classic_baselines(costs, num_layers, m)
+    out = search_plan(costs, num_layers, m, time_limit_s=1.0, baselines=baselines)
+    best = out.best
+    check_programs(best.layout, best.programs, m)  # valid: every (stage, mb) complete, right device
+    res = simulate(best.layout, costs, best.programs, m)  # never deadlocks (raises otherwise)
+    assert res.step_time_s == pytest.approx(best.result.step_time_s)
+    assert res.step_time_s >= res.lower_bound_s * (1 - 1e-9)
+    feasible = [c for c in baselines.values() if c.feasible]
+    if feasible:
+        assert res.fits_memory
+        assert res.step_time_s <= min(c.step_s for c in feasible) * (1 + 1e-9)
