@@ -378,6 +378,10 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
         layers < a and a W holding layer 0 (>= I_a + w_0). Since M * min(f+i) >= f + i per layer,
         the expression only shrinks as a grows to l, so a = l is the worst case and still valid.
     (d) per layer l: H_l + M * min_d (f+i+w)_dl — as (c), counting all of S's work and no tail.
+    (e) layer granularity: every layer's M * min_d (f+i+w)_dl lands on one device, so some device
+        carries at least the optimal makespan of packing these indivisible jobs onto P devices
+        (P||Cmax). `_packing_bound` gives a valid lower bound on it: a capacity C for which the
+        Martello-Toth L2 bound proves that more than P bins are needed cannot be reached.
     """
     if num_devices < 1 or num_microbatches < 1:
         raise InputError(
@@ -404,4 +408,45 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
     chain = float(f.sum() + i.sum()) + w0
     per_layer_tail = float(np.max(head + m * fi + head_i)) + w0
     per_layer = float(np.max(head + m * fiw))
-    return max(work, chain, per_layer_tail, per_layer)
+    packing = m * _packing_bound(fiw, num_devices)
+    return max(work, chain, per_layer_tail, per_layer, packing)
+
+
+def _bins_l2(sizes: np.ndarray, capacity: float) -> int:
+    """A lower bound on the bins of `capacity` needed to pack `sizes` (all <= capacity): the max of
+    Martello-Toth L2 and the cardinality bound (a bin holds at most as many items as the smallest
+    ones that fit in it)."""
+    total = len(sizes)
+    fit = int(np.searchsorted(np.cumsum(np.sort(sizes)), capacity * (1 + 1e-12), side="right"))
+    best = -(-total // max(fit, 1))
+    half = capacity / 2
+    for k in np.unique(np.concatenate([[0.0], sizes[sizes <= half]])):
+        n1 = sizes > capacity - k
+        n2 = (sizes <= capacity - k) & (sizes > half)
+        n3 = (sizes <= half) & (sizes >= k)
+        free2 = int(n2.sum()) * capacity - float(sizes[n2].sum())
+        extra = max(0.0, float(sizes[n3].sum()) - free2)
+        best = max(best, int(n1.sum()) + int(n2.sum()) + int(np.ceil(extra / capacity - 1e-12)))
+        if best > total:
+            break
+    return best
+
+
+def _packing_bound(job: np.ndarray, num_devices: int) -> float:
+    """The largest capacity found for which L2 proves that `num_devices` bins do not suffice."""
+    sizes = np.sort(np.asarray(job, dtype=float))[::-1]
+    lo = max(float(sizes.max()), float(sizes.sum()) / num_devices)
+    if num_devices == 1 or len(sizes) <= num_devices:
+        return lo
+    hi = float(sizes.sum())
+    proven = lo
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if _bins_l2(sizes, mid) > num_devices:
+            proven = max(proven, mid)
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * hi:
+            break
+    return proven

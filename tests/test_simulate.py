@@ -441,3 +441,25 @@ def test_classic_builders_run_without_deadlock(num_devices: int, m: int) -> None
         assert r.lower_bound_s <= r.step_time_s, name
         for got, want in zip(r.times, _reference(layout, costs, programs, m), strict=True):
             assert np.allclose(got, want) if got else not want, name
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=7), st.integers(1, 3))
+@settings(max_examples=80, deadline=None)
+def test_packing_bound_never_exceeds_the_optimal_makespan(sizes, num_devices):
+    """(e) of lower_bound: brute-force P||Cmax on small instances is never below the bound."""
+    import itertools
+
+    from adaptis_plan.simulate import _packing_bound
+
+    opt = min(
+        max(sum(s for s, d in zip(sizes, assign) if d == k) for k in range(num_devices))
+        for assign in itertools.product(range(num_devices), repeat=len(sizes))
+    )
+    assert _packing_bound(np.array(sizes, dtype=float), num_devices) <= opt + 1e-9
+
+
+def test_packing_bound_sees_layer_granularity():
+    from adaptis_plan.simulate import _packing_bound
+
+    # 65 equal layers on 8 devices: some device holds 9 of them, not 65 / 8 = 8.125
+    assert _packing_bound(np.ones(65), 8) == pytest.approx(9.0, rel=1e-6)
