@@ -52,7 +52,7 @@ def models_cmd(as_json: bool) -> None:
 
     rows = list_models()
     if as_json:
-        emit_json([{"name": n, "description": d} for n, d in rows])
+        emit_json({"models": [{"name": n, "description": d} for n, d in rows]})
         return
     from rich.table import Table
 
@@ -95,7 +95,7 @@ def model_show(model: str, hardware_arg: str | None, seq_len: int, micro_batch_s
         _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp)
         hw = load_hardware(hardware_arg)
         training = TrainingConfig(num_microbatches=1, micro_batch_size=micro_batch_size, seq_len=seq_len, pp=1, tp=tp)
-        for row, extra in zip(rows, layer_cost_rows(spec, hw, training)):
+        for row, extra in zip(rows, layer_cost_rows(spec, hw, training), strict=True):
             row.update({k: v for k, v in extra.items() if k not in row})
     out = {
         "name": spec.name,
@@ -144,7 +144,7 @@ def hardware_group(ctx: click.Context, as_json: bool) -> None:
 
     rows = list_hardware()
     if as_json:
-        emit_json([{"name": n, "description": d} for n, d in rows])
+        emit_json({"hardware": [{"name": n, "description": d} for n, d in rows]})
         return
     from rich.table import Table
 
@@ -269,15 +269,9 @@ def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_p
 
 
 def _write_text_atomic(path: str, text: str) -> None:
-    import os
-    import tempfile
+    from .plan import write_text_atomic
 
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, p)
+    write_text_atomic(text, path)
 
 
 # ----------------------------------------------------------------------------- export
@@ -388,6 +382,8 @@ def schema_cmd(check: bool, out_dir: str) -> None:
     from .schemas import check_schemas, write_schemas
 
     if check:
+        if not Path(out_dir).is_dir():
+            raise InputError(f"--dir {out_dir}: no such folder; pass the schemas/ folder of the checkout with --dir")
         stale = check_schemas(Path(out_dir))
         if stale:
             raise InputError(f"{out_dir}: {', '.join(stale)} out of date; run `adaptis schema` (make schemas)")

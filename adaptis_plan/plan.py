@@ -28,7 +28,8 @@ def pydantic_error_line(path: object, err: ValidationError) -> str:
     loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in e["loc"]).replace(".[", "[")
     value = e.get("input")
     shown = json.dumps(value)[:60] if not isinstance(value, dict) else "{...}"
-    msg = e["msg"]
+    # model validators' messages come prefixed by pydantic ("Value error, ..."): keep ours only
+    msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "missing":
         return f"{path}: {loc}: field required; add it"
     if e["type"] == "extra_forbidden":
@@ -40,10 +41,16 @@ def pydantic_error_line(path: object, err: ValidationError) -> str:
 def read_plan(path: str | Path) -> PlanFile:
     """Read and validate a plan file (structure and action orders)."""
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{p}: a folder, not a plan file; pass the JSON file `adaptis plan -o` wrote")
     if not p.is_file():
         raise InputError(f"{p}: no such plan file; write one with `adaptis plan ... -o {p.name}`")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(
+            f"{p}: cannot read the plan file ({type(e).__name__}); pass the JSON file `adaptis plan -o` wrote"
+        ) from None
     except json.JSONDecodeError as e:
         raise InputError(
             f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); the file may be truncated — re-run `adaptis plan`"
@@ -69,14 +76,38 @@ def write_plan(plan: PlanFile, path: str | Path) -> None:
 
 
 def write_json_atomic(data: object, path: str | Path) -> None:
+    """Write `data` as JSON atomically (see `write_text_atomic`)."""
+
+    def dump(f) -> None:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+    _write_atomic(path, dump)
+
+
+def write_text_atomic(text: str, path: str | Path) -> None:
+    """Write `text` atomically: a temporary file in the same folder, then rename; never a partial file."""
+    _write_atomic(path, lambda f: f.write(text))
+
+
+def _write_atomic(path: str | Path, write) -> None:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    except OSError as e:
+        raise InputError(f"{p}: cannot write here ({e.strerror or e}); choose another output path") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            write(f)
+        # mkstemp makes the file 0600; give it the mode a plain open() would (umask applied)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, p)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"{p}: cannot write here ({e.strerror or e}); choose another output path") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -107,7 +138,7 @@ def make_plan(
     for d, prog in enumerate(programs):
         acts = [
             PlanAction(op=a.op, stage=a.stage, mb=a.mb, start_s=round(t0, 9), end_s=round(t1, 9))
-            for a, (t0, t1) in zip(prog, result.times[d])
+            for a, (t0, t1) in zip(prog, result.times[d], strict=True)
         ]
         devices.append(PlanDevice(device=d, actions=acts))
     stages = [

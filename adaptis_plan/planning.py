@@ -77,7 +77,10 @@ def load_costs_profile(path: str | None) -> CostProfile | None:
     if not p.is_file():
         raise InputError(f"{p}: no such cost profile; measure one with `adaptis profile --model MODEL -o {p.name}`")
     try:
-        return CostProfile.model_validate(json.loads(p.read_text()))
+        return CostProfile.model_validate(json.loads(p.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{p}: cannot read the cost profile ({type(e).__name__}); pass the JSON file"
+                         " `adaptis profile -o` wrote") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except ValidationError as e:
@@ -107,6 +110,7 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
     from .models.load import load_model
 
     t0 = time.perf_counter()
+    classic = _classic_strategy(req.strategy)
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
     training = _training(req)
@@ -117,7 +121,7 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
     from .search.generator import classic_baselines, classic_candidate, search_plan
 
     baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
-    if req.strategy.lower() == "adaptive":
+    if classic is None:
         if req.partition is not None or req.stages_per_device is not None:
             raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
         if req.time_limit_s <= 0:
@@ -136,12 +140,9 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
             "seed": req.seed,
         }
     else:
-        from .schedules import canonical_name
-
-        name = canonical_name(req.strategy)
-        best = classic_candidate(costs, model.num_layers, req.num_microbatches, name, req.partition or "uniform",
+        best = classic_candidate(costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform",
                                  req.stages_per_device)
-        strategy = name
+        strategy = classic
         search_info = {"source": best.label, "partition": req.partition or "uniform"}
     result = best.result if best.result is not None else simulate(best.layout, costs, best.programs,
                                                                   req.num_microbatches)
@@ -155,19 +156,37 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
                        search_info=search_info)
 
 
+def _classic_strategy(strategy: str) -> str | None:
+    """torch's spelling of a classic strategy name, None for adaptive; checked before any costing."""
+    if strategy.lower() == "adaptive":
+        return None
+    from .schedules import STRATEGIES, canonical_name
+
+    try:
+        return canonical_name(strategy)
+    except InputError:
+        raise InputError(f"--strategy = {strategy!r}: unknown strategy; use adaptive or one of"
+                         f" {', '.join(STRATEGIES)} (any case)") from None
+
+
 def _memory_message(result: SimResult, model: ModelSpec, training: TrainingConfig, strategy: str,
                     costs: CostTable) -> str:
     over = [o for o in result.overflow_bytes]
     d = max(range(len(over)), key=lambda i: over[i])
     need = result.peak_memory_bytes[d]
     have = float(costs.mem_limit_bytes[d])
-    gib = 2**30
     fixes = [f"more devices (--pp {training.pp * 2})", "fewer micro-batches in flight (a 1F1B-style strategy)"]
     if not training.recompute:
         fixes.append("--recompute")
     fixes.append(f"tensor parallelism (--tp {training.tp * 2})")
-    return (f"no {strategy} plan for {model.name} fits memory: device {d} needs {need / gib:.1f} GiB but has"
-            f" {have / gib:.1f} GiB ({(need - have) / gib:.1f} GiB over); try " + ", ".join(fixes))
+    return (f"no {strategy} plan for {model.name} fits memory: device {d} needs {_gib(need)} but has"
+            f" {_gib(have)} ({_gib(need - have)} over); try " + ", ".join(fixes))
+
+
+def _gib(n: float) -> str:
+    """Bytes in GiB with enough digits to tell small sizes apart (0.0466 GiB, not 0.0 GiB)."""
+    v = n / 2**30
+    return f"{v:.1f} GiB" if v >= 10 else f"{v:.3g} GiB"
 
 
 class _progress_bar:
