@@ -57,7 +57,10 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     t.add_column("speed-up", justify="right")
     t.add_column("bubble", justify="right")
     t.add_column("peak GiB (max device)", justify="right")
+    classic = plan.strategy != "adaptive"
     rows = sorted(outcome.baselines.items(), key=lambda kv: (not kv[1].fits_memory, kv[1].step_time_s))
+    if classic:  # the plan itself is the last row
+        rows = [(n, b) for n, b in rows if n != outcome.search_info.get("source")]
     for name, b in rows:
         t.add_row(name, _ms(b.step_time_s), f"{b.step_time_s / r.step_time_s:.2f}x", f"{b.bubble_ratio:.1%}", _peak(b))
     t.add_row(
@@ -78,8 +81,13 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         f"lower bound {_ms(r.lower_bound_s)} ms; this plan is {gap:.1%} above it."
         f" planned in {outcome.plan_time_s:.2f} s."
     )
-    for line in why_lines(outcome):
-        console.print(line)
+    if classic:
+        adaptive_hint = f"`--strategy adaptive` searches partition, placement and schedule for this input"
+        console.print(f"classic {plan.strategy} plan ({outcome.search_info.get('partition', 'uniform')} partition);"
+                      f" {adaptive_hint}.")
+    else:
+        for line in why_lines(outcome):
+            console.print(line)
     from .terminal import timeline
 
     console.print(timeline(r, outcome.programs, outcome.layout, width=min(console.width - 12, 110)))
