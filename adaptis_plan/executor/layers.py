@@ -1,0 +1,443 @@
+"""Every layer kind of `spec/model.py` as a torch module, with real computations at any size.
+
+Data flow: `ModelSpec` -> `build_layer(model, index, seed=...)` -> the runtime builds a
+rank's stages from it, the single-process reference builds the whole model from it, the
+profiler builds one layer per distinct spec. Imports torch, the spec and `wgrad` only.
+
+Layers (pre-norm residual blocks; the norm kind is `model.norm`):
+- embedding: token lookup (vocab x hidden).
+- attention (gqa): q/k/v/o projections, optional q/k/v bias and per-head RMS qk-norm, RoPE
+  (theta 10000), `F.scaled_dot_product_attention(is_causal=True)`; with a sliding window
+  shorter than the sequence an explicit banded causal mask is used instead.
+- attention (mla): DeepSeek latent attention: optional q low-rank path (q_a -> RMSNorm -> q_b),
+  kv compressed to `kv_lora_rank` plus one shared rotary key (`qk_rope_head_dim`),
+  RMSNorm, up-projection to per-head non-rotary keys and values; q/k = [nope, rope].
+- mlp: swiglu / geglu (3 matrices) or gelu / squared-relu (2 matrices).
+- moe: softmax router, top-k (weights are the top-k probabilities, not renormalized, no
+  auxiliary loss), each routed expert runs on the tokens gathered for it, shared experts are
+  one merged MLP of `num_shared_experts * shared_intermediate_size` (same parameter count).
+- mamba: Mamba-2 mixer in plain torch: in_proj -> causal depthwise conv1d + SiLU -> selective
+  state-space scan (`ssd_scan`: exact chunked SSD, a loop over chunks of 64 tokens with the
+  quadratic form inside a chunk) + D skip -> group-wise gated RMSNorm -> out_proj.
+- head: final norm + LM head + cross-entropy (mean over the micro-batch's tokens; the
+  runtime scales it by 1 / num_microbatches for gradient accumulation).
+
+Every projection goes through `wgrad.linear` so its weight gradient can be deferred to W.
+
+Weights: layer `i` is initialized from a generator seeded by (seed, i) alone, so any rank
+builds exactly its own layers and one process can build the identical whole model.
+
+Tied embeddings (`tie_word_embeddings`): the head keeps its own copy of the embedding matrix,
+initialized identically (drawn from the embedding layer's generator), so the head stage can
+live on any device. The runtime sums the two copies' gradients after the step's backward
+(locally when both stages share a device, else by exchanging them between the two ranks), so
+both copies receive the full tied gradient and stay equal through the optimizer step; that
+gradient equals the single-process model's (where the head uses the embedding parameter
+itself). The copy is not counted as a parameter (`own_param_count`), matching `params.py`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..spec.model import AttentionSpec, LayerSpec, MambaSpec, ModelSpec, MoeSpec
+from .wgrad import embedding, linear
+
+INIT_STD = 0.02
+ROPE_THETA = 10000.0
+SSD_CHUNK = 64
+
+
+def layer_generator(seed: int, index: int) -> torch.Generator:
+    """The generator that initializes layer `index` of a model built with `seed`."""
+    return torch.Generator().manual_seed((seed % (2**31)) * 1_000_003 + index)
+
+
+# ---------------------------------------------------------------- building blocks
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y.to(x.dtype) * self.weight
+
+
+def make_norm(kind: str, dim: int) -> nn.Module:
+    return RMSNorm(dim) if kind == "rmsnorm" else nn.LayerNorm(dim, eps=1e-5)
+
+
+class Linear(nn.Module):
+    """y = x W^T (+ b) with a deferrable weight gradient."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)
+
+
+def rope(x: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding on [batch, heads, seq, dim] (positions 0..seq-1, rotate-half form)."""
+    seq, dim = x.shape[-2], x.shape[-1]
+    half = dim // 2
+    if half == 0:
+        return x
+    inv = 1.0 / (ROPE_THETA ** (torch.arange(half, device=x.device, dtype=torch.float32) / half))
+    ang = torch.arange(seq, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None) -> torch.Tensor:
+    seq = q.shape[-2]
+    if window is None or window >= seq:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    i = torch.arange(seq, device=q.device)
+    mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class GqaAttention(nn.Module):
+    def __init__(self, hidden: int, a: AttentionSpec) -> None:
+        super().__init__()
+        if a.num_heads % a.num_kv_heads:
+            raise ValueError(f"attention.num_heads {a.num_heads} is not a multiple of num_kv_heads {a.num_kv_heads}")
+        self.nh, self.nkv, self.hd, self.window = a.num_heads, a.num_kv_heads, a.head_dim, a.sliding_window
+        self.q_proj = Linear(hidden, a.num_heads * a.head_dim, bias=a.bias)
+        self.k_proj = Linear(hidden, a.num_kv_heads * a.head_dim, bias=a.bias)
+        self.v_proj = Linear(hidden, a.num_kv_heads * a.head_dim, bias=a.bias)
+        self.o_proj = Linear(a.num_heads * a.head_dim, hidden)
+        self.q_norm = RMSNorm(a.head_dim) if a.qk_norm else None
+        self.k_norm = RMSNorm(a.head_dim) if a.qk_norm else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.nkv, self.hd).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rope(q), rope(k)
+        if self.nkv != self.nh:
+            k = k.repeat_interleave(self.nh // self.nkv, dim=1)
+            v = v.repeat_interleave(self.nh // self.nkv, dim=1)
+        out = causal_attention(q, k, v, self.window)
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, self.nh * self.hd))
+
+
+class MlaAttention(nn.Module):
+    def __init__(self, hidden: int, a: AttentionSpec) -> None:
+        super().__init__()
+        assert a.kv_lora_rank and a.qk_nope_head_dim and a.qk_rope_head_dim and a.v_head_dim
+        self.nh, self.window = a.num_heads, a.sliding_window
+        self.nope, self.rope_dim, self.vd, self.kv_rank = (
+            a.qk_nope_head_dim,
+            a.qk_rope_head_dim,
+            a.v_head_dim,
+            a.kv_lora_rank,
+        )
+        qk = self.nope + self.rope_dim
+        if a.q_lora_rank:
+            self.q_a_proj = Linear(hidden, a.q_lora_rank)
+            self.q_a_norm = RMSNorm(a.q_lora_rank)
+            self.q_b_proj = Linear(a.q_lora_rank, a.num_heads * qk)
+            self.q_proj = None
+        else:
+            self.q_a_proj = self.q_a_norm = self.q_b_proj = None
+            self.q_proj = Linear(hidden, a.num_heads * qk)
+        self.kv_a_proj = Linear(hidden, a.kv_lora_rank + a.qk_rope_head_dim)
+        self.kv_a_norm = RMSNorm(a.kv_lora_rank)
+        self.kv_b_proj = Linear(a.kv_lora_rank, a.num_heads * (a.qk_nope_head_dim + a.v_head_dim))
+        self.o_proj = Linear(a.num_heads * a.v_head_dim, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        if self.q_proj is not None:
+            q = self.q_proj(x)
+        else:
+            q = self.q_b_proj(self.q_a_norm(self.q_a_proj(x)))
+        q = q.view(b, s, self.nh, self.nope + self.rope_dim).transpose(1, 2)
+        q_nope, q_pe = q.split([self.nope, self.rope_dim], dim=-1)
+        c, k_pe = self.kv_a_proj(x).split([self.kv_rank, self.rope_dim], dim=-1)
+        kv = self.kv_b_proj(self.kv_a_norm(c)).view(b, s, self.nh, self.nope + self.vd).transpose(1, 2)
+        k_nope, v = kv.split([self.nope, self.vd], dim=-1)
+        q_pe = rope(q_pe)
+        k_pe = rope(k_pe.view(b, 1, s, self.rope_dim)).expand(b, self.nh, s, self.rope_dim)
+        q = torch.cat([q_nope, q_pe], dim=-1)
+        k = torch.cat([k_nope, k_pe], dim=-1)
+        out = causal_attention(q, k, v, self.window)
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, self.nh * self.vd))
+
+
+def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
+    if name in ("swiglu",):
+        return F.silu(x)
+    if name in ("geglu", "gelu"):
+        return F.gelu(x, approximate="tanh")
+    return F.relu(x).square()  # relu2
+
+
+class Mlp(nn.Module):
+    def __init__(self, hidden: int, activation: str, inner: int) -> None:
+        super().__init__()
+        self.activation = activation
+        self.gated = activation in ("swiglu", "geglu")
+        self.gate_proj = Linear(hidden, inner) if self.gated else None
+        self.up_proj = Linear(hidden, inner)
+        self.down_proj = Linear(inner, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            return self.down_proj(_activation(self.activation, self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(_activation(self.activation, self.up_proj(x)))
+
+
+class Moe(nn.Module):
+    def __init__(self, hidden: int, m: MoeSpec) -> None:
+        super().__init__()
+        self.top_k = m.top_k
+        self.router = Linear(hidden, m.num_experts)
+        self.experts = nn.ModuleList(
+            Mlp(hidden, m.activation, m.expert_intermediate_size) for _ in range(m.num_experts)
+        )
+        inner = m.num_shared_experts * (m.shared_intermediate_size or m.expert_intermediate_size)
+        self.shared = Mlp(hidden, m.activation, inner) if m.num_shared_experts else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        t = x.reshape(-1, shape[-1])
+        probs = torch.softmax(self.router(t).float(), dim=-1)
+        weights, idx = probs.topk(self.top_k, dim=-1)
+        weights = weights.to(x.dtype)
+        out = torch.zeros_like(t)
+        for e, expert in enumerate(self.experts):
+            tok, slot = (idx == e).nonzero(as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            y = expert(t[tok]) * weights[tok, slot].unsqueeze(-1)
+            out = out.index_add(0, tok, y)
+        if self.shared is not None:
+            out = out + self.shared(t)
+        return out.view(shape)
+
+
+def ssd_scan(
+    x: torch.Tensor, dt: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, chunk: int = SSD_CHUNK
+) -> torch.Tensor:
+    """Selective state-space scan (Mamba-2 SSD), exact.
+
+    x [batch, seq, heads, head_dim], dt [batch, seq, heads] (after softplus), a [heads] (< 0),
+    b / c [batch, seq, groups, state]. State h_t = exp(dt_t a) h_{t-1} + dt_t x_t b_t^T,
+    output y_t = h_t c_t. Computed chunk by chunk: inside a chunk the quadratic (attention-like)
+    form with decays exp(cum_t - cum_s), across chunks the carried state.
+    """
+    bsz, seq, heads, hd = x.shape
+    rep = heads // b.shape[2]
+    bh = b.repeat_interleave(rep, dim=2)
+    ch = c.repeat_interleave(rep, dim=2)
+    log_decay = dt * a  # [batch, seq, heads]
+    xdt = x * dt.unsqueeze(-1)
+    state = x.new_zeros(bsz, heads, hd, b.shape[-1])
+    ys = []
+    for c0 in range(0, seq, chunk):
+        sl = slice(c0, min(c0 + chunk, seq))
+        q = sl.stop - sl.start
+        cum = log_decay[:, sl].cumsum(dim=1)  # [batch, q, heads]
+        causal = torch.ones(q, q, dtype=torch.bool, device=x.device).tril()
+        diff = (cum.unsqueeze(2) - cum.unsqueeze(1)).masked_fill(~causal[None, :, :, None], float("-inf"))
+        scores = torch.einsum("bthn,bshn->btsh", ch[:, sl], bh[:, sl]) * diff.exp()
+        y = torch.einsum("btsh,bshp->bthp", scores, xdt[:, sl])
+        y = y + torch.einsum("bthn,bhpn->bthp", ch[:, sl], state) * cum.exp().unsqueeze(-1)
+        ys.append(y)
+        to_end = (cum[:, -1:] - cum).exp()  # [batch, q, heads]
+        state = state * cum[:, -1].exp()[:, :, None, None] + torch.einsum(
+            "bshn,bsh,bshp->bhpn", bh[:, sl], to_end, xdt[:, sl]
+        )
+    return torch.cat(ys, dim=1)
+
+
+class Mamba2(nn.Module):
+    def __init__(self, hidden: int, m: MambaSpec) -> None:
+        super().__init__()
+        if m.num_heads % m.num_groups:
+            raise ValueError(f"mamba.num_heads {m.num_heads} is not a multiple of num_groups {m.num_groups}")
+        self.m = m
+        self.inner = m.num_heads * m.head_dim
+        self.conv_dim = self.inner + 2 * m.num_groups * m.state_size
+        self.in_proj = Linear(hidden, 2 * self.inner + 2 * m.num_groups * m.state_size + m.num_heads)
+        self.conv_weight = nn.Parameter(torch.empty(self.conv_dim, 1, m.conv_kernel))
+        self.conv_bias = nn.Parameter(torch.zeros(self.conv_dim))
+        self.A_log = nn.Parameter(torch.zeros(m.num_heads))
+        self.D = nn.Parameter(torch.ones(m.num_heads))
+        self.dt_bias = nn.Parameter(torch.zeros(m.num_heads))
+        self.norm_weight = nn.Parameter(torch.ones(self.inner))
+        self.out_proj = Linear(self.inner, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.m
+        bsz, seq, _ = x.shape
+        z, xbc, dt = self.in_proj(x).split([self.inner, self.conv_dim, m.num_heads], dim=-1)
+        xbc = F.conv1d(
+            xbc.transpose(1, 2), self.conv_weight, self.conv_bias, padding=m.conv_kernel - 1, groups=self.conv_dim
+        )
+        xbc = F.silu(xbc[..., :seq].transpose(1, 2))
+        gn = m.num_groups * m.state_size
+        xs, bm, cm = xbc.split([self.inner, gn, gn], dim=-1)
+        xs = xs.reshape(bsz, seq, m.num_heads, m.head_dim)
+        dt = F.softplus(dt + self.dt_bias)
+        a = -torch.exp(self.A_log.float())
+        # The scan's cumulative decays run in fp32 whatever the model dtype (a no-op in fp32).
+        y = ssd_scan(
+            xs.float(),
+            dt.float(),
+            a,
+            bm.reshape(bsz, seq, m.num_groups, m.state_size).float(),
+            cm.reshape(bsz, seq, m.num_groups, m.state_size).float(),
+        ).to(x.dtype)
+        y = (y + xs * self.D.unsqueeze(-1)).reshape(bsz, seq, self.inner)
+        g = (y * F.silu(z)).reshape(bsz, seq, m.num_groups, -1).float()
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.out_proj(g.reshape(bsz, seq, self.inner).to(x.dtype) * self.norm_weight)
+
+
+# ---------------------------------------------------------------- layers
+
+
+class EmbeddingLayer(nn.Module):
+    kind = "embedding"
+    tied_copy_names: tuple[str, ...] = ()
+
+    def __init__(self, model: ModelSpec) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(model.vocab_size, model.hidden_size))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return embedding(ids, self.weight)
+
+
+class Block(nn.Module):
+    """Any decoder-side layer kind: an ordered list of (norm, mixer) residual sub-blocks."""
+
+    tied_copy_names: tuple[str, ...] = ()
+
+    def __init__(self, model: ModelSpec, layer: LayerSpec) -> None:
+        super().__init__()
+        self.kind = layer.kind
+        h = model.hidden_size
+        self.parts = nn.ModuleList()
+        if layer.mamba is not None:
+            self.parts.append(nn.ModuleDict({"norm": make_norm(model.norm, h), "mixer": Mamba2(h, layer.mamba)}))
+        if layer.attention is not None:
+            att = (
+                GqaAttention(h, layer.attention) if layer.attention.type == "gqa" else MlaAttention(h, layer.attention)
+            )
+            self.parts.append(nn.ModuleDict({"norm": make_norm(model.norm, h), "mixer": att}))
+        if layer.mlp is not None:
+            mlp = Mlp(h, layer.mlp.activation, layer.mlp.intermediate_size)
+            self.parts.append(nn.ModuleDict({"norm": make_norm(model.norm, h), "mixer": mlp}))
+        if layer.moe is not None:
+            self.parts.append(nn.ModuleDict({"norm": make_norm(model.norm, h), "mixer": Moe(h, layer.moe)}))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for part in self.parts:
+            x = x + part["mixer"](part["norm"](x))
+        return x
+
+
+class HeadLayer(nn.Module):
+    """Final norm + LM head + mean cross-entropy. `lm_weight` is a tied copy when tying."""
+
+    kind = "head"
+
+    def __init__(self, model: ModelSpec) -> None:
+        super().__init__()
+        self.norm = make_norm(model.norm, model.hidden_size)
+        self.lm_weight = nn.Parameter(torch.empty(model.vocab_size, model.hidden_size))
+        self.tied = model.tie_word_embeddings
+        self.tied_copy_names = ("lm_weight",) if self.tied else ()
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = linear(self.norm(x), self.lm_weight)
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+# ---------------------------------------------------------------- construction
+
+
+def _embedding_init(model: ModelSpec, seed: int) -> torch.Tensor:
+    g = layer_generator(seed, 0)
+    return torch.empty(model.vocab_size, model.hidden_size).normal_(0.0, INIT_STD, generator=g)
+
+
+@torch.no_grad()
+def _init_params(module: nn.Module, g: torch.Generator) -> None:
+    for sub in module.modules():
+        if isinstance(sub, Linear):
+            sub.weight.normal_(0.0, INIT_STD, generator=g)
+            if sub.bias is not None:
+                sub.bias.zero_()
+        elif isinstance(sub, (RMSNorm, nn.LayerNorm)):
+            sub.weight.fill_(1.0)
+            if getattr(sub, "bias", None) is not None:
+                sub.bias.zero_()
+        elif isinstance(sub, Mamba2):
+            k = sub.m.conv_kernel
+            sub.conv_weight.uniform_(-1.0 / math.sqrt(k), 1.0 / math.sqrt(k), generator=g)
+            sub.conv_bias.zero_()
+            sub.A_log.copy_(torch.empty(sub.m.num_heads).uniform_(1.0, 16.0, generator=g).log())
+            dt = torch.empty(sub.m.num_heads).uniform_(math.log(1e-3), math.log(1e-1), generator=g).exp()
+            sub.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+            sub.D.fill_(1.0)
+            sub.norm_weight.fill_(1.0)
+
+
+def build_layer(model: ModelSpec, index: int, *, seed: int = 0) -> nn.Module:
+    """Layer `index` of `model`, initialized from (seed, index) alone (fp32, CPU)."""
+    spec = model.layers[index]
+    if spec.kind == "embedding":
+        layer: nn.Module = EmbeddingLayer(model)
+        with torch.no_grad():
+            layer.weight.copy_(_embedding_init(model, seed))
+        return layer
+    if spec.kind == "head":
+        layer = HeadLayer(model)
+        with torch.no_grad():
+            if model.tie_word_embeddings:
+                layer.lm_weight.copy_(_embedding_init(model, seed))
+            else:
+                g = layer_generator(seed, index)
+                layer.lm_weight.normal_(0.0, INIT_STD, generator=g)
+            layer.norm.weight.fill_(1.0)
+            if getattr(layer.norm, "bias", None) is not None:
+                layer.norm.bias.zero_()
+        return layer
+    layer = Block(model, spec)
+    _init_params(layer, layer_generator(seed, index))
+    return layer
+
+
+def build_model(model: ModelSpec, *, seed: int = 0) -> nn.ModuleDict:
+    """The whole model in one process, layers keyed by index; a tied head uses the embedding's parameter."""
+    layers = nn.ModuleDict({str(i): build_layer(model, i, seed=seed) for i in range(model.num_layers)})
+    if model.tie_word_embeddings:
+        layers[str(model.num_layers - 1)].lm_weight = layers["0"].weight
+    return layers
+
+
+def own_param_count(layer: nn.Module) -> int:
+    """Parameters the layer owns (a tied head's copy of the embedding excluded), as `params.py` counts."""
+    skip = set(getattr(layer, "tied_copy_names", ()))
+    return sum(p.numel() for name, p in layer.named_parameters() if name not in skip)

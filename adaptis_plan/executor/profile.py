@@ -1,0 +1,287 @@
+"""Measure per-layer F / I / W / B times and activation memory on a real device (`adaptis profile`).
+
+Use from Python (the CLI's `adaptis profile --model M -o PROFILE.json` calls this):
+
+    from adaptis_plan.executor.profile import profile_model
+    profile = profile_model(model_spec, seq_len=256, micro_batch_size=1)
+
+Data flow: `ModelSpec` -> one torch layer per *distinct* layer spec (identical specs are
+measured once; `layers` lists all their indices) -> `CostProfile` (spec/profile.py), which
+`plan --costs` and `simulate --costs` read instead of the analytic numbers. Imports torch,
+the executor's layers and `wgrad`, and the profile spec.
+
+Per distinct layer and repeat (medians over `repeats` after `warmup`):
+- F: forward of one micro-batch ([micro_batch_size, seq_len] tokens), building the graph;
+- I: backward to the layer input with weight GEMMs deferred (`WeightGradStore.deferring`);
+- W: the deferred weight GEMMs;
+- B: a fresh forward (untimed), then the fused full backward.
+Memory: `act_bytes` = distinct storages autograd saves during F (a saved-tensor hook;
+parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
+gradients, distinct storages; capped at `act_bytes`, since the cost model's memory semantics
+only let I free memory). On CPU everything runs with one intra-op thread, like the
+one-thread-per-rank executor. `measure_link` times gloo point-to-point between two local
+processes (latency from a ping-pong of 4 bytes, bandwidth from 16 MiB messages); it is also
+the entry point of those two processes:
+
+    python -m adaptis_plan.executor.profile --link-rank RANK PORT OUT_FILE REPEATS BYTES
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from ..errors import AdaptisError
+from ..spec.model import ModelSpec
+from ..spec.profile import CostProfile, LayerCostEntry, MeasuredLink, ProfiledModel
+from .layers import build_layer
+from .wgrad import WeightGradStore
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def distinct_layers(model: ModelSpec) -> list[list[int]]:
+    """Groups of layer indices with identical specs (the optional `name` label ignored), in first-seen order."""
+    groups: dict[str, list[int]] = {}
+    for i, layer in enumerate(model.layers):
+        groups.setdefault(layer.model_dump_json(exclude={"name"}), []).append(i)
+    return list(groups.values())
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _saved_bytes(fn, params: set[int]) -> tuple[object, int]:  # noqa: ANN001
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, sum(seen.values())
+
+
+def _profile_layer(
+    model: ModelSpec,
+    index: int,
+    *,
+    seq_len: int,
+    micro_batch_size: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    repeats: int,
+    warmup: int,
+    seed: int,
+) -> LayerCostEntry:
+    layer = build_layer(model, index, seed=seed).to(device=device, dtype=dtype)
+    kind = model.layers[index].kind
+    g = torch.Generator().manual_seed(seed + 1000 + index)
+    shape = (micro_batch_size, seq_len)
+    ids = torch.randint(0, model.vocab_size, shape, generator=g).to(device)
+    labels = torch.randint(0, model.vocab_size, shape, generator=g).to(device)
+    hidden = torch.randn(*shape, model.hidden_size, generator=g).to(device=device, dtype=dtype)
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    store = WeightGradStore()
+
+    def forward() -> tuple[torch.Tensor, torch.Tensor | None]:
+        if kind == "embedding":
+            return layer(ids), None
+        x = hidden.detach().requires_grad_()
+        out = layer(x, labels) if kind == "head" else layer(x)
+        return out, x
+
+    times: dict[str, list[float]] = {"f": [], "i": [], "w": [], "b": []}
+    act_bytes = act_w_bytes = 0
+    for rep in range(warmup + repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        (out, _), nbytes = _saved_bytes(forward, params)
+        _sync(device)
+        t1 = time.perf_counter()
+        grad = None if kind == "head" else torch.ones_like(out) / out.numel()
+        with store.deferring("p"):
+            torch.autograd.backward(out, grad)
+        _sync(device)
+        t2 = time.perf_counter()
+        stash = store.pending_bytes("p")
+        store.run("p")
+        _sync(device)
+        t3 = time.perf_counter()
+        del out
+        out, _ = forward()
+        _sync(device)
+        t4 = time.perf_counter()
+        torch.autograd.backward(out, grad)
+        _sync(device)
+        t5 = time.perf_counter()
+        del out
+        for p in layer.parameters():
+            p.grad = None
+        if rep >= warmup:
+            for k, v in zip("fiwb", (t1 - t0, t2 - t1, t3 - t2, t5 - t4), strict=True):
+                times[k].append(v)
+            act_bytes, act_w_bytes = nbytes, stash
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return LayerCostEntry(
+        layers=[index],
+        kind=kind,
+        f_s=med["f"],
+        i_s=med["i"],
+        w_s=med["w"],
+        b_s=med["b"],
+        act_bytes=act_bytes,
+        act_w_bytes=min(act_w_bytes, act_bytes) if act_bytes else act_w_bytes,
+    )
+
+
+def profile_model(
+    model: ModelSpec,
+    *,
+    seq_len: int,
+    micro_batch_size: int,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    repeats: int = 5,
+    warmup: int = 2,
+    seed: int = 0,
+    link: bool = False,
+) -> CostProfile:
+    """Measured F / I / W / B seconds and activation bytes per distinct layer (see the module docstring)."""
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    prev_threads = torch.get_num_threads()
+    if dev.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        entries = []
+        for group in distinct_layers(model):
+            e = _profile_layer(
+                model, group[0], seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
+                dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed,
+            )  # fmt: skip
+            entries.append(e.model_copy(update={"layers": group}))
+        threads = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(prev_threads)
+    return CostProfile(
+        model=ProfiledModel(name=model.name, fingerprint=model.fingerprint()),
+        device="cpu" if dev.type == "cpu" else f"cuda: {torch.cuda.get_device_name(dev)}",
+        torch_version=torch.__version__,
+        num_threads=threads,
+        seq_len=seq_len,
+        micro_batch_size=micro_batch_size,
+        dtype=dtype,
+        repeats=repeats,
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        entries=entries,
+        link=measure_link() if link else None,
+    )
+
+
+# ---------------------------------------------------------------- point-to-point link
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=2, rank=rank)
+    peer = 1 - rank
+    small = torch.zeros(1)
+    large = torch.zeros(large_bytes // 4)
+
+    def pingpong(t: torch.Tensor) -> float:
+        samples = []
+        for _ in range(repeats + 2):
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(t, peer)
+                dist.recv(small, peer)
+            else:
+                dist.recv(t, peer)
+                dist.send(small, peer)
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples[2:])
+
+    rtt_small = pingpong(small)
+    rtt_large = pingpong(large)
+    if rank == 0:
+        latency = rtt_small / 2
+        bw = large_bytes / max(rtt_large - latency, 1e-9)  # the round trip = large one way + small back
+        Path(out).write_text(f"{latency} {bw}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def measure_link(*, repeats: int = 20, large_bytes: int = 16 * 2**20, timeout_s: float = 60.0) -> MeasuredLink:
+    """gloo point-to-point latency and bandwidth between two local processes (one thread each).
+
+    Runs `python -m adaptis_plan.executor.profile --link-rank R PORT OUT REPEATS BYTES` twice.
+    """
+    with tempfile.TemporaryDirectory(prefix="adaptis-link-") as tmp:
+        out = os.path.join(tmp, "link.txt")
+        port = _free_port()
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "adaptis_plan.executor.profile",
+                    "--link-rank",
+                    str(r),
+                    str(port),
+                    out,
+                    str(repeats),
+                    str(large_bytes),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+            for r in (0, 1)
+        ]
+        errors = []
+        for r, p in enumerate(procs):
+            try:
+                _, err = p.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise AdaptisError(f"measuring the gloo link timed out after {timeout_s:g} s") from None
+            if p.returncode:
+                errors.append(f"rank {r}: {(err or '').strip().splitlines()[-1:] or ['exit ' + str(p.returncode)]}")
+        if errors:
+            raise AdaptisError("measuring the gloo link failed: " + "; ".join(errors))
+        latency, bw = (float(x) for x in Path(out).read_text().split())
+    return MeasuredLink(latency_s=latency, bandwidth_gbps=bw / 1e9, backend="gloo")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 7 and sys.argv[1] == "--link-rank":
+        _link_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+    else:
+        sys.exit("usage: python -m adaptis_plan.executor.profile --link-rank RANK PORT OUT REPEATS BYTES")

@@ -1,0 +1,391 @@
+"""Stage runtime: one rank (= plan device) executes its action list for real.
+
+Data flow: `worker.py` (one process per rank under torchrun) builds a `RankRuntime` from the
+plan's layout, the lowered transfers (`lowering.py`) and the model spec; each step it calls
+`run_step` with the step's token batch. Imports torch, `layers`, `wgrad`, `lowering`.
+
+Per action, in the rank's plan order:
+- `F(s, m)`: take the stage input (token ids for stage 0; else the local handoff from stage
+  s-1 when it lives on this rank, else the received activation), forward, keep (input,
+  output) for the backward, hand the output to stage s+1 (locally or by `isend`). The last
+  stage's output is the micro-batch loss times 1 / num_microbatches.
+- `I(s, m)` / `B(s, m)`: take the output gradient (none for the last stage: the loss itself;
+  else the local handoff or the received gradient), run autograd backward to the stage input
+  (`I` inside `WeightGradStore.deferring`: weight GEMMs stashed; `B`: everything), hand the
+  input gradient to stage s-1.
+- `W(s, m)`: run the stashed weight GEMMs of (s, m).
+Gradients accumulate over the micro-batches in `.grad`; the worker then syncs the tied
+embedding gradient (`sync_tied_grads`) and takes the optimizer step.
+
+Why the point-to-point traffic cannot deadlock, for any order the dependency simulator accepts
+------------------------------------------------------------------------------------------------
+`lowering.lower` replays all programs with their dependencies and gets one global sequence G
+of all actions that respects every device's order; it exists exactly when the simulator
+accepts the plan (otherwise the launcher refuses the plan before starting anything). Transfers
+are numbered by the position of their producing action in G. Each rank keeps its transfers in
+*lines* in that numbering: one line per peer on gloo (`order="peer"`), one line for all peers
+on NCCL (`order="global"`). `P2P.pump` posts the head of each line as soon as it can: a
+receive at once (non-blocking `irecv` into a fresh buffer), a send once its tensor has been
+produced (non-blocking `isend`; the handle is kept and waited at the end of the step). A rank
+blocks only when an action needs a received tensor (`P2P.recv` waits on that one `irecv`), and
+at the end of the step on its own sends.
+1. Posting: when a rank reaches action a that consumes transfer t, t's receive is already
+   posted. Every transfer before t in its line is either a receive (posted on reaching the
+   head) or a send whose producer precedes t's producer, hence a, in G; that producer is on
+   this rank and G keeps each rank's order, so it has run and its send was posted.
+2. Progress on gloo: messages match by (source, tag), tags are unique per (stage, mb,
+   direction) within a step, and gloo's transport thread moves the data as soon as both sides
+   are posted, without help from either main thread. By induction along G every action's
+   producers ran earlier in G, their sends are posted (1 applied on the sender), so every wait
+   returns.
+3. Progress on NCCL: no tags; messages match in issue order per peer pair and run FIFO on
+   NCCL's streams (one per pair or one per rank, depending on the torch version). The host
+   never blocks on NCCL (a wait only orders the compute stream after the transfer), so every
+   rank's host reaches the end of its program and posts every operation it owns. Each rank
+   issues all its operations in increasing transfer number, so both halves of a transfer sit
+   at the same rank in both lines, and the transfer with the smallest unfinished number is at
+   the head of the stream on both ends: its send's data was computed by kernels that wait only
+   on transfers with smaller numbers (already done). So some transfer always completes.
+   NCCL communicators are created for all peer pairs at start-up in one fixed order
+   (`warm_up_pairs`), so their lazy, blocking creation cannot interlock mid-step.
+At the end of the step each rank waits on its sends; they complete because every rank runs its
+whole program and so posts every receive. Receives posted early hold one activation-sized
+buffer each; their number is bounded by the run of consecutive receives in a line, which the
+schedule's own in-flight window bounds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..core import Action
+from ..spec.model import ModelSpec
+from .layers import build_layer
+from .lowering import Lowered, Transfer
+from .wgrad import WeightGradStore
+
+
+class CommError(RuntimeError):
+    """A point-to-point operation failed (usually: a peer rank died)."""
+
+
+class Stage(nn.Module):
+    """Layers [start, stop) of the model; parameters are named `{layer index}.{name in layer}`."""
+
+    def __init__(self, model: ModelSpec, stage: int, start: int, stop: int, *, seed: int) -> None:
+        super().__init__()
+        self.stage = stage
+        self.first = start == 0
+        self.last = stop == model.num_layers
+        self.layers = nn.ModuleDict({str(i): build_layer(model, i, seed=seed) for i in range(start, stop)})
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        for layer in self.layers.values():
+            x = layer(x, labels) if getattr(layer, "kind", "") == "head" else layer(x)
+        return x
+
+    def named_layer_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        return [(f"{i}.{n}", p) for i, layer in self.layers.items() for n, p in layer.named_parameters()]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Test hook (env ADAPTIS_EXECUTOR_FAULT=kind:rank[:step]): `exit` (os._exit(1)), `raise` or `hang`
+    after the first action of `step`, or `skipw` (drop the first W's gradient: a silently wrong run)."""
+
+    kind: str
+    rank: int
+    step: int = 0
+
+    @classmethod
+    def from_env(cls) -> Fault | None:
+        text = os.environ.get("ADAPTIS_EXECUTOR_FAULT", "")
+        if not text:
+            return None
+        parts = text.split(":")
+        return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) > 2 else 0)
+
+
+class P2P:
+    """Posts this rank's sends and receives line by line in the global transfer order (module docstring).
+
+    `order`: "peer" (one line per peer: receives are posted earliest; gloo) or "global" (one line
+    for all peers: safe whatever NCCL's stream layout; the default on GPUs)."""
+
+    def __init__(
+        self,
+        lowered: Lowered,
+        rank: int,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        device: torch.device,
+        timeout_s: float,
+        order: str = "peer",
+    ) -> None:
+        if order not in ("peer", "global"):
+            raise ValueError(f"P2P order {order!r}: use 'peer' or 'global'")
+        self.rank = rank
+        self.order = order
+        self._lowered = lowered
+        self._shape, self._dtype, self._device = shape, dtype, device
+        self._timeout = timedelta(seconds=timeout_s)
+        self._queues: dict[int, deque[Transfer]] = {}
+        self._recvs: dict[tuple[str, int, int], tuple[object, torch.Tensor, Transfer]] = {}
+        self._ready: dict[tuple[str, int, int], torch.Tensor] = {}
+        self._sends: list[tuple[object, torch.Tensor, Transfer]] = []
+
+    def start_step(self) -> None:
+        if self.order == "global":
+            self._queues = {-1: deque(self._lowered.rank_queue(self.rank))}
+        else:
+            self._queues = {peer: deque(ts) for peer, ts in self._lowered.peer_queues(self.rank).items()}
+        self.pump()
+
+    def pump(self) -> None:
+        for q in self._queues.values():
+            while q:
+                t = q[0]
+                if t.dst == self.rank:
+                    buf = torch.empty(self._shape, dtype=self._dtype, device=self._device)
+                    self._recvs[t.key] = (dist.irecv(buf, src=t.src, tag=t.tag), buf, t)
+                elif t.key in self._ready:
+                    tensor = self._ready.pop(t.key)
+                    self._sends.append((dist.isend(tensor, dst=t.dst, tag=t.tag), tensor, t))
+                else:
+                    break
+                q.popleft()
+
+    def send(self, key: tuple[str, int, int], tensor: torch.Tensor) -> None:
+        self._ready[key] = tensor.contiguous()
+        self.pump()
+
+    def recv(self, key: tuple[str, int, int]) -> torch.Tensor:
+        if key not in self._recvs:
+            raise RuntimeError(f"internal: receive {key} on rank {self.rank} was never posted")
+        work, buf, t = self._recvs.pop(key)
+        try:
+            work.wait(self._timeout)
+        except Exception as e:
+            what = "activation" if t.kind == "act" else "gradient"
+            raise CommError(f"receiving the {what} of stage {t.stage} mb {t.mb} from rank {t.src}: {e}") from e
+        return buf
+
+    def finish(self) -> None:
+        for work, _, t in self._sends:
+            try:
+                work.wait(self._timeout)
+            except Exception as e:
+                raise CommError(f"sending {t.kind} of stage {t.stage} mb {t.mb} to rank {t.dst}: {e}") from e
+        self._sends.clear()
+        left = [k for q in self._queues.values() for k in q] + list(self._recvs)
+        if left:
+            raise RuntimeError(f"internal: rank {self.rank} ended the step with transfers left: {left[:4]}")
+
+
+def warm_up_pairs(world_size: int, rank: int, device: torch.device) -> None:
+    """Create every pair's p2p channel in one global order (NCCL creates them lazily and blockingly)."""
+    for i in range(world_size):
+        for j in range(i + 1, world_size):
+            if rank not in (i, j):
+                continue
+            t = torch.zeros(1, device=device)
+            if rank == i:
+                dist.send(t, dst=j)
+            else:
+                dist.recv(t, src=i)
+
+
+class _Clock:
+    """Action timestamps: perf_counter on CPU, CUDA events (resolved at the end of the step) on GPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> object:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def seconds(self, origin: object, mark: object) -> float:
+        if self.cuda:
+            return origin.elapsed_time(mark) / 1000.0  # type: ignore[attr-defined]
+        return float(mark) - float(origin)  # type: ignore[arg-type]
+
+
+@dataclass
+class StepResult:
+    loss: float | None  # sum of the scaled micro-batch losses (= mean loss), on the rank holding the last stage
+    actions: list[tuple[str, int, int, str, float, float]]  # (name, stage, mb, op, start_s, end_s) from step start
+
+
+class RankRuntime:
+    """One rank's stages and its action interpreter."""
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        model: ModelSpec,
+        lowered: Lowered,
+        micro_batch_size: int,
+        seq_len: int,
+        seed: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        timeout_s: float,
+        p2p_order: str = "peer",
+    ) -> None:
+        self.rank = rank
+        self.model = model
+        self.lowered = lowered
+        self.layout = lowered.layout
+        self.program: list[Action] = lowered.programs[rank]
+        self.num_microbatches = lowered.num_microbatches
+        self.device, self.dtype = device, dtype
+        self.stages: dict[int, Stage] = {}
+        for s in self.layout.stages_of(rank):
+            b = self.layout.bounds
+            self.stages[s] = Stage(model, s, b[s], b[s + 1], seed=seed).to(device=device, dtype=dtype)
+        self.store = WeightGradStore()
+        shape = (micro_batch_size, seq_len, model.hidden_size)
+        self.comm = P2P(lowered, rank, shape, dtype, device, timeout_s, order=p2p_order)
+        self._timeout = timedelta(seconds=timeout_s)
+        self._clock = _Clock(device)
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for st in self.stages.values() for p in st.parameters()]
+
+    def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        return [kv for st in self.stages.values() for kv in st.named_layer_parameters()]
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.grad = None
+
+    def run_step(
+        self, inputs: torch.Tensor, labels: torch.Tensor, *, fault: Fault | None = None, step: int = 0
+    ) -> StepResult:
+        """Run this rank's program once over all micro-batches (inputs/labels: [M, B, S], on device)."""
+        dev = self.layout.stage_device
+        last = self.layout.num_stages - 1
+        scale = 1.0 / self.num_microbatches
+        local: dict[tuple[str, int, int], torch.Tensor] = {}
+        saved: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        loss_sum: torch.Tensor | None = None
+        marks: list[tuple[Action, object, object]] = []
+        skip_w = fault is not None and fault.kind == "skipw" and fault.rank == self.rank
+        origin = self._clock.mark()
+        self.comm.start_step()
+        for index, a in enumerate(self.program):
+            s, m = a.stage, a.mb
+            stage = self.stages[s]
+            if a.op == "F":
+                if stage.first:
+                    x = inputs[m]
+                else:
+                    key = ("act", s - 1, m)
+                    x = local.pop(key) if dev[s - 1] == self.rank else self.comm.recv(key)
+                    x.requires_grad_()
+                t0 = self._clock.mark()
+                out = stage(x, labels[m] if s == last else None)
+                if s == last:
+                    out = out * scale
+                    loss_sum = out.detach() if loss_sum is None else loss_sum + out.detach()
+                else:
+                    y = out.detach()
+                    if dev[s + 1] == self.rank:
+                        local[("act", s, m)] = y
+                    else:
+                        self.comm.send(("act", s, m), y)
+                saved[(s, m)] = (x, out)
+            elif a.op in ("I", "B"):
+                x, out = saved.pop((s, m))
+                grad = None
+                if s != last:
+                    key = ("grad", s + 1, m)
+                    grad = local.pop(key) if dev[s + 1] == self.rank else self.comm.recv(key)
+                t0 = self._clock.mark()
+                if a.op == "I":
+                    with self.store.deferring((s, m)):
+                        torch.autograd.backward(out, grad)
+                else:
+                    torch.autograd.backward(out, grad)
+                del out
+                if not stage.first:
+                    g = x.grad if x.grad is not None else torch.zeros_like(x)
+                    x.grad = None
+                    if dev[s - 1] == self.rank:
+                        local[("grad", s, m)] = g
+                    else:
+                        self.comm.send(("grad", s, m), g)
+            else:
+                t0 = self._clock.mark()
+                if skip_w:
+                    skip_w = False
+                    self.store.discard((s, m))
+                else:
+                    self.store.run((s, m))
+            marks.append((a, t0, self._clock.mark()))
+            if fault is not None and fault.rank == self.rank and fault.step == step and index == 0:
+                if fault.kind == "exit":
+                    os._exit(1)
+                if fault.kind == "raise":
+                    raise RuntimeError(f"injected failure on rank {self.rank} at step {step} after {a}")
+                if fault.kind == "hang":
+                    time.sleep(3600)
+        self.comm.finish()
+        if saved or local or self.store.keys():
+            raise RuntimeError(
+                f"internal: rank {self.rank} ended the step with state left: {list(saved) + list(local)}"
+            )
+        if self._clock.cuda:
+            torch.cuda.synchronize(self.device)
+        actions = [
+            (str(a), a.stage, a.mb, a.op, self._clock.seconds(origin, t0), self._clock.seconds(origin, t1))
+            for a, t0, t1 in marks
+        ]
+        return StepResult(loss=None if loss_sum is None else float(loss_sum), actions=actions)
+
+    def sync_tied_grads(self) -> None:
+        """Give the embedding and the head's copy the sum of both gradients (see `layers.py`)."""
+        if not self.model.tie_word_embeddings:
+            return
+        last_stage = self.layout.num_stages - 1
+        e_rank, h_rank = self.layout.stage_device[0], self.layout.stage_device[last_stage]
+        if self.rank not in (e_rank, h_rank):
+            return
+        mine: list[nn.Parameter] = []
+        if self.rank == e_rank:
+            mine.append(self.stages[0].layers["0"].weight)
+        if self.rank == h_rank:
+            mine.append(self.stages[last_stage].layers[str(self.model.num_layers - 1)].lm_weight)
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in mine]
+        if e_rank == h_rank:
+            total = grads[0] + grads[1]
+        else:
+            peer = h_rank if self.rank == e_rank else e_rank
+            other = torch.empty_like(grads[0])
+            tag = 2 * self.layout.num_stages * self.num_microbatches + 1
+            # Lower rank sends first, higher rank receives first: the same order on both ends (NCCL).
+            ops = [(dist.isend, grads[0].contiguous()), (dist.irecv, other)]
+            if self.rank > peer:
+                ops.reverse()
+            for fn, t in ops:
+                work = fn(t, peer, tag=tag)
+                try:
+                    work.wait(self._timeout)
+                except Exception as e:
+                    raise CommError(f"exchanging the tied embedding gradient with rank {peer}: {e}") from e
+            total = grads[0] + other
+        for p in mine:
+            p.grad = total.clone()

@@ -1,0 +1,215 @@
+"""One pipeline rank under torchrun: build this rank's stages and run the plan for real.
+
+Run (normally `launch.run_plan` / `adaptis run` does this for you):
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 --max-restarts 0 \
+        -m adaptis_plan.executor.worker --plan plan.json --model model.json --out results/
+
+Data flow: plan + model spec (JSON files) -> `lowering.lower` -> `RankRuntime` -> per-step
+timings, the timeline of the last step, and with `--verify` the first step's loss and
+gradients, written under `--out` (one file per rank; the launcher merges them). `--jobs FILE`
+runs several (plan, model) pairs one after another in the same process group (what the
+launcher uses to measure several plans side by side). Imports torch and the executor.
+
+Output per job and rank, in `<out>/<job name>/`: `rank{r}.json` (step times, losses, action
+timeline), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
+step's backward and tied-gradient sync, before the optimizer step). On failure
+`<out>/error.rank{r}.json` (the last error line, the traceback, and whether it was a communication
+error, i.e. probably a consequence of another rank's failure) and exit code 1.
+Logs go to stderr only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..plan import plan_layout, plan_programs
+from ..spec.model import ModelSpec
+from ..spec.plan import PlanFile
+from .data import synthetic_batch
+from .lowering import lower
+from .runtime import CommError, Fault, RankRuntime, warm_up_pairs
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m adaptis_plan.executor.worker", description=__doc__.splitlines()[0])
+    p.add_argument("--plan", help="plan JSON file")
+    p.add_argument("--model", help="model spec JSON file (ModelSpec)")
+    p.add_argument("--jobs", help="JSON list of {name, plan, model}; instead of --plan/--model")
+    p.add_argument("--out", required=True, help="results folder")
+    p.add_argument("--steps", type=int, default=3, help="measured steps after warm-up")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up steps (not in the median)")
+    p.add_argument("--verify", action="store_true", help="dump the first step's loss and gradients")
+    p.add_argument("--seed", type=int, default=0, help="weights and data seed")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    p.add_argument("--optimizer", choices=["sgd", "adamw"], default="adamw")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--timeout-s", type=float, default=60.0, help="longest wait on any peer")
+    p.add_argument(
+        "--p2p-order",
+        choices=["auto", "peer", "global"],
+        default="auto",
+        help="post transfers per peer (gloo) or in one line per rank (NCCL); auto picks by backend",
+    )
+    args = p.parse_args(argv)
+    if not args.jobs and not (args.plan and args.model):
+        p.error("give --plan and --model, or --jobs")
+    return args
+
+
+def _log(msg: str) -> None:
+    print(f"[adaptis worker rank {os.environ.get('RANK', '?')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _optimizer(params: list, name: str, lr: float) -> torch.optim.Optimizer:
+    if not params:
+        return torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, foreach=False)
+
+
+def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    plan = PlanFile.model_validate_json(Path(plan_path).read_text())
+    model = ModelSpec.model_validate_json(Path(model_path).read_text())
+    if plan.model.fingerprint != model.fingerprint():
+        raise RuntimeError(
+            f"{plan_path} was made for model '{plan.model.name}', not '{model.name}' (fingerprints differ)"
+        )
+    if plan.training.pp != world:
+        raise RuntimeError(f"the plan has pp = {plan.training.pp} but torchrun started {world} processes")
+    tr = plan.training
+    lowered = lower(plan_layout(plan), plan_programs(plan), tr.num_microbatches)
+    dtype = DTYPES[args.dtype]
+    rt = RankRuntime(
+        rank=rank,
+        model=model,
+        lowered=lowered,
+        micro_batch_size=tr.micro_batch_size,
+        seq_len=tr.seq_len,
+        seed=args.seed,
+        device=device,
+        dtype=dtype,
+        timeout_s=args.timeout_s,
+        p2p_order=args.p2p_order if args.p2p_order != "auto" else ("global" if device.type == "cuda" else "peer"),
+    )
+    opt = _optimizer(rt.parameters(), args.optimizer, args.lr)
+    fault = Fault.from_env()
+    has_last = plan.stages[-1].device == rank
+    step_times: list[float] = []
+    losses: list[float] = []
+    timeline: list = []
+    for step in range(args.warmup + args.steps):
+        inputs, labels = synthetic_batch(
+            model.vocab_size, tr.num_microbatches, tr.micro_batch_size, tr.seq_len, seed=args.seed, step=step
+        )
+        inputs, labels = inputs.to(device), labels.to(device)
+        rt.zero_grad()
+        dist.barrier()
+        t0 = time.perf_counter()
+        res = rt.run_step(inputs, labels, fault=fault, step=step)
+        rt.sync_tied_grads()
+        if args.verify and step == 0:
+            grads = {n: (None if p.grad is None else p.grad.detach().float().cpu()) for n, p in rt.named_parameters()}
+            torch.save({"grads": grads, "loss": res.loss}, out / f"grads.rank{rank}.pt")
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dist.barrier()
+        step_times.append(time.perf_counter() - t0)
+        if has_last and res.loss is not None:
+            losses.append(res.loss)
+        timeline = res.actions
+    measured = step_times[args.warmup :]
+    _write_json(
+        out / f"rank{rank}.json",
+        {
+            "rank": rank,
+            "step_times_s": measured,
+            "warmup_times_s": step_times[: args.warmup],
+            "median_step_time_s": statistics.median(measured) if measured else None,
+            "losses": losses,
+            "timeline": [list(a) for a in timeline],
+        },
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    out = Path(args.out)
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    jobs = (
+        json.loads(Path(args.jobs).read_text())
+        if args.jobs
+        else [{"name": ".", "plan": args.plan, "model": args.model}]
+    )
+    job_out = out
+    try:
+        timeout = timedelta(seconds=args.timeout_s)
+        if args.device == "cuda":
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+            dist.init_process_group("nccl", timeout=timeout, device_id=device)
+            warm_up_pairs(dist.get_world_size(), rank, device)
+        else:
+            device = torch.device("cpu")
+            torch.set_num_threads(1)
+            dist.init_process_group("gloo", timeout=timeout)
+        for job in jobs:
+            job_out = out / job["name"]
+            job_out.mkdir(parents=True, exist_ok=True)
+            run_job(args, job["plan"], job["model"], job_out, device)
+            dist.barrier()
+        dist.destroy_process_group()
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher as a file
+        tb = traceback.format_exc()
+        line = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
+        out.mkdir(parents=True, exist_ok=True)
+        record = {
+            "rank": rank,
+            "time": time.time(),
+            "line": line,
+            "comm": _is_comm(e),
+            "job": str(job_out),
+            "traceback": tb,
+        }
+        _write_json(out / f"error.rank{rank}.json", record)
+        _log(tb)
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def _is_comm(e: BaseException) -> bool:
+    if isinstance(e, CommError):
+        return True
+    text = str(e).lower()
+    signs = ("connection closed by peer", "connection reset", "timed out", "broken pipe")
+    return isinstance(e, dist.DistBackendError) or any(s in text for s in signs)
+
+
+if __name__ == "__main__":
+    main()

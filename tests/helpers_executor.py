@@ -1,0 +1,200 @@
+"""Hand-built tiny models and plans for the executor tests (no zoo, no builders, no simulator).
+
+`tiny_family(name)` gives CPU-sized models of the four families the paper studies;
+`greedy_programs` produces valid per-device orders of several styles by a round-based list
+scheduler (each round every device runs one ready action, picked by the style's priority),
+so every order it returns is accepted by the dependency simulator by construction;
+`write_plan_file` wraps a layout and programs in a plan file.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from adaptis_plan.core import Action, Layout, Programs
+from adaptis_plan.plan import write_plan
+from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
+from adaptis_plan.spec.plan import PlanDevice, PlanFile, PlanHardwareRef, PlanModelRef, PlanStage, Predicted
+from adaptis_plan.spec.training import TrainingConfig
+
+H = 32
+
+
+def _gqa(**kw: object) -> AttentionSpec:
+    return AttentionSpec(num_heads=4, num_kv_heads=kw.pop("kv", 2), head_dim=8, **kw)
+
+
+def tiny_family(name: str) -> ModelSpec:
+    emb, head = LayerSpec(kind="embedding"), LayerSpec(kind="head")
+    if name == "llama":
+        dec = LayerSpec(kind="decoder", attention=_gqa(), mlp=MlpSpec(activation="swiglu", intermediate_size=64))
+        return ModelSpec(name="tiny-llama-like", hidden_size=H, vocab_size=128, layers=[emb, dec, dec, dec, dec, head])
+    if name == "gemma":  # large vocabulary, tied embeddings, MQA, GeGLU, local + global attention, qk-norm
+        glob = LayerSpec(
+            kind="decoder", attention=_gqa(kv=1, qk_norm=True), mlp=MlpSpec(activation="geglu", intermediate_size=64)
+        )
+        loc = LayerSpec(
+            kind="decoder",
+            attention=_gqa(kv=1, sliding_window=6, qk_norm=True),
+            mlp=MlpSpec(activation="geglu", intermediate_size=64),
+        )
+        return ModelSpec(
+            name="tiny-gemma-like",
+            hidden_size=H,
+            vocab_size=1024,
+            tie_word_embeddings=True,
+            layers=[emb, loc, glob, loc, glob, head],
+        )
+    if name == "deepseek":  # MLA everywhere, a dense first block, then MoE blocks with a shared expert
+        mla = dict(
+            type="mla",
+            num_heads=4,
+            num_kv_heads=4,
+            head_dim=8,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=4,
+            v_head_dim=8,
+        )
+        dense = LayerSpec(kind="decoder", attention=AttentionSpec(**mla), mlp=MlpSpec(intermediate_size=64))
+        moe = MoeSpec(
+            num_experts=4, top_k=2, expert_intermediate_size=16, num_shared_experts=1, shared_intermediate_size=16
+        )
+        moe_layer = LayerSpec(kind="moe", attention=AttentionSpec(**mla, q_lora_rank=16), moe=moe)
+        return ModelSpec(
+            name="tiny-deepseek-like",
+            hidden_size=H,
+            vocab_size=128,
+            layers=[emb, dense, moe_layer, moe_layer, moe_layer, head],
+        )
+    if name == "nemotron":  # Mamba-2 + attention-only + MLP-only blocks (squared ReLU)
+        mamba = LayerSpec(
+            kind="mamba", mamba=MambaSpec(num_heads=4, head_dim=8, state_size=8, num_groups=2, conv_kernel=4)
+        )
+        mlp = LayerSpec(kind="mlp", mlp=MlpSpec(activation="relu2", intermediate_size=64))
+        att = LayerSpec(kind="attention", attention=_gqa())
+        return ModelSpec(
+            name="tiny-nemotron-h-like", hidden_size=H, vocab_size=128, layers=[emb, mamba, mlp, att, mamba, mlp, head]
+        )
+    raise ValueError(name)
+
+
+FAMILIES = ("llama", "gemma", "deepseek", "nemotron")
+
+
+def even_bounds(num_layers: int, num_stages: int) -> tuple[int, ...]:
+    return tuple(round(i * num_layers / num_stages) for i in range(num_stages + 1))
+
+
+def greedy_programs(layout: Layout, num_microbatches: int, style: str, seed: int = 0) -> Programs:
+    """Valid orders: style 'gpipe' (all F first), '1f1b' (backward as soon as ready),
+    'zb' (I as soon as ready, W only when nothing else is), 'random' (random priorities, B or I+W per (stage, mb))."""
+    rng = random.Random(seed)
+    last = layout.num_stages - 1
+    split = {}
+    for s in range(layout.num_stages):
+        for m in range(num_microbatches):
+            split[(s, m)] = style == "zb" or (style == "random" and rng.random() < 0.5)
+    todo: list[set[Action]] = [set() for _ in range(layout.num_devices)]
+    for s in range(layout.num_stages):
+        d = layout.stage_device[s]
+        for m in range(num_microbatches):
+            todo[d].add(Action(s, "F", m))
+            todo[d] |= {Action(s, "I", m), Action(s, "W", m)} if split[(s, m)] else {Action(s, "B", m)}
+    noise = {a: rng.random() for t in todo for a in t}
+
+    def ready(a: Action, done: set[Action]) -> bool:
+        s, op, m = a
+        if op == "F":
+            return s == 0 or Action(s - 1, "F", m) in done
+        if op == "W":
+            return Action(s, "I", m) in done
+        back = s == last or Action(s + 1, "I", m) in done or Action(s + 1, "B", m) in done
+        return Action(s, "F", m) in done and back
+
+    def priority(a: Action) -> tuple:
+        s, op, m = a
+        if style == "gpipe":
+            return (op != "F", m, s if op == "F" else -s)
+        if style == "1f1b":
+            return (op == "F", m, -s if op != "F" else s)
+        if style == "zb":
+            return ({"I": 0, "F": 1, "W": 2}[op], m, s)
+        return (noise[a],)
+
+    programs: Programs = [[] for _ in range(layout.num_devices)]
+    done: set[Action] = set()
+    while any(todo):
+        picked = []
+        for d in range(layout.num_devices):
+            cands = [a for a in todo[d] if ready(a, done)]
+            if cands:
+                a = min(cands, key=priority)
+                todo[d].discard(a)
+                programs[d].append(a)
+                picked.append(a)
+        assert picked, "greedy scheduler stuck"
+        done.update(picked)
+    return programs
+
+
+def write_plan_file(
+    path: Path,
+    model: ModelSpec,
+    layout: Layout,
+    programs: Programs,
+    num_microbatches: int,
+    *,
+    seq_len: int = 16,
+    micro_batch_size: int = 1,
+    strategy: str = "handmade",
+    predicted_s: float = 0.0,
+) -> Path:
+    plan = PlanFile(
+        strategy=strategy,
+        model=PlanModelRef(name=model.name, fingerprint=model.fingerprint(), num_layers=model.num_layers),
+        hardware=PlanHardwareRef(name="cpu", fingerprint="none"),
+        training=TrainingConfig(
+            num_microbatches=num_microbatches,
+            micro_batch_size=micro_batch_size,
+            seq_len=seq_len,
+            pp=layout.num_devices,
+            dtype="fp32",
+        ),
+        stages=[
+            PlanStage(stage=s, device=layout.stage_device[s], layers=(layout.bounds[s], layout.bounds[s + 1]))
+            for s in range(layout.num_stages)
+        ],
+        devices=[
+            PlanDevice(device=d, actions=[{"op": a.op, "stage": a.stage, "mb": a.mb} for a in prog])
+            for d, prog in enumerate(programs)
+        ],
+        predicted=Predicted(
+            step_time_s=predicted_s,
+            bubble_ratio_per_device=[0.0] * layout.num_devices,
+            peak_memory_bytes=[0.0] * layout.num_devices,
+        ),
+    )
+    write_plan(plan, path)
+    return path
+
+
+# (name, stage_device, style): the placements and orders every family is run with.
+PLAN_SHAPES = (
+    ("gpipe", (0, 1), "gpipe"),
+    ("1f1b-unequal", (0, 1), "1f1b"),
+    ("interleaved-zb", (0, 1, 0, 1), "zb"),
+    ("v-shape", (0, 1, 1, 0), "1f1b"),
+    ("v-zb", (0, 1, 1, 0), "zb"),
+    ("irregular", (0, 0, 1, 0, 1), "random"),
+)
+
+
+def layout_for(model: ModelSpec, shape: str, stage_device: tuple[int, ...]) -> Layout:
+    n = model.num_layers
+    if shape == "1f1b-unequal":
+        bounds: tuple[int, ...] = (0, 1, n)  # embedding alone, everything else on device 1
+    else:
+        bounds = even_bounds(n, len(stage_device))
+    return Layout(bounds=bounds, stage_device=stage_device, num_devices=2)
