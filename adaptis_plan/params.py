@@ -107,7 +107,9 @@ def layer_params(model: ModelSpec, layer: LayerSpec) -> ParamCount:
         n = model.vocab_size * h
         return ParamCount(n, n)
     if layer.kind == "head":
-        n = _norm(model, h) + (0 if model.tie_word_embeddings else model.vocab_size * h)
+        lo, hi = layer.vocab_range or (0, model.vocab_size)
+        norm = _norm(model, h) if lo == 0 else 0  # the first vocabulary chunk holds the final norm
+        n = norm + (0 if model.tie_word_embeddings else (hi - lo) * h)
         return ParamCount(n, n)
     count = ParamCount(0, 0)
     if layer.attention is not None:

@@ -169,3 +169,31 @@ def test_gemma3_multimodal_total() -> None:
     total = model_params(model).total + model.extra_parameters
     assert total == pytest.approx(4_300_079_472, rel=0.001)
     assert model.extra_parameters == pytest.approx(419.8e6, rel=0.001)
+
+
+def test_split_head_keeps_parameters_and_fingerprint():
+    from adaptis_plan.models.load import load_model
+    from adaptis_plan.models.transform import split_head
+    from adaptis_plan.params import model_params
+
+    model = load_model("gemma-s")
+    for k in (2, 3, 8):
+        split = split_head(model, k)
+        assert split.num_layers == model.num_layers + k - 1
+        assert split.num_head_chunks == k
+        assert model_params(split) == model_params(model)
+        assert split.fingerprint() == model.fingerprint()
+        ranges = [layer.vocab_range for layer in split.layers[-k:]]
+        assert ranges[0][0] == 0 and ranges[-1][1] == model.vocab_size
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_split_head_refuses_tied_embeddings():
+    import pytest
+
+    from adaptis_plan.errors import InputError
+    from adaptis_plan.models.load import load_model
+    from adaptis_plan.models.transform import split_head
+
+    with pytest.raises(InputError, match="ties its embeddings"):
+        split_head(load_model("gemma-7b"), 2)

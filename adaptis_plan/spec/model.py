@@ -143,9 +143,20 @@ class LayerSpec(_Strict):
     moe: MoeSpec | None = None
     mamba: MambaSpec | None = None
     name: str | None = Field(None, description="optional human label, e.g. the HF module name")
+    vocab_range: tuple[int, int] | None = Field(
+        None,
+        description="head only: the [start, stop) slice of the vocabulary this head chunk scores;"
+        " None = the whole vocabulary (see `models.transform.split_head`)",
+    )
 
     @model_validator(mode="after")
     def _check_parts(self) -> LayerSpec:
+        if self.vocab_range is not None:
+            if self.kind != "head":
+                raise ValueError(f"layer kind '{self.kind}' takes no vocab_range (only 'head' chunks do)")
+            lo, hi = self.vocab_range
+            if not 0 <= lo < hi:
+                raise ValueError(f"vocab_range [{lo}, {hi}) is empty or negative; use 0 <= start < stop")
         needs = _NEEDS[self.kind]
         for part in ("attention", "mlp", "moe", "mamba"):
             present = getattr(self, part) is not None
@@ -177,17 +188,53 @@ class ModelSpec(_Strict):
             raise ValueError("layers[0] must be the 'embedding' layer")
         if kinds[-1] != "head":
             raise ValueError(f"the last layer (layers[{len(kinds) - 1}]) must be the 'head' layer")
-        for i, k in enumerate(kinds[1:-1], start=1):
+        num_heads = self.num_head_chunks
+        for i, k in enumerate(kinds[1 : len(kinds) - num_heads], start=1):
             if k in ("embedding", "head"):
                 raise ValueError(f"layers[{i}] is '{k}': only the first layer may be the embedding, the last the head")
+        if num_heads > 1:
+            if self.tie_word_embeddings:
+                raise ValueError("a head split into vocabulary chunks needs untied embeddings")
+            start = 0
+            for i, layer in enumerate(self.layers[-num_heads:], start=len(kinds) - num_heads):
+                if layer.vocab_range is None or layer.vocab_range[0] != start:
+                    raise ValueError(
+                        f"layers[{i}].vocab_range must start at {start}: head chunks cover the vocabulary in order"
+                    )
+                start = layer.vocab_range[1]
+            if start != self.vocab_size:
+                raise ValueError(f"head chunks end at {start}, not at vocab_size {self.vocab_size}")
+        elif self.layers[-1].vocab_range not in (None, (0, self.vocab_size)):
+            raise ValueError(f"the only head's vocab_range must be [0, {self.vocab_size}) or absent")
         return self
+
+    @property
+    def num_head_chunks(self) -> int:
+        """How many trailing head layers there are (1 unless the head is split into vocabulary chunks)."""
+        n = 0
+        for layer in reversed(self.layers):
+            if layer.kind != "head":
+                break
+            n += 1
+        return n
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
 
     def fingerprint(self) -> str:
-        """sha256 of the normalized spec (name and source excluded: same layers = same model)."""
+        """sha256 of the normalized spec (model and layer names and the source excluded: same layers = same model).
+
+        A head split into vocabulary chunks is an execution choice, not another model: the
+        chunks are merged back into one head before hashing, so the fingerprint is the same.
+        """
         data = self.model_dump(mode="json", exclude={"name", "source"})
+        if self.num_head_chunks > 1:
+            data["layers"] = data["layers"][: self.num_layers - self.num_head_chunks] + [
+                LayerSpec(kind="head").model_dump(mode="json")
+            ]
+        for layer in data["layers"]:  # labels, not structure
+            layer.pop("name", None)
+            layer.pop("vocab_range", None)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()
