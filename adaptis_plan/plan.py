@@ -156,7 +156,12 @@ def make_plan(
 
     return PlanFile(
         strategy=strategy,
-        model=PlanModelRef(name=model.name, fingerprint=model.fingerprint(), num_layers=model.num_layers),
+        model=PlanModelRef(
+            name=model.name,
+            fingerprint=model.fingerprint(),
+            num_layers=model.num_layers,
+            head_chunks=model.num_head_chunks,
+        ),
         hardware=PlanHardwareRef(name=hardware.name, fingerprint=hardware.fingerprint()),
         training=training,
         stages=stages,

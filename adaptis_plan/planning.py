@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from pydantic import ValidationError
 
 from .core import CostTable, Layout, Programs
@@ -128,9 +129,18 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
             raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
         if req.time_limit_s <= 0:
             raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
+        profile = load_costs_profile(req.costs_path)
+        options = [(model, costs)]
+        if "partition" in req.search:
+            options += [(m, cost_table_for(m, hw, training, profile)) for m in _head_split_options(model, costs)]
+        outcome = None
         with _progress_bar(progress) as tick:
-            outcome = search_plan(costs, model.num_layers, req.num_microbatches, components=req.search,
-                                  time_limit_s=req.time_limit_s, seed=req.seed, progress=tick, baselines=baselines)
+            for k, (m, c) in enumerate(options):
+                share = req.time_limit_s / len(options)
+                got = search_plan(c, m.num_layers, req.num_microbatches, components=req.search, time_limit_s=share,
+                                  seed=req.seed, progress=tick, baselines=baselines if k == 0 else {})
+                if outcome is None or _better_outcome(got, outcome):
+                    outcome, model, costs = got, m, c
         best = outcome.best
         strategy = "adaptive"
         search_info = {
@@ -139,6 +149,8 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
             "phases": outcome.phases,
             "solver": outcome.solver,
             "candidates_evaluated": outcome.evaluated,
+            "head_chunks": model.num_head_chunks,
+            "head_chunk_options": [m.num_head_chunks for m, _ in options],
             "seed": req.seed,
         }
     else:
@@ -156,6 +168,26 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
     return PlanOutcome(plan=plan, result=result, layout=best.layout, programs=best.programs, model=model,
                        costs=costs, baselines=base_results, plan_time_s=time.perf_counter() - t0,
                        search_info=search_info)
+
+
+def _head_split_options(model: ModelSpec, costs: CostTable) -> list[ModelSpec]:
+    """Vocabulary-chunked heads worth trying: when the head outweighs an average stage (about
+    two stages per device), split it into that many stage-sized chunks. None for tied embeddings."""
+    from .models.transform import split_head
+
+    if model.tie_word_embeddings or model.num_head_chunks != 1:
+        return []
+    work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
+    stage_share = float(work.sum()) / (2 * costs.num_devices)
+    k = int(np.ceil(float(work[-1]) / stage_share)) if stage_share > 0 else 1
+    k = min(k, 2 * costs.num_devices)
+    return [split_head(model, k)] if k >= 2 else []
+
+
+def _better_outcome(a, b) -> bool:
+    from .search.generator import _better
+
+    return _better(a.best, b.best)
 
 
 def _classic_strategy(strategy: str) -> str | None:
@@ -233,6 +265,15 @@ def load_plan_and_model(plan_path: str, model_arg: str | None) -> tuple[PlanFile
                              " with the model file the plan was made for") from e
         raise
     check_model_matches(plan, model, plan_path)
+    if plan.model.head_chunks > 1:
+        from .models.transform import split_head
+
+        model = split_head(model, plan.model.head_chunks)
+    if model.num_layers != plan.model.num_layers:
+        raise InputError(
+            f"{plan_path}: model.num_layers = {plan.model.num_layers} but '{model.name}' has {model.num_layers}"
+            f" layers (head in {plan.model.head_chunks} chunk(s)); re-plan with `adaptis plan`"
+        )
     return plan, model
 
 

@@ -23,7 +23,8 @@ class _Strict(BaseModel):
 class PlanModelRef(_Strict):
     name: str
     fingerprint: str = Field(description="sha256 of the normalized model spec")
-    num_layers: int = Field(ge=2)
+    num_layers: int = Field(ge=2, description="layers as planned (with the head's vocabulary chunks)")
+    head_chunks: int = Field(1, ge=1, description="the LM head is split into this many vocabulary chunks")
 
 
 class PlanHardwareRef(_Strict):
