@@ -11,11 +11,20 @@ import time
 import numpy as np
 import pytest
 
-from adaptis_plan.costmodel import causal_keys, layer_cost, layer_work, op_seconds
+from adaptis_plan.costmodel import (
+    attention_efficiency,
+    causal_keys,
+    gemm_efficiency,
+    kernel_seconds,
+    layer_cost,
+    layer_work,
+    op_seconds,
+)
 from adaptis_plan.costs import build_cost_table, layer_cost_rows
 from adaptis_plan.errors import InputError
 from adaptis_plan.hardware import load_hardware
 from adaptis_plan.params import model_params
+from adaptis_plan.spec.hardware import DeviceTypeSpec
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 from adaptis_plan.spec.profile import CostProfile, LayerCostEntry, MeasuredLink, ProfiledModel
 from adaptis_plan.spec.training import TrainingConfig
@@ -88,6 +97,16 @@ def nemotron_h_s() -> ModelSpec:
     )
 
 
+def nemotron_h_paper() -> ModelSpec:
+    """The paper's Nemotron-H-S as its simulator config reads (research/paper.md §5.1: hidden 1024, 32 heads,
+    28 layers, every third one attention, the rest Mamba): attention-only layers of 32 heads of 32 (8 kv heads),
+    the same Mamba-2 layers as `nemotron_h_s`; the shapes of the zoo's `nemotron-h-s`."""
+    mamba = LayerSpec(kind="mamba", mamba=MambaSpec(num_heads=32, head_dim=64, state_size=128, num_groups=8))
+    attention = LayerSpec(kind="attention", attention=AttentionSpec(num_heads=32, num_kv_heads=8, head_dim=32))
+    blocks = [attention if i % 3 == 2 else mamba for i in range(28)]
+    return ModelSpec(name="nemotron-h-paper-like", hidden_size=1024, vocab_size=131072, layers=[EMB] + blocks + [HEAD])
+
+
 def _train_flops(model: ModelSpec, training: TrainingConfig) -> float:
     works = [layer_work(model, layer, training) for layer in model.layers]
     return sum(w.f.flops + w.i.flops + w.w.flops for w in works)
@@ -151,14 +170,34 @@ def test_attention_flops_count_causal_mask_and_window() -> None:
 # ---- how costs scale ---------------------------------------------------------------------------
 
 
+def _f_kernel_s(model: ModelSpec, kind: str, training: TrainingConfig) -> float:
+    """F seconds less the s-independent launch overhead (kernel_overhead_s per launch)."""
+    layer = next(x for x in model.layers if x.kind == kind)
+    work = layer_work(model, layer, training)
+    return op_seconds(work, H200_DEV, H200.intra_node)[0] - H200_DEV.kernel_overhead_s * work.f.launches
+
+
 def test_attention_grows_superlinearly_mamba_linearly() -> None:
     model = nemotron_h_s()
+
+    def flops(kind: str, s: int) -> float:
+        return layer_work(model, next(x for x in model.layers if x.kind == kind), _train(s)).f.flops
+
+    # the work: Mamba and MLP layers are linear in s, attention quadratic
+    assert flops("mamba", 8192) == pytest.approx(2 * flops("mamba", 4096))
+    assert flops("mlp", 8192) == pytest.approx(2 * flops("mlp", 4096))
+    assert flops("attention", 8192) > 2.5 * flops("attention", 4096)
+    # the time: the launch overhead does not grow with s; the rest grows linearly, a little less
+    # because GEMMs with twice the rows fill the GPU's waves better (gemm_half_mn)
     attention = _f_s(model, "attention", _train(8192)) / _f_s(model, "attention", _train(4096))
-    mamba = _f_s(model, "mamba", _train(8192)) / _f_s(model, "mamba", _train(4096))
-    mlp = _f_s(model, "mlp", _train(8192)) / _f_s(model, "mlp", _train(4096))
     assert attention > 2.5
-    assert abs(mamba - 2) < 0.05 and abs(mlp - 2) < 0.05
-    assert _f_s(model, "attention", _train(4096)) > 1.5 * _f_s(model, "mamba", _train(4096))
+    for kind in ("mamba", "mlp"):
+        ratio = _f_kernel_s(model, kind, _train(8192)) / _f_kernel_s(model, kind, _train(4096))
+        assert 1.85 < ratio <= 2.0 + 1e-9, (kind, ratio)
+    # attention costs more than a Mamba layer, and more so the longer the sequence (paper §2.3: 3.12x at 4K,
+    # 4.81x at 32K); at 4K the Mamba layer's 16 short kernels and slow SSD scan keep the gap below the FLOPs'
+    ratios = [_f_s(model, "attention", _train(s)) / _f_s(model, "mamba", _train(s)) for s in (4096, 8192, 16384)]
+    assert 1.0 < ratios[0] and ratios[1] > 1.5 * ratios[0] and ratios[2] > 1.5 * ratios[1]
 
 
 def test_sliding_window_caps_attention() -> None:
@@ -180,6 +219,103 @@ def test_gemma_s_head_is_several_layers_like_the_paper() -> None:
     assert 5.72 / 2 < ratio < 5.72 * 2
 
 
+# ---- kernel-level efficiency -------------------------------------------------------------------
+
+
+def test_launch_overhead_dominates_a_tiny_layer() -> None:
+    """A tiny MLP layer's F is its ~5 launches, not its FLOPs; a large one's is its FLOPs."""
+    tiny = ModelSpec(
+        name="tiny",
+        hidden_size=64,
+        vocab_size=1000,
+        layers=[EMB, LayerSpec(kind="mlp", mlp=MlpSpec(activation="swiglu", intermediate_size=256)), HEAD],
+    )
+    training = _train(128)
+    work = layer_work(tiny, tiny.layers[1], training)
+    assert work.f.launches == 5  # norm, residual add, 2 GEMMs, activation
+    f_s = op_seconds(work, H200_DEV)[0]
+    launches_s = H200_DEV.kernel_overhead_s * work.f.launches
+    assert 4e-6 <= H200_DEV.kernel_overhead_s <= 8e-6
+    assert launches_s / f_s > 0.9
+    flat = H200_DEV.model_copy(update={"kernel_overhead_s": 0.0})
+    assert op_seconds(work, flat)[0] < f_s / 10
+    big = llama2_7b()
+    work = layer_work(big, big.layers[1], _train())
+    assert H200_DEV.kernel_overhead_s * work.f.launches < 0.03 * op_seconds(work, H200_DEV)[0]
+
+
+def test_small_gemms_are_less_efficient_than_large_ones() -> None:
+    dev, peak = H200_DEV, H200_DEV.matmul_efficiency
+    large = gemm_efficiency(dev, 8192, 8192, 8192)
+    assert 0.95 * peak < large < peak  # saturates at matmul_efficiency
+    layer = gemm_efficiency(dev, 4096, 3 * 4096, 4096)  # a hidden-4096 layer's GEMM: the old flat 0.65
+    assert 0.63 < layer < 0.68
+    expert = gemm_efficiency(dev, 4096 * 6 / 64, 1408, 2048)  # a DeepSeek expert on T*top_k/E = 384 tokens
+    assert expert < 0.5 * large
+    # monotone in every dimension, symmetric in m and n
+    assert gemm_efficiency(dev, 1024, 4096, 4096) < gemm_efficiency(dev, 2048, 4096, 4096)
+    assert gemm_efficiency(dev, 4096, 4096, 256) < gemm_efficiency(dev, 4096, 4096, 1024)
+    assert gemm_efficiency(dev, 512, 4096, 2048) == gemm_efficiency(dev, 4096, 512, 2048)
+    # the MoE experts get it automatically: per FLOP they take ~2x the dense MLP's time
+    model = deepseek(16, 3, 131072, "deepseek-s-like")
+    moe = layer_work(model, model.layers[-2], _train())
+    dense = layer_work(model, model.layers[1], _train())
+    expert_in = next(k for k in moe.f.kernels if k.what == "expert_in")
+    mlp_in = next(k for k in dense.f.kernels if k.what == "mlp_in")
+    assert expert_in.launches == 64 and expert_in.shape == (384, 2 * 1408, 2048)
+    per_flop = [kernel_seconds(k, dev) / k.flops for k in (expert_in, mlp_in)]
+    assert per_flop[0] > 1.8 * per_flop[1]
+
+
+def test_attention_and_scan_efficiency() -> None:
+    dev = H200_DEV
+    effs = [attention_efficiency(dev, d) for d in (32, 64, 128, 256)]
+    assert effs == sorted(effs) and effs[-1] < dev.matmul_efficiency
+    assert effs[0] < 0.5 * effs[-1]  # head_dim 32 reaches far less of peak than 256
+    assert 0.35 < effs[1] < 0.45 and 0.45 < effs[2] < 0.6  # cuDNN / FA3 on H100 at 4K: ~0.4 and ~0.6 non-causal
+    assert dev.scan_efficiency is not None and dev.scan_efficiency < 0.5 * effs[1]
+    model = nemotron_h_s()
+    scan = next(k for k in layer_work(model, model.layers[1], _train()).f.kernels if k.kind == "scan")
+    assert scan.launches == 5
+
+
+def test_kernel_model_off_is_the_plain_roofline() -> None:
+    """A profile without the kernel-level fields times every kernel at matmul_efficiency with no overhead."""
+    plain = DeviceTypeSpec(
+        peak_bf16_tflops=989, matmul_efficiency=0.65, hbm_bytes=141e9, hbm_bandwidth_gbps=4800, source="test"
+    )
+    assert gemm_efficiency(plain, 1, 1, 1) == attention_efficiency(plain, 32) == 0.65
+    model = nemotron_h_s()
+    work = layer_work(model, model.layers[1], _train())
+    roofline = sum(
+        max(k.flops / (989e12 * 0.65), k.io_bytes / (4800e9 * 0.8)) for k in work.f.kernels
+    ) + work.f.mem_bytes / (4800e9 * 0.8)
+    assert op_seconds(work, plain)[0] == pytest.approx(roofline)
+
+
+def test_forward_ratios_match_the_paper_profile() -> None:
+    """Calibration target (research/paper.md §2.3): F ratios at the paper's scaled models, seq 4096 and the
+    paper's TP degrees (§5.1: Gemma TP 4, DeepSeek and Nemotron-H TP 2) within 35% of the profiled ones.
+
+    Not in the list: Nemotron-H attention / Mamba (paper 3.12), which a per-kernel model does not reproduce
+    for the paper-shaped attention-only layer (ours ~0.6; see costmodel.py's docstring, "Calibration": the
+    paper's own 4K -> 32K scaling puts most of that layer's 4K time in s-independent host-side overhead)."""
+    gemma, ds, nh = gemma_s(), deepseek(16, 3, 131072, "deepseek-s-like"), nemotron_h_paper()
+    cases = [
+        (gemma, "head", "decoder", 4, 5.72),
+        (ds, "moe", "decoder", 2, 2.28),
+        (ds, "head", "decoder", 2, 6.26),
+        (nh, "head", "mamba", 2, 13.99),
+    ]
+    for model, num, den, tp, paper in cases:
+        training = _train(4096, tp=tp)
+        ratio = _f_s(model, num, training) / _f_s(model, den, training)
+        assert abs(ratio / paper - 1) < 0.35, (model.name, num, den, ratio, paper)
+    # the one not matched still has the paper's direction of growth with the sequence length
+    short, long = (_f_s(nh, "attention", _train(s, tp=2)) / _f_s(nh, "mamba", _train(s, tp=2)) for s in (4096, 32768))
+    assert long > 3 * short
+
+
 def test_embedding_ops() -> None:
     model = gemma_s()
     cost = layer_cost(model, model.layers[0], _train(), H200_DEV)
@@ -192,7 +328,10 @@ def test_tensor_parallel_divides_and_adds_communication() -> None:
     one = layer_cost(model, model.layers[1], _train(), H200_DEV, H200.intra_node)
     two = layer_cost(model, model.layers[1], _train(tp=2), H200_DEV, H200.intra_node)
     assert one.f_s / 2 < two.f_s < one.f_s * 0.6
-    assert two.w_s == pytest.approx(one.w_s / 2, rel=1e-9)  # W has no TP communication
+    # W has no TP communication: half the work, plus the launches (which do not divide) and the
+    # slightly lower efficiency of half-width GEMMs
+    assert layer_work(model, model.layers[1], _train(tp=2)).w.collectives == ()
+    assert one.w_s / 2 < two.w_s < one.w_s / 2 * 1.05
     assert two.act_bytes == pytest.approx(one.act_bytes / 2)
     assert two.static_bytes == pytest.approx(one.static_bytes / 2)
     assert two.out_bytes == one.out_bytes / 2 == 4096 * 4096 * 2 / 2

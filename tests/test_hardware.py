@@ -51,6 +51,31 @@ def test_datasheet_numbers() -> None:
     assert load_hardware("a100").inter_node.bandwidth_gbps == 25  # HDR 200 Gb/s
 
 
+KERNEL_FIELDS = ("kernel_overhead_s", "gemm_half_mn", "gemm_half_k", "attention_half_head_dim", "scan_efficiency")
+
+
+def test_kernel_model_parameters() -> None:
+    """GPU profiles set the kernel-level refinements of the roofline (costmodel.py), each explained."""
+    sms = {"h200-sxm-141gb": 132, "h100-sxm5-80gb": 132, "a100-sxm4-80gb": 108}
+    builtin = {}
+    for name in ("a100", "h100", "h200"):
+        builtin.update(load_hardware(name).device_types)
+    for key, dt in builtin.items():
+        assert 4e-6 <= dt.kernel_overhead_s <= 8e-6  # CUDA launch + tail + host dispatch of a short kernel
+        assert dt.gemm_half_mn == pytest.approx(sms[key] / 2 * 128 * 128, rel=0.02)  # half a wave of 128x128 tiles
+        assert dt.gemm_half_k == 128
+        assert 16 <= dt.attention_half_head_dim <= 64
+        assert dt.scan_efficiency is not None and dt.scan_efficiency < 0.2 * dt.matmul_efficiency
+        assert len(dt.kernel_model_source) > 200
+    # Hopper's tensor cores outrun its softmax (special-function) units twice as far as Ampere's
+    assert builtin["h100-sxm5-80gb"].attention_half_head_dim == 2 * builtin["a100-sxm4-80gb"].attention_half_head_dim
+    for key, dt in load_hardware("h100-a100-mixed").device_types.items():
+        assert all(getattr(dt, f) == getattr(builtin[key], f) for f in KERNEL_FIELDS + ("matmul_efficiency",))
+    cpu = load_hardware("cpu").device_types["cpu-core"]  # a guess to be replaced by a measured profile: plain roofline
+    assert (cpu.kernel_overhead_s, cpu.gemm_half_mn, cpu.gemm_half_k, cpu.attention_half_head_dim) == (0, 0, 0, 0)
+    assert cpu.scan_efficiency is None
+
+
 def test_h200_fits_paper_cases() -> None:
     hw = load_hardware("h200")
     assert hw.groups[0].devices_per_node == 8

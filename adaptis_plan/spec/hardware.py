@@ -30,6 +30,37 @@ class DeviceTypeSpec(_Strict):
     hbm_bandwidth_gbps: PositiveFloat = Field(description="memory bandwidth, GB/s")
     memory_efficiency: float = Field(0.8, gt=0, le=1, description="achievable fraction of HBM bandwidth")
     source: str = Field(description="where the numbers come from")
+    # Kernel-level refinements of the roofline (costmodel.py's docstring has the formulas). The
+    # defaults switch each one off, so a profile without them times every kernel as before.
+    kernel_overhead_s: float = Field(
+        0.0, ge=0, description="fixed time per kernel launch (launch + ramp-up + tail), seconds"
+    )
+    gemm_half_mn: float = Field(
+        0.0,
+        ge=0,
+        description="GEMM output elements (m*n) at which wave / tile quantization halves the efficiency;"
+        " about half a wave of output tiles (SMs / 2 * 128 * 128); 0: no falloff",
+    )
+    gemm_half_k: float = Field(
+        0.0,
+        ge=0,
+        description="GEMM inner dimension k at which the K loop's prologue / epilogue halves the efficiency;"
+        " 0: no falloff",
+    )
+    attention_half_head_dim: float = Field(
+        0.0,
+        ge=0,
+        description="head_dim at which flash attention reaches half of matmul_efficiency"
+        " (its softmax work per score does not shrink with head_dim); 0: attention at matmul_efficiency",
+    )
+    scan_efficiency: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="fraction of peak of the Mamba-2 SSD chunked scan (a chain of small batched matmuls and"
+        " cumsums); null: matmul_efficiency",
+    )
+    kernel_model_source: str = Field("", description="where the kernel-level parameters above come from")
 
 
 class LinkSpec(_Strict):
