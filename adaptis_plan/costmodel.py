@@ -488,19 +488,35 @@ def _embedding(bld: _Builder, model: ModelSpec, b: int, s: int) -> None:
         bld.f_coll.append(Collective("reduce_scatter", T * h * e))
 
 
-def _head(bld: _Builder, model: ModelSpec, b: int, s: int) -> None:
-    e, T, h, v, t = bld.e, float(b * s), model.hidden_size, model.vocab_size, bld.t
-    bld.mem(f=2 * T * h * e, i=3 * T * h * e, launches=(1, 2, 0))  # final norm
-    bld.keep(act=2 * T * h * e + T * _FP32, act_w=T * h * e)
+def _head(bld: _Builder, model: ModelSpec, layer: LayerSpec, b: int, s: int) -> None:
+    e, T, h, t = bld.e, float(b * s), model.hidden_size, bld.t
+    lo, hi = layer.vocab_range or (0, model.vocab_size)
+    v = hi - lo
+    first, last = lo == 0, hi == model.vocab_size
+    if first:
+        bld.mem(f=2 * T * h * e, i=3 * T * h * e, launches=(1, 2, 0))  # final norm
+        bld.keep(act=2 * T * h * e + T * _FP32, act_w=T * h * e)
+    else:  # a later vocabulary chunk: it keeps the received normed input and running statistics
+        bld.keep(act=T * (h + 2) * _FP32, act_w=T * h * e)
     bld.gemm(T, v, h, "logits")
     # Megatron's unfused vocab-parallel cross-entropy, bytes per logit: F upcast (e + 4), max (4),
     # subtract (8), exp (8), sum (4), normalize to the saved softmax (8); I the in-place gradient
-    # scale (8) and the downcast for the logits GEMM (4 + e)
+    # scale (8) and the downcast for the logits GEMM (4 + e). A vocabulary chunk does this over its
+    # slice and merges the running log-sum-exp and target logit (a few bytes per token).
     bld.mem(f=T * v * (e + 36), i=T * v * (12 + e), launches=CROSS_ENTROPY_LAUNCHES)
     bld.keep(act=T * v * (_FP32 + e))
+    if not (first and last):
+        bld.mem(f=6 * T * _FP32, i=6 * T * _FP32, launches=(3, 3, 0))
     if t > 1:
         bld.f_coll += [Collective("all_gather", T * h * e)] + [Collective("all_reduce", T * _FP32)] * 3
         bld.i_coll.append(Collective("reduce_scatter", T * h * e))
+
+
+def head_out_bytes(model: ModelSpec, layer: LayerSpec, b: int, s: int) -> float:
+    """Bytes after a head layer: 0 after the last; a non-final vocabulary chunk sends the normed
+    hidden state and two fp32 running statistics per token, in fp32."""
+    lo, hi = layer.vocab_range or (0, model.vocab_size)
+    return 0.0 if hi == model.vocab_size else float(b * s) * (model.hidden_size + 2) * _FP32
 
 
 def bytes_per_param(training: TrainingConfig) -> float:
@@ -520,7 +536,7 @@ def bytes_per_param(training: TrainingConfig) -> float:
 
 def held_params(model: ModelSpec, layer: LayerSpec) -> int:
     """Parameters the layer's device keeps (the head keeps the vocabulary matrix even if tied)."""
-    if layer.kind == "head" and model.tie_word_embeddings:
+    if layer.kind == "head" and model.tie_word_embeddings:  # (split heads are never tied)
         return layer_params(model, layer).total + model.vocab_size * model.hidden_size
     return layer_params(model, layer).total
 
@@ -534,7 +550,7 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
     if layer.kind == "embedding":
         _embedding(bld, model, b, s)
     elif layer.kind == "head":
-        _head(bld, model, b, s)
+        _head(bld, model, layer, b, s)
     else:
         if layer.mamba is not None:
             _mamba(bld, layer.mamba, b, s, h)
@@ -558,7 +574,7 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
         act_bytes=act,
         act_w_bytes=min(act_w, act),
         static_bytes=params / t * bytes_per_param(training),
-        out_bytes=0.0 if layer.kind == "head" else T * h * e / t,
+        out_bytes=head_out_bytes(model, layer, b, s) if layer.kind == "head" else T * h * e / t,
         params_held=params,
         recompute=recompute,
         tp=t,

@@ -40,7 +40,7 @@ from .spec.training import TrainingConfig
 
 def _layer_key(layer: LayerSpec) -> tuple[Any, ...]:
     """Layers with equal shapes share costs, whatever their `name`."""
-    return (layer.kind, layer.attention, layer.mlp, layer.moe, layer.mamba)
+    return (layer.kind, layer.attention, layer.mlp, layer.moe, layer.mamba, layer.vocab_range)
 
 
 def _works(model: ModelSpec, training: TrainingConfig) -> list[LayerWork]:
@@ -110,6 +110,24 @@ def _check_profile(profile: CostProfile, model: ModelSpec, training: TrainingCon
                 )
 
 
+def _profile_targets(profile: CostProfile, model: ModelSpec):
+    """(layer index, scale, entry) for every measured layer. A profile measured on the unsplit
+    model applies its head to each vocabulary chunk in proportion to the chunk's share of the
+    vocabulary (logits GEMM and cross-entropy are linear in it); a profile of the split model
+    applies as measured."""
+    k = model.num_head_chunks
+    measured_layers = 1 + max(i for e in profile.entries for i in e.layers)
+    unsplit_head = model.num_layers - k
+    for entry in profile.entries:
+        for index in entry.layers:
+            if k > 1 and measured_layers == unsplit_head + 1 and index == unsplit_head:
+                for j in range(unsplit_head, model.num_layers):
+                    lo, hi = model.layers[j].vocab_range
+                    yield j, (hi - lo) / model.vocab_size, entry
+            else:
+                yield index, 1.0, entry
+
+
 def build_cost_table(
     model: ModelSpec,
     hardware: HardwareProfile,
@@ -134,10 +152,9 @@ def build_cost_table(
     bw, latency = _link_matrices([node for _, node in slots], hardware.intra_node, hardware.inter_node)
     if profile is not None:
         _check_profile(profile, model, training, profile_source)
-        for entry in profile.entries:
-            idx = list(entry.layers)
-            f_s[:, idx], i_s[:, idx], w_s[:, idx] = entry.f_s, entry.i_s, entry.w_s
-            act[idx], act_w[idx] = entry.act_bytes, min(entry.act_w_bytes, entry.act_bytes)
+        for idx, scale, entry in _profile_targets(profile, model):
+            f_s[:, idx], i_s[:, idx], w_s[:, idx] = entry.f_s * scale, entry.i_s * scale, entry.w_s * scale
+            act[idx], act_w[idx] = entry.act_bytes * scale, min(entry.act_w_bytes, entry.act_bytes) * scale
         if profile.link is not None:
             if profile.link.bandwidth_gbps <= 0:
                 raise InputError(
