@@ -161,6 +161,7 @@ class _Search:
         self.phases: list[dict] = []
         self.solver: dict = {}
         self.best: Candidate | None = None
+        self.skipped_placements = 0
 
     # -- helpers
     def left(self) -> float:
@@ -235,7 +236,13 @@ class _Search:
             placements = [("loop x2" if k == 2 else "sequential", placement("loop", self.p, k))]
         base_policy = _policies(self.p)[0]
         cands = []
-        for label, sd in placements:
+        # presets first, mixtures after; stop when this phase's share of the time is spent
+        placements.sort(key=lambda ls: (not ls[0].startswith(("sequential", "loop", "V")), len(ls[1])))
+        phase_end = t0 + 0.45 * self.time_limit_s
+        for n, (label, sd) in enumerate(placements):
+            if n >= 3 and time.perf_counter() > phase_end:
+                self.skipped_placements = len(placements) - n
+                break
             for bounds in self.partitions_for(sd):
                 layout = Layout(bounds=bounds, stage_device=sd, num_devices=self.p)
                 cands.append(self.schedule(layout, base_policy, label))
@@ -250,6 +257,8 @@ class _Search:
         for c in top:
             self.judge(c)
         self.log_phase("placement x partition", t0, n0)
+        if self.skipped_placements:
+            self.phases[-1]["skipped_placements"] = self.skipped_placements
         return top
 
     def _cpsat_partition(self, cand: Candidate) -> None:

@@ -191,10 +191,16 @@ def list_schedule(
         free_at[d] = end
         if remaining[d]:
             heapq.heappush(heap, (end, d))
-        for p in parked:
-            if end < free_at[p]:
-                free_at[p] = end
-                heapq.heappush(heap, (end, p))
+        # only the neighbour this action feeds can have gained a ready action: wake it on arrival
+        if op == "F" and s < last:
+            target, arrival = layout.stage_device[s + 1], end + st.p2p_fwd[s + 1]
+        elif op in ("I", "B") and s > 0:
+            target, arrival = layout.stage_device[s - 1], end + st.p2p_bwd[s - 1]
+        else:
+            target = -1
+        if target in parked and arrival < free_at[target]:
+            free_at[target] = arrival
+            heapq.heappush(heap, (arrival, target))
     if any(remaining):
         stuck = [d for d in range(n_dev) if remaining[d]]
         raise RuntimeError(f"list scheduler could not place every action (devices {stuck})")
