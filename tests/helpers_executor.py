@@ -153,7 +153,12 @@ def write_plan_file(
 ) -> Path:
     plan = PlanFile(
         strategy=strategy,
-        model=PlanModelRef(name=model.name, fingerprint=model.fingerprint(), num_layers=model.num_layers),
+        model=PlanModelRef(
+            name=model.name,
+            fingerprint=model.fingerprint(),
+            num_layers=model.num_layers,
+            head_chunks=model.num_head_chunks,
+        ),
         hardware=PlanHardwareRef(name="cpu", fingerprint="none"),
         training=TrainingConfig(
             num_microbatches=num_microbatches,

@@ -6,7 +6,9 @@ Use from Python (the CLI's `adaptis run PLAN.json [--verify] [--trace T.json]` c
     result = run_plan("plan.json", model_spec, steps=3, verify=True)
 
 Data flow: plan file (+ the `ModelSpec` it was made for) -> checks (`read_plan`, model
-fingerprint, `lowering.lower`: refused before any process starts) -> one
+fingerprint, the layer count and head chunks (an unsplit model is split into the plan's
+`model.head_chunks` vocabulary chunks, `models.transform.split_head`), `lowering.lower`:
+refused before any process starts) -> one
 `python -m torch.distributed.run --nproc-per-node P --max-restarts 0 ... -m
 adaptis_plan.executor.worker` (one process per plan device; gloo on CPU, NCCL on GPU) ->
 result files in a temporary folder -> the `run` JSON keys of DESIGN.md (+ the optional
@@ -23,6 +25,7 @@ communication error.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AdaptisError, InputError
+from ..models.transform import split_head
 from ..plan import check_model_matches, plan_layout, plan_programs, read_plan, write_json_atomic
 from ..spec.model import ModelSpec
 from ..spec.plan import PlanFile
@@ -129,6 +133,7 @@ def run_plans(
     if p2p_order not in ("auto", "peer", "global"):
         raise InputError(f"p2p_order = {p2p_order!r}: use auto, peer or global")
     plans = [_load(job) for job in jobs]
+    jobs = [dataclasses.replace(job, model=_model_for_plan(job, plan)) for job, plan in zip(jobs, plans, strict=True)]
     pp = plans[0].training.pp
     for job, plan in zip(jobs, plans, strict=True):
         if plan.training.pp != pp:
@@ -204,6 +209,20 @@ def _load(job: PlanJob) -> PlanFile:
         err.grid = getattr(e, "grid", "")  # type: ignore[attr-defined]
         raise err from None
     return plan
+
+
+def _model_for_plan(job: PlanJob, plan: PlanFile) -> ModelSpec:
+    """The model as planned: split into the plan's head chunks when given unsplit (same fingerprint)."""
+    model, k = job.model, plan.model.head_chunks
+    if k > 1 and model.num_head_chunks == 1:
+        model = split_head(model, k)
+    if model.num_head_chunks != k or model.num_layers != plan.model.num_layers:
+        raise InputError(
+            f"{job.plan_path}: model.num_layers = {plan.model.num_layers} with the head in {k} chunk(s), but"
+            f" '{model.name}' has {model.num_layers} layers with the head in {model.num_head_chunks} chunk(s);"
+            " pass the model the plan was made for or re-plan"
+        )
+    return model
 
 
 def _resolve_device(device: str, nproc: int) -> str:

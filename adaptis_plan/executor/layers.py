@@ -21,6 +21,11 @@ Layers (pre-norm residual blocks; the norm kind is `model.norm`):
   quadratic form inside a chunk) + D skip -> group-wise gated RMSNorm -> out_proj.
 - head: final norm + LM head + cross-entropy (mean over the micro-batch's tokens; the
   runtime scales it by 1 / num_microbatches for gradient accumulation).
+- head chunk (a head split into k vocabulary chunks by `models.transform.split_head`, each
+  layer with `vocab_range = (lo, hi)`): see `HeadChunkLayer`. Chunk c < k-1 outputs the packed
+  boundary tensor [b, s, h + 2] float32 = (normed hidden, running log-sum-exp, running target
+  logit); the last chunk outputs the same loss as the unsplit head. `boundary_spec` tells the
+  runtime the shape and dtype of whatever a layer hands to the next one.
 
 Every projection goes through `wgrad.linear` so its weight gradient can be deferred to W.
 
@@ -374,6 +379,73 @@ class HeadLayer(nn.Module):
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
+class HeadChunkLayer(nn.Module):
+    """Chunk c of k of a head split into vocabulary slices; scores vocabulary [lo, hi).
+
+    Input: chunk 0 the hidden state x [b, s, h] (normed here: y = norm(x)); chunk c > 0 the
+    packed tensor of chunk c-1, unpacked into y, lse_prev, tgt_prev. Then, in fp32:
+    logits = y @ W^T (`wgrad.linear`, so I/W split works), lse = logsumexp(logits),
+    tgt = logits[label - lo] where lo <= label < hi, else 0, combined with the previous
+    chunks' as lse = logaddexp(lse_prev, lse), tgt = tgt_prev + tgt. The last chunk returns
+    mean(lse - tgt), the unsplit head's mean cross-entropy; the others return
+    cat(y, lse, tgt) [b, s, h + 2] in float32 whatever the model dtype (y's cast to fp32 and
+    back is exact). Autograd through the chain gives the unsplit head's gradients: the identity
+    path of y carries every later chunk's input gradient back to the norm.
+    Parameters: `norm.*` (chunk 0 only) and `lm_weight` [hi - lo, h], as `params.py` counts.
+    """
+
+    kind = "head"
+    tied_copy_names: tuple[str, ...] = ()
+
+    def __init__(self, model: ModelSpec, chunk: int, num_chunks: int, vocab_range: tuple[int, int]) -> None:
+        super().__init__()
+        if model.tie_word_embeddings:
+            raise ValueError("a head split into vocabulary chunks needs untied embeddings")
+        self.chunk, self.num_chunks = chunk, num_chunks
+        self.first, self.last = chunk == 0, chunk == num_chunks - 1
+        self.lo, self.hi = vocab_range
+        self.hidden = model.hidden_size
+        self.norm = make_norm(model.norm, model.hidden_size) if self.first else None
+        self.lm_weight = nn.Parameter(torch.empty(self.hi - self.lo, model.hidden_size))
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        h = self.hidden
+        if self.first:
+            y = self.norm(x)
+        else:
+            y = x[..., :h].to(self.lm_weight.dtype)
+            lse_prev, tgt_prev = x[..., h], x[..., h + 1]
+        logits = linear(y, self.lm_weight).float()
+        lse = torch.logsumexp(logits, dim=-1)
+        inside = (labels >= self.lo) & (labels < self.hi)
+        idx = (labels - self.lo).clamp(0, self.hi - self.lo - 1)
+        tgt = torch.where(inside, logits.gather(-1, idx.unsqueeze(-1)).squeeze(-1), 0.0)
+        if not self.first:
+            lse = torch.logaddexp(lse_prev, lse)
+            tgt = tgt_prev + tgt
+        if self.last:
+            return (lse - tgt).mean()
+        return torch.cat([y.float(), lse.unsqueeze(-1), tgt.unsqueeze(-1)], dim=-1)
+
+
+def is_head_chunk(model: ModelSpec, index: int) -> bool:
+    """Whether layer `index` is one chunk of a head split into vocabulary chunks (k > 1)."""
+    return model.layers[index].kind == "head" and model.num_head_chunks > 1
+
+
+def boundary_spec(
+    model: ModelSpec, index: int, micro_batch_size: int, seq_len: int, dtype: torch.dtype
+) -> tuple[tuple[int, ...], torch.dtype]:
+    """(shape, dtype) of what layer `index` (not the last layer) hands to layer `index + 1`.
+
+    [b, s, h] in the model dtype, except after a non-final head chunk: [b, s, h + 2] float32.
+    """
+    h = model.hidden_size
+    if is_head_chunk(model, index) and index < model.num_layers - 1:
+        return (micro_batch_size, seq_len, h + 2), torch.float32
+    return (micro_batch_size, seq_len, h), dtype
+
+
 # ---------------------------------------------------------------- construction
 
 
@@ -412,6 +484,16 @@ def build_layer(model: ModelSpec, index: int, *, seed: int = 0) -> nn.Module:
         with torch.no_grad():
             layer.weight.copy_(_embedding_init(model, seed))
         return layer
+    if spec.kind == "head" and model.num_head_chunks > 1:
+        k = model.num_head_chunks
+        chunk = HeadChunkLayer(model, index - (model.num_layers - k), k, spec.vocab_range)
+        with torch.no_grad():
+            chunk.lm_weight.normal_(0.0, INIT_STD, generator=layer_generator(seed, index))
+            if chunk.norm is not None:
+                chunk.norm.weight.fill_(1.0)
+                if getattr(chunk.norm, "bias", None) is not None:
+                    chunk.norm.bias.zero_()
+        return chunk
     if spec.kind == "head":
         layer = HeadLayer(model)
         with torch.no_grad():

@@ -17,7 +17,9 @@ What it computes:
   ("act", s, m) goes from stage s's device to stage s+1's after F(s, m); a gradient
   ("grad", s, m) goes from stage s's device to stage s-1's after I/B(s, m). Adjacent stages on
   one device hand over locally and need no transfer. Each transfer has a tag unique within a
-  step per (stage, mb, direction).
+  step per (stage, mb, direction). What a transfer carries (shape, dtype: [b, s, h] in the
+  model dtype, or [b, s, h + 2] float32 after a non-final head chunk) is the runtime's concern
+  (`layers.boundary_spec`); both directions across one stage boundary carry the same shape.
 
 Why the global order matters is explained in `runtime.py` (it is what makes the point-to-point
 traffic deadlock-free on gloo and NCCL alike).

@@ -15,6 +15,9 @@ Per distinct layer and repeat (medians over `repeats` after `warmup`):
 - I: backward to the layer input with weight GEMMs deferred (`WeightGradStore.deferring`);
 - W: the deferred weight GEMMs;
 - B: a fresh forward (untimed), then the fused full backward.
+A head split into vocabulary chunks is profiled chunk by chunk (`distinct_layers` says which
+chunks share an entry): a later chunk gets a packed [b, s, h + 2] float32 input, and only the
+last chunk's output is a loss (the others are backpropagated from a seeded output gradient).
 Memory: `act_bytes` = distinct storages autograd saves during F (a saved-tensor hook;
 parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
 gradients, distinct storages; capped at `act_bytes`, since the cost model's memory semantics
@@ -28,6 +31,7 @@ the entry point of those two processes:
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import statistics
@@ -50,10 +54,22 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def distinct_layers(model: ModelSpec) -> list[list[int]]:
-    """Groups of layer indices with identical specs (the optional `name` label ignored), in first-seen order."""
+    """Groups of layer indices with identical specs (the optional `name` label ignored), in first-seen order.
+
+    The chunks of a split head group by (role, vocabulary slice size): the first chunk (with the
+    final norm, hidden-state input), the last (the loss) and the middle ones (packed input and
+    output) compute different things; middle chunks of equal size share an entry.
+    """
     groups: dict[str, list[int]] = {}
+    k = model.num_head_chunks
     for i, layer in enumerate(model.layers):
-        groups.setdefault(layer.model_dump_json(exclude={"name"}), []).append(i)
+        if layer.kind == "head" and k > 1 and layer.vocab_range is not None:
+            c = i - (model.num_layers - k)
+            role = "first" if c == 0 else "last" if c == k - 1 else "middle"
+            key = f"head-chunk:{role}:{layer.vocab_range[1] - layer.vocab_range[0]}"
+        else:
+            key = layer.model_dump_json(exclude={"name"})
+        groups.setdefault(key, []).append(i)
     return list(groups.values())
 
 
@@ -95,6 +111,12 @@ def _profile_layer(
     ids = torch.randint(0, model.vocab_size, shape, generator=g).to(device)
     labels = torch.randint(0, model.vocab_size, shape, generator=g).to(device)
     hidden = torch.randn(*shape, model.hidden_size, generator=g).to(device=device, dtype=dtype)
+    if kind == "head" and index > 0 and model.layers[index - 1].kind == "head":
+        # a later head chunk reads the packed (normed hidden, running lse, running target) tensor
+        y = torch.randn(*shape, model.hidden_size, generator=g).to(dtype).float()
+        lse = math.log(model.vocab_size) + torch.randn(*shape, 1, generator=g)
+        hidden = torch.cat([y, lse, torch.randn(*shape, 1, generator=g)], dim=-1).to(device)
+    is_loss = index == model.num_layers - 1
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
     store = WeightGradStore()
 
@@ -113,7 +135,7 @@ def _profile_layer(
         (out, _), nbytes = _saved_bytes(forward, params)
         _sync(device)
         t1 = time.perf_counter()
-        grad = None if kind == "head" else torch.ones_like(out) / out.numel()
+        grad = None if is_loss else torch.ones_like(out) / out.numel()
         with store.deferring("p"):
             torch.autograd.backward(out, grad)
         _sync(device)

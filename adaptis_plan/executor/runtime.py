@@ -6,9 +6,13 @@ plan's layout, the lowered transfers (`lowering.py`) and the model spec; each st
 
 Per action, in the rank's plan order:
 - `F(s, m)`: take the stage input (token ids for stage 0; else the local handoff from stage
-  s-1 when it lives on this rank, else the received activation), forward, keep (input,
-  output) for the backward, hand the output to stage s+1 (locally or by `isend`). The last
-  stage's output is the micro-batch loss times 1 / num_microbatches.
+  s-1 when it lives on this rank, else the received activation), forward (every stage that
+  holds a head layer or head chunk gets the micro-batch's labels), keep (input, output) for
+  the backward, hand the output to stage s+1 (locally or by `isend`). The last stage's output
+  is the micro-batch loss times 1 / num_microbatches; only the model's last layer (the head,
+  or the last chunk of a split head) makes a loss. The tensor between stages s and s+1 is
+  [b, s, h] in the model dtype, or [b, s, h + 2] float32 after a non-final head chunk
+  (`layers.boundary_spec`); receive buffers and the gradients sent back have that shape.
 - `I(s, m)` / `B(s, m)`: take the output gradient (none for the last stage: the loss itself;
   else the local handoff or the received gradient), run autograd backward to the stage input
   (`I` inside `WeightGradStore.deferring`: weight GEMMs stashed; `B`: everything), hand the
@@ -68,7 +72,7 @@ from torch import nn
 
 from ..core import Action
 from ..spec.model import ModelSpec
-from .layers import build_layer
+from .layers import boundary_spec, build_layer
 from .lowering import Lowered, Transfer
 from .wgrad import WeightGradStore
 
@@ -86,6 +90,7 @@ class Stage(nn.Module):
         self.first = start == 0
         self.last = stop == model.num_layers
         self.layers = nn.ModuleDict({str(i): build_layer(model, i, seed=seed) for i in range(start, stop)})
+        self.has_head = any(model.layers[i].kind == "head" for i in range(start, stop))
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers.values():
@@ -117,6 +122,8 @@ class Fault:
 class P2P:
     """Posts this rank's sends and receives line by line in the global transfer order (module docstring).
 
+    `boundaries[s]`: (shape, dtype) of the tensor between stages s and s+1, the activation
+    ("act", s, m) and the gradient ("grad", s + 1, m) alike.
     `order`: "peer" (one line per peer: receives are posted earliest; gloo) or "global" (one line
     for all peers: safe whatever NCCL's stream layout; the default on GPUs)."""
 
@@ -124,8 +131,7 @@ class P2P:
         self,
         lowered: Lowered,
         rank: int,
-        shape: tuple[int, ...],
-        dtype: torch.dtype,
+        boundaries: dict[int, tuple[tuple[int, ...], torch.dtype]],
         device: torch.device,
         timeout_s: float,
         order: str = "peer",
@@ -135,7 +141,7 @@ class P2P:
         self.rank = rank
         self.order = order
         self._lowered = lowered
-        self._shape, self._dtype, self._device = shape, dtype, device
+        self._boundaries, self._device = boundaries, device
         self._timeout = timedelta(seconds=timeout_s)
         self._queues: dict[int, deque[Transfer]] = {}
         self._recvs: dict[tuple[str, int, int], tuple[object, torch.Tensor, Transfer]] = {}
@@ -154,7 +160,8 @@ class P2P:
             while q:
                 t = q[0]
                 if t.dst == self.rank:
-                    buf = torch.empty(self._shape, dtype=self._dtype, device=self._device)
+                    shape, dtype = self._boundaries[t.stage if t.kind == "act" else t.stage - 1]
+                    buf = torch.empty(shape, dtype=dtype, device=self._device)
                     self._recvs[t.key] = (dist.irecv(buf, src=t.src, tag=t.tag), buf, t)
                 elif t.key in self._ready:
                     tensor = self._ready.pop(t.key)
@@ -257,8 +264,12 @@ class RankRuntime:
             b = self.layout.bounds
             self.stages[s] = Stage(model, s, b[s], b[s + 1], seed=seed).to(device=device, dtype=dtype)
         self.store = WeightGradStore()
-        shape = (micro_batch_size, seq_len, model.hidden_size)
-        self.comm = P2P(lowered, rank, shape, dtype, device, timeout_s, order=p2p_order)
+        b = self.layout.bounds
+        boundaries = {
+            s: boundary_spec(model, b[s + 1] - 1, micro_batch_size, seq_len, dtype)
+            for s in range(self.layout.num_stages - 1)
+        }
+        self.comm = P2P(lowered, rank, boundaries, device, timeout_s, order=p2p_order)
         self._timeout = timedelta(seconds=timeout_s)
         self._clock = _Clock(device)
 
@@ -297,7 +308,7 @@ class RankRuntime:
                     x = local.pop(key) if dev[s - 1] == self.rank else self.comm.recv(key)
                     x.requires_grad_()
                 t0 = self._clock.mark()
-                out = stage(x, labels[m] if s == last else None)
+                out = stage(x, labels[m] if stage.has_head else None)
                 if s == last:
                     out = out * scale
                     loss_sum = out.detach() if loss_sum is None else loss_sum + out.detach()

@@ -49,6 +49,8 @@ def reference_step(
 
     Gradient names are `{layer index}.{name in layer}`; with tied embeddings the head's
     `lm_weight` is the embedding parameter itself, so both names carry the summed gradient.
+    A head split into vocabulary chunks (`models.transform.split_head`) runs as its chunks,
+    in order, exactly as the pipeline does; only the last chunk's output is the loss.
     """
     prev_threads = torch.get_num_threads()
     if device == "cpu":
@@ -61,13 +63,12 @@ def reference_step(
         inputs, labels = synthetic_batch(
             model.vocab_size, num_microbatches, micro_batch_size, seq_len, seed=seed, step=0
         )
-        head = str(model.num_layers - 1)
         total = 0.0
         for m in range(num_microbatches):
-            x = inputs[m].to(device)
-            for i in range(model.num_layers - 1):
-                x = layers[str(i)](x)
-            loss = layers[head](x, labels[m].to(device)) * (1.0 / num_microbatches)
+            x, lab = inputs[m].to(device), labels[m].to(device)
+            for i in range(model.num_layers):  # every head chunk of a split head takes the labels
+                x = layers[str(i)](x, lab) if model.layers[i].kind == "head" else layers[str(i)](x)
+            loss = x * (1.0 / num_microbatches)
             loss.backward()
             total += float(loss.detach())
         grads = {

@@ -97,6 +97,11 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         raise RuntimeError(
             f"{plan_path} was made for model '{plan.model.name}', not '{model.name}' (fingerprints differ)"
         )
+    if plan.model.num_layers != model.num_layers:
+        raise RuntimeError(
+            f"{plan_path} has {plan.model.num_layers} layers (head in {plan.model.head_chunks} chunk(s)) but"
+            f" model '{model.name}' has {model.num_layers} (head in {model.num_head_chunks} chunk(s))"
+        )
     if plan.training.pp != world:
         raise RuntimeError(f"the plan has pp = {plan.training.pp} but torchrun started {world} processes")
     tr = plan.training
