@@ -1,0 +1,613 @@
+"""CP-SAT order model: the per-device order of F / I / W (or F / B) actions for a fixed layout.
+
+Data flow: `Layout` + `CostTable` + micro-batch count (+ an optional hint `Programs`) ->
+`SolveResult` whose payload is `Programs` (each device's actions sorted by the solver's start
+times). Called by the planner after the partition; the simulator judges the plan, never this
+model's makespan. `search/` is the only package that imports ortools; this module imports
+only `core` and `search.result` from the package (no simulator, no schedule builder).
+
+Model (one `_add_*` method per constraint family), all in integer time units:
+- one fixed-size interval per action: F, I, W per (stage, mb) when `split_backward`, else F, B;
+  durations are the stage's layer sums on the stage's own device row;
+- `add_no_overlap` per device;
+- precedences: F(s,mb) after F(s-1,mb) + P2P; I/B(s,mb) after F(s,mb) and after
+  I/B(s+1,mb) + P2P; W(s,mb) after I(s,mb). P2P between stage s-1 and s is
+  `costs.p2p_s(dev(s-1), dev(s), out_bytes[bounds[s]-1])`, zero on one device;
+- memory per device (only where the limit can bind): `add_cumulative` over spans from F's
+  start to I's end (demand act - act_w) and from F's start to W's end (demand act_w), or to
+  B's end (demand act); capacity = limit - the device's static bytes. Measured on this
+  machine, the cumulative form solves where a reservoir per device finds nothing in 10 s;
+- symmetry breaking: the micro-batches of one (stage, op) run in mb order;
+- objective: the makespan, with a redundant device bound (nothing on a device starts before
+  its first stage's F of mb 0, then the device works serially): CP-SAT's own bound was 60 %
+  below the optimum at P=8, M=32 without it.
+
+Scaling, done once in `_Scaled`: times to a power-of-ten unit (`result.time_unit_s`: the
+shortest duration or delay spans >= 1000 units, a serial upper bound of the step <= 1e9),
+stage durations and P2P delays rounded to nearest; bytes to a power-of-two unit, demands
+rounded up and capacities down (conservative).
+
+Hint: the caller's programs and a memory-aware greedy list scheduler (`_greedy_programs`),
+each timed by `_time_programs` (the order + the model's precedences, as soon as possible, in
+the model's integer units, so a hint is exactly feasible under the model when its order keeps
+mb order per (stage, op) and its peak memory fits). The best feasible one (smallest makespan)
+is passed to CP-SAT as a complete hint and also caps the horizon. The greedy runs twice when
+memory can bind: once reserving, at an mb's first F on a device, the activations of all of
+the device's stages for that mb (deadlock-free whenever one mb fits), once without (tighter
+when it does not deadlock). If the solver stops before loading any solution (presolve of
+the largest models can eat a short limit), the feasible hint comes back as a FEASIBLE result:
+it satisfies every constraint of the model. The reported bound is never below the device
+bound, which holds without solving.
+
+Time: `time_limit_s` covers the whole call (scaling, greedy, model building, solve); the
+solver gets what is left, at least 20 % of it, and can overrun by its presolve (measured up
+to ~0.8 s at P=16, M=64).
+
+Reproducibility: `num_workers=1` with a fixed `seed` gives the same search every run, hence
+the same answer whenever the solve ends by proof before the wall-clock limit. Several workers
+race and are not bit-reproducible (an OPTIMAL status still means the same makespan).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from adaptis_plan.core import Action, CostTable, Layout, Programs
+from adaptis_plan.search.result import (
+    SolveResult,
+    capacity_units,
+    demand_units,
+    mem_unit_bytes,
+    time_unit_s,
+    to_time_units,
+)
+
+Key = tuple[int, str, int]  # (stage, op, mb)
+Number = float  # int in the model, float (seconds) in `list_timing`
+
+_OP_RANK = {"F": 0, "I": 1, "B": 1, "W": 2}
+
+
+def _ops(split_backward: bool) -> tuple[str, ...]:
+    return ("F", "I", "W") if split_backward else ("F", "B")
+
+
+def _backward(split_backward: bool) -> str:
+    return "I" if split_backward else "B"
+
+
+def program_errors(layout: Layout, programs: Programs, num_microbatches: int, split_backward: bool) -> list[str]:
+    """What makes `programs` incomplete for the layout: a missing, repeated, foreign or misplaced action."""
+    errors: list[str] = []
+    if len(programs) != layout.num_devices:
+        return [f"{len(programs)} programs for {layout.num_devices} devices"]
+    ops = _ops(split_backward)
+    expected = {(s, op, m) for s in range(layout.num_stages) for op in ops for m in range(num_microbatches)}
+    seen: set[Key] = set()
+    for device, program in enumerate(programs):
+        for action in program:
+            key = (action.stage, action.op, action.mb)
+            if key not in expected:
+                errors.append(f"device {device}: {action} is not an action of this layout")
+            elif layout.stage_device[action.stage] != device:
+                errors.append(f"device {device}: {action} belongs on device {layout.stage_device[action.stage]}")
+            elif key in seen:
+                errors.append(f"device {device}: {action} appears twice")
+            seen.add(key)
+    errors += [f"{Action(*key)} is missing" for key in sorted(expected - seen)]
+    return errors
+
+
+def _time_programs(
+    programs: Programs,
+    num_stages: int,
+    duration: Callable[[int, str], Number],
+    delay: Sequence[Number],
+) -> dict[Key, tuple[Number, Number]] | None:
+    """Each action as soon as its device's previous action and its precedences allow.
+
+    `delay[s]` is the P2P time between stage s-1 and s (delay[0] unused). Returns
+    {(stage, op, mb): (start, end)}, or None when the orders deadlock.
+    """
+    timed: dict[Key, tuple[Number, Number]] = {}
+    pos = [0] * len(programs)
+    free: list[Number] = [0] * len(programs)
+    backward = "I" if any(a.op == "I" for p in programs for a in p) else "B"
+    progress = True
+    while progress:
+        progress = False
+        for d, program in enumerate(programs):
+            while pos[d] < len(program):
+                s, op, m = program[pos[d]]
+                deps: list[tuple[Key, Number]]
+                if op == "F":
+                    deps = [((s - 1, "F", m), delay[s])] if s > 0 else []
+                elif op in ("I", "B"):
+                    deps = [((s, "F", m), 0)]
+                    if s + 1 < num_stages:
+                        deps.append(((s + 1, op, m), delay[s + 1]))
+                else:
+                    deps = [((s, backward, m), 0)]
+                if any(key not in timed for key, _ in deps):
+                    break
+                start = max([free[d]] + [timed[key][1] + lag for key, lag in deps])
+                end = start + duration(s, op)
+                timed[(s, op, m)] = (start, end)
+                free[d] = end
+                pos[d] += 1
+                progress = True
+    if any(p < len(program) for p, program in zip(pos, programs, strict=True)):
+        return None
+    return timed
+
+
+def list_timing(layout: Layout, costs: CostTable, programs: Programs) -> dict[Action, tuple[float, float]] | None:
+    """(start_s, end_s) of every action when each device runs its program in order as soon as the
+    precedences and P2P delays of the order model allow (memory ignored); None on deadlock.
+
+    The model's own semantics in seconds, unrounded: a quick re-timing for tests and hints, not
+    the simulator.
+    """
+    sc = _Scaled.build(layout, costs, 1, True, None, unit_s=1.0, integer=False)
+    timed = _time_programs(programs, layout.num_stages, sc.duration, sc.delay)
+    return None if timed is None else {Action(*key): value for key, value in timed.items()}
+
+
+@dataclass(frozen=True)
+class _Scaled:
+    """The instance in model units, computed once.
+
+    `dur[s][op]` stage durations and `delay[s]` P2P delays in time units; `act[s]`, `act_w[s]`
+    activation demands and `capacity[d]` (None: unlimited) in memory units.
+    """
+
+    layout: Layout
+    num_microbatches: int
+    split_backward: bool
+    unit_s: float
+    dur: tuple[dict[str, Number], ...]
+    delay: tuple[Number, ...]
+    act: tuple[int, ...]
+    act_w: tuple[int, ...]
+    capacity: tuple[int | None, ...]
+
+    @classmethod
+    def build(
+        cls,
+        layout: Layout,
+        costs: CostTable,
+        num_microbatches: int,
+        split_backward: bool,
+        mem_limit_bytes: Sequence[float] | None,
+        unit_s: float | None = None,
+        integer: bool = True,
+    ) -> _Scaled:
+        sd = layout.stage_device
+        secs = []
+        for s, d in enumerate(sd):
+            layers = list(layout.layers(s))
+            f, i, w = (float(np.sum(t[d, layers])) for t in (costs.f_s, costs.i_s, costs.w_s))
+            secs.append({"F": f, "I": i, "W": w, "B": i + w})
+        delay_s = [0.0] + [
+            costs.p2p_s(sd[s - 1], sd[s], float(costs.out_bytes[layout.bounds[s] - 1])) for s in range(1, len(sd))
+        ]
+        if unit_s is None:
+            serial = num_microbatches * (sum(x["F"] + x["B"] for x in secs) + 2 * sum(delay_s))
+            positive = [x for row in secs for x in row.values() if x > 0] + [x for x in delay_s if x > 0]
+            unit_s = time_unit_s(serial, min(positive, default=0.0))
+        if integer:
+            dur = tuple({op: to_time_units(x, unit_s) for op, x in row.items()} for row in secs)
+            delay: tuple[Number, ...] = tuple(to_time_units(x, unit_s) for x in delay_s)
+        else:
+            dur, delay = tuple(secs), tuple(delay_s)
+
+        given = costs.mem_limit_bytes[: layout.num_devices] if mem_limit_bytes is None else mem_limit_bytes
+        limits = [float(x) for x in given]
+        if len(limits) != layout.num_devices:
+            raise ValueError(f"mem_limit_bytes has {len(limits)} entries for {layout.num_devices} devices")
+        finite = [x for x in limits if math.isfinite(x)]
+        unit_b = mem_unit_bytes(max(finite) if finite else 0.0)
+        act_b = [float(np.sum(costs.act_bytes[list(layout.layers(s))])) for s in range(len(sd))]
+        act_w_b = [float(np.sum(costs.act_w_bytes[list(layout.layers(s))])) for s in range(len(sd))]
+        if split_backward:
+            # two spans: rounded up separately, so together they cover act_bytes
+            act_w = tuple(demand_units(x, unit_b) for x in act_w_b)
+            act = tuple(demand_units(a - aw, unit_b) + aw_u for a, aw, aw_u in zip(act_b, act_w_b, act_w, strict=True))
+        else:
+            act, act_w = tuple(demand_units(a, unit_b) for a in act_b), (0,) * len(sd)
+        capacity = []
+        for d, limit in enumerate(limits):
+            static = float(sum(np.sum(costs.static_bytes[list(layout.layers(s))]) for s in layout.stages_of(d)))
+            capacity.append(capacity_units(limit - static, unit_b))
+        return cls(layout, num_microbatches, split_backward, unit_s, dur, delay, act, act_w, tuple(capacity))
+
+    def duration(self, stage: int, op: str) -> Number:
+        return self.dur[stage][op]
+
+    def binding_capacity(self, device: int) -> int | None:
+        """The device's capacity if it can bind (all mbs of all its stages at once would not fit), else None."""
+        cap = self.capacity[device]
+        total = self.num_microbatches * sum(self.act[s] for s in self.layout.stages_of(device))
+        return None if cap is None or cap >= total else cap
+
+    def time_programs(self, programs: Programs) -> dict[Key, tuple[Number, Number]] | None:
+        return _time_programs(programs, self.layout.num_stages, self.duration, self.delay)
+
+    def spans(self, timed: dict[Key, tuple[Number, Number]], device: int) -> list[tuple[Number, Number, int]]:
+        """Memory spans (start, end, demand) of the device under the model's semantics."""
+        bwd = _backward(self.split_backward)
+        out = []
+        for s in self.layout.stages_of(device):
+            for m in range(self.num_microbatches):
+                start = timed[(s, "F", m)][0]
+                if self.act[s] - self.act_w[s]:
+                    out.append((start, timed[(s, bwd, m)][1], self.act[s] - self.act_w[s]))
+                if self.act_w[s]:
+                    out.append((start, timed[(s, "W", m)][1], self.act_w[s]))
+        return out
+
+    def hint_feasible(self, timed: dict[Key, tuple[Number, Number]]) -> bool:
+        """Whether timed actions satisfy the model's mb order and memory (precedences hold by construction)."""
+        ops = _ops(self.split_backward)
+        for s in range(self.layout.num_stages):
+            for op in ops:
+                for m in range(1, self.num_microbatches):
+                    if timed[(s, op, m - 1)][1] > timed[(s, op, m)][0]:
+                        return False
+        for d in range(self.layout.num_devices):
+            cap = self.binding_capacity(d)
+            if cap is None:
+                continue
+            events = sorted((t, delta) for a, b, dem in self.spans(timed, d) for t, delta in ((a, dem), (b, -dem)))
+            # a span [a, b) no longer counts at b: releases sort before allocations at one time
+            used = 0
+            for _, delta in events:
+                used += delta
+                if used > cap:
+                    return False
+        return True
+
+
+def _greedy_programs(sc: _Scaled, reserve_ahead: bool = True) -> Programs:
+    """A memory-aware list schedule: repeatedly start the action that can start earliest.
+
+    Ties: I/B before F before W, deeper stage first. An F may start only when the device has
+    room; an mb's first F on a device reserves the activations of all the device's stages for
+    that mb (released at each stage's I/W/B end), so the oldest mb in flight can always
+    proceed: no memory deadlock whenever one mb fits. If even that fails, memory is ignored
+    (the hint is then infeasible and the solver repairs or proves infeasibility).
+    """
+    layout, num_mb = sc.layout, sc.num_microbatches
+    num_stages, sd = layout.num_stages, layout.stage_device
+    bwd = _backward(sc.split_backward)
+    ops = _ops(sc.split_backward)
+    stages_of = [layout.stages_of(d) for d in range(layout.num_devices)]
+    first_stage = {d: stages[0] for d, stages in enumerate(stages_of) if stages}
+    reserve = {d: sum(sc.act[s] for s in stages_of[d]) for d in first_stage}
+
+    def demand(d: int, s: int) -> int:
+        if not reserve_ahead:
+            return sc.act[s]
+        return reserve[d] if s == first_stage[d] else 0
+
+    cap = [sc.binding_capacity(d) for d in range(layout.num_devices)]
+    nxt = {(s, op): 0 for s in range(num_stages) for op in ops}
+    end: dict[Key, Number] = {}
+    free: list[Number] = [0] * layout.num_devices
+    # memory a device holds: every span ends with an action of that device, which is scheduled
+    # before any later F there, so the memory an F sees is exactly what is not yet released
+    held = [0] * layout.num_devices
+    programs: Programs = [[] for _ in range(layout.num_devices)]
+    ignore_memory = False
+
+    def ready(s: int, op: str, m: int) -> Number | None:
+        if op == "F":
+            deps = [((s - 1, "F", m), sc.delay[s])] if s > 0 else []
+        elif op == bwd:
+            deps = [((s, "F", m), 0)] + ([((s + 1, bwd, m), sc.delay[s + 1])] if s + 1 < num_stages else [])
+        else:
+            deps = [((s, bwd, m), 0)]
+        if any(k not in end for k, _ in deps):
+            return None
+        return max([0] + [end[k] + lag for k, lag in deps])
+
+    def fits(d: int, demand: int) -> bool:
+        return cap[d] is None or ignore_memory or held[d] + demand <= cap[d]
+
+    def best(d: int) -> tuple | None:
+        found = None
+        for s in stages_of[d]:
+            for op in ops:
+                m = nxt[(s, op)]
+                if m >= num_mb:
+                    continue
+                r = ready(s, op, m)
+                if r is None:
+                    continue
+                if op == "F" and not fits(d, demand(d, s)):
+                    continue
+                start = max(free[d], r)
+                key = (start, _OP_RANK[op], -s, m, d, s, op)
+                if found is None or key < found:
+                    found = key
+        return found
+
+    heap = [c for c in (best(d) for d in range(layout.num_devices)) if c is not None]
+    heapq.heapify(heap)
+    remaining = num_stages * len(ops) * num_mb
+    while remaining:
+        if not heap:
+            if ignore_memory:
+                raise RuntimeError("greedy order deadlocked without memory limits")  # cannot happen: DAG
+            ignore_memory = True
+            heap = [c for c in (best(d) for d in range(layout.num_devices)) if c is not None]
+            heapq.heapify(heap)
+            continue
+        cand = heapq.heappop(heap)
+        if best(cand[4]) != cand:  # stale: the device's fresh best was pushed when it changed
+            continue
+        start, _, _, m, d, s, op = cand
+        finish = start + sc.dur[s][op]
+        end[(s, op, m)] = finish
+        free[d] = finish
+        nxt[(s, op)] += 1
+        remaining -= 1
+        programs[d].append(Action(s, op, m))
+        if op == "F":
+            held[d] += demand(d, s)
+        elif op == bwd:
+            held[d] -= sc.act[s] - sc.act_w[s]  # act_w is 0 without split backward
+        elif op == "W":
+            held[d] -= sc.act_w[s]
+        for dd in {d, sd[s - 1] if s > 0 else d, sd[s + 1] if s + 1 < num_stages else d}:
+            c = best(dd)
+            if c is not None:
+                heapq.heappush(heap, c)
+    return programs
+
+
+class OrderModel:
+    """Interval model of one layout's actions. Build, optionally `add_hint`, then `solve()`."""
+
+    def __init__(self, sc: _Scaled, horizon: int) -> None:
+        self.sc = sc
+        self.horizon = horizon
+        self.model = cp_model.CpModel()
+        self.start: dict[Key, cp_model.IntVar] = {}
+        self.interval: dict[Key, cp_model.IntervalVar] = {}
+        self.span_size: list[tuple[cp_model.IntVar, Key, Key]] = []
+        self.makespan = self.model.new_int_var(0, horizon, "makespan")
+        self._add_actions()
+        self._add_no_overlap()
+        self._add_precedences()
+        self._add_mb_order()
+        self._add_memory()
+        self._add_makespan()
+        self._add_device_bounds()
+
+    def _end(self, key: Key) -> cp_model.LinearExpr:
+        return self.start[key] + self.sc.dur[key[0]][key[1]]
+
+    def _add_actions(self) -> None:
+        # one fixed-size interval per action
+        for s in range(self.sc.layout.num_stages):
+            for op in _ops(self.sc.split_backward):
+                size = int(self.sc.dur[s][op])
+                for m in range(self.sc.num_microbatches):
+                    key = (s, op, m)
+                    var = self.model.new_int_var(0, max(0, self.horizon - size), f"start_{s}{op}{m}")
+                    self.start[key] = var
+                    self.interval[key] = self.model.new_fixed_size_interval_var(var, size, f"{s}{op}{m}")
+
+    def _add_no_overlap(self) -> None:
+        # a device runs one action at a time
+        for d in range(self.sc.layout.num_devices):
+            stages = set(self.sc.layout.stages_of(d))
+            self.model.add_no_overlap([iv for key, iv in self.interval.items() if key[0] in stages])
+
+    def _add_precedences(self) -> None:
+        # activations flow down the stages, gradients back up, W after its I
+        sc, num_stages = self.sc, self.sc.layout.num_stages
+        bwd = _backward(sc.split_backward)
+        for m in range(sc.num_microbatches):
+            for s in range(num_stages):
+                if s > 0:
+                    self.model.add(self.start[(s, "F", m)] >= self._end((s - 1, "F", m)) + int(sc.delay[s]))
+                self.model.add(self.start[(s, bwd, m)] >= self._end((s, "F", m)))
+                if s + 1 < num_stages:
+                    self.model.add(self.start[(s, bwd, m)] >= self._end((s + 1, bwd, m)) + int(sc.delay[s + 1]))
+                if sc.split_backward:
+                    self.model.add(self.start[(s, "W", m)] >= self._end((s, "I", m)))
+
+    def _add_mb_order(self) -> None:
+        # symmetry breaking: mbs of one (stage, op) are interchangeable, so run them in order
+        for s in range(self.sc.layout.num_stages):
+            for op in _ops(self.sc.split_backward):
+                for m in range(1, self.sc.num_microbatches):
+                    self.model.add(self.start[(s, op, m)] >= self._end((s, op, m - 1)))
+
+    def _add_memory(self) -> None:
+        # activations live from F's start to I's (act - act_w) / W's (act_w) / B's (act) end
+        sc = self.sc
+        bwd = _backward(sc.split_backward)
+        for d in range(sc.layout.num_devices):
+            cap = sc.binding_capacity(d)
+            if cap is None:
+                continue
+            intervals, demands = [], []
+            for s in sc.layout.stages_of(d):
+                parts = [(bwd, sc.act[s] - sc.act_w[s])] + ([("W", sc.act_w[s])] if sc.split_backward else [])
+                for m in range(sc.num_microbatches):
+                    for op, demand in parts:
+                        if demand <= 0:
+                            continue
+                        size = self.model.new_int_var(0, self.horizon, f"mem_{s}{op}{m}")
+                        end = self._end((s, op, m))
+                        intervals.append(
+                            self.model.new_interval_var(self.start[(s, "F", m)], size, end, f"live_{s}{op}{m}")
+                        )
+                        demands.append(demand)
+                        self.span_size.append((size, (s, "F", m), (s, op, m)))
+            self.model.add_cumulative(intervals, demands, cap)
+
+    def _add_makespan(self) -> None:
+        # the step ends with the last mb of every (stage, op) (mb order makes it the latest)
+        last = self.sc.num_microbatches - 1
+        for s in range(self.sc.layout.num_stages):
+            for op in _ops(self.sc.split_backward):
+                self.model.add(self.makespan >= self._end((s, op, last)))
+        self.model.minimize(self.makespan)
+
+    def _add_device_bounds(self) -> None:
+        # redundant: nothing on a device starts before its first stage's F of mb 0, and the
+        # device then runs all its work serially (then, without split backward, the gradient
+        # still has to flow back to stage 0); CP-SAT's own bound is far weaker on big models
+        sc = self.sc
+        for d in range(sc.layout.num_devices):
+            stages = sc.layout.stages_of(d)
+            if not stages:
+                continue
+            work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
+            tail = 0 if sc.split_backward else min(self._backward_tail(s) for s in stages)
+            self.model.add(self.makespan >= self.start[(stages[0], "F", 0)] + work + tail)
+
+    def device_lower_bound(self) -> int:
+        """The constant behind `_add_device_bounds`: a makespan bound that holds without solving."""
+        sc, best = self.sc, 0
+        for d in range(sc.layout.num_devices):
+            stages = sc.layout.stages_of(d)
+            if not stages:
+                continue
+            head = int(sum(sc.dur[s]["F"] + sc.delay[s + 1] for s in range(stages[0])))
+            work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
+            tail = 0 if sc.split_backward else min(self._backward_tail(s) for s in stages)
+            best = max(best, head + work + tail)
+        return best
+
+    def _backward_tail(self, stage: int) -> int:
+        """Least time from B(stage)'s end to B(0)'s end: the B chain below it with its P2P delays."""
+        return int(sum(self.sc.dur[s]["B"] + self.sc.delay[s + 1] for s in range(stage)))
+
+    def add_hint(self, timed: dict[Key, tuple[Number, Number]]) -> None:
+        """A complete hint: every start, span size and the makespan."""
+        for key, var in self.start.items():
+            self.model.add_hint(var, int(timed[key][0]))
+        for size, first, last in self.span_size:
+            self.model.add_hint(size, int(timed[last][1] - timed[first][0]))
+        self.model.add_hint(self.makespan, int(max(e for _, e in timed.values())))
+
+    def solve(self, time_limit_s: float, num_workers: int, seed: int) -> tuple[str, Programs | None, float, float]:
+        """(status name, programs or None, objective, best bound), the latter two in time units."""
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = float(time_limit_s)
+        solver.parameters.num_workers = int(num_workers)
+        solver.parameters.random_seed = int(seed)
+        # presolve probing took 4 s of wall time (1.0 deterministic) at P=16, M=64 with memory
+        solver.parameters.presolve_probing_deterministic_time_limit = 0.1
+        status = solver.solve(self.model)
+        name = solver.status_name(status)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return name, None, math.nan, solver.best_objective_bound
+        starts = {key: int(solver.value(var)) for key, var in self.start.items()}
+        return name, _programs_from_starts(self.sc, starts), solver.objective_value, solver.best_objective_bound
+
+
+def _programs_from_starts(sc: _Scaled, starts: dict[Key, Number]) -> Programs:
+    """Each device's actions sorted by start time."""
+
+    def order(a: Action) -> tuple:
+        start = starts[(a.stage, a.op, a.mb)]
+        # zero-length actions can share a start: keep precedence order (F down, I/B up, W last)
+        return (start, start + sc.dur[a.stage][a.op], _OP_RANK[a.op], a.stage if a.op == "F" else -a.stage, a.mb)
+
+    programs: Programs = [[] for _ in range(sc.layout.num_devices)]
+    for key in starts:
+        programs[sc.layout.stage_device[key[0]]].append(Action(*key))
+    for program in programs:
+        program.sort(key=order)
+    return programs
+
+
+def solve_order(
+    layout: Layout,
+    costs: CostTable,
+    num_microbatches: int,
+    *,
+    split_backward: bool = True,
+    hint: Programs | None = None,
+    mem_limit_bytes: Sequence[float] | None = None,
+    time_limit_s: float = 3.0,
+    num_workers: int = 2,
+    seed: int = 0,
+) -> SolveResult[Programs]:
+    """The per-device action order minimizing the makespan (payload: `Programs`).
+
+    `mem_limit_bytes` per device overrides `costs.mem_limit_bytes` (inf: no limit on that
+    device). `hint` is used when it is complete for the layout and deadlock-free; with the
+    built-in greedy order, the better feasible one starts the search. Objective, bound and
+    `hint_objective` are makespans in seconds (model units, see `result`). Infeasible memory
+    gives status INFEASIBLE and payload None; it never raises for that.
+    """
+    t0 = time.perf_counter()
+    if num_microbatches < 1:
+        raise ValueError(f"num_microbatches = {num_microbatches}: must be >= 1")
+    if costs.num_layers != layout.num_layers or costs.num_devices < layout.num_devices:
+        raise ValueError(
+            f"cost table ({costs.num_devices} devices x {costs.num_layers} layers) does not cover the layout"
+            f" ({layout.num_devices} devices x {layout.num_layers} layers)"
+        )
+    sc = _Scaled.build(layout, costs, num_microbatches, split_backward, mem_limit_bytes)
+    if any(cap is not None and cap < 0 for cap in sc.capacity):
+        return SolveResult("INFEASIBLE", None, None, time.perf_counter() - t0, None)
+
+    candidates = []
+    if hint is not None and not program_errors(layout, hint, num_microbatches, split_backward):
+        candidates.append(hint)
+    candidates.append(_greedy_programs(sc, reserve_ahead=True))
+    if any(sc.binding_capacity(d) is not None for d in range(layout.num_devices)):
+        candidates.append(_greedy_programs(sc, reserve_ahead=False))  # tighter when it does not deadlock
+    timed_hints = [t for t in (sc.time_programs(p) for p in candidates) if t is not None]
+    feasible = [t for t in timed_hints if sc.hint_feasible(t)]
+    serial = num_microbatches * (sum(sum(row[op] for op in _ops(split_backward)) for row in sc.dur))
+    serial += num_microbatches * 2 * sum(sc.delay)
+    chosen, hint_objective, horizon = None, None, int(serial)
+    if feasible:
+        chosen = min(feasible, key=lambda t: max(e for _, e in t.values()))
+        horizon = int(max(e for _, e in chosen.values()))
+        hint_objective = horizon * sc.unit_s
+    elif timed_hints:
+        chosen = timed_hints[0]
+        horizon = max(horizon, int(max(e for _, e in chosen.values())))
+
+    model = OrderModel(sc, horizon)
+    if chosen is not None:
+        model.add_hint(chosen)
+    # the time limit covers the whole call; the solver always gets a moment to load the hint
+    solver_s = max(time_limit_s - (time.perf_counter() - t0), 0.2 * time_limit_s)
+    status, programs, objective, bound = model.solve(solver_s, num_workers, seed)
+    if programs is None and status == "UNKNOWN" and feasible and chosen is not None:
+        # the hint satisfies every constraint of the model: it is a solution the solver ran out of time to load
+        status, programs, objective = (
+            "FEASIBLE",
+            _programs_from_starts(sc, {k: v[0] for k, v in chosen.items()}),
+            horizon,
+        )
+    if programs is not None:
+        # never report less than the bound that holds without solving, nor more than the objective
+        known = bound if math.isfinite(bound) else 0
+        bound = min(max(known, model.device_lower_bound()), objective)
+    return SolveResult(
+        status=status,
+        objective=objective * sc.unit_s if programs is not None else None,
+        bound=bound * sc.unit_s if status != "INFEASIBLE" and math.isfinite(bound) else None,
+        wall_s=time.perf_counter() - t0,
+        payload=programs,
+        hint_objective=hint_objective,
+    )
