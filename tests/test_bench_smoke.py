@@ -1,0 +1,133 @@
+"""Smoke run of the benchmark harness (`bench/`): tiny cases at short time limits, seconds not minutes.
+
+Checks the report's shape (every section, its reproduce line, the tables, the targets with
+PASS / MISS), that every number in the per-case table parses, and that the pictures are
+well-formed SVG. No fixed result is asserted: the planner's numbers change as it is tuned.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not an installed package
+    sys.path.insert(0, str(ROOT))
+
+from bench import charts, paper, run  # noqa: E402
+
+# nemotron-h-s at PP 4 tends to split its head into vocabulary chunks (the chunked-baseline path)
+TINY = (paper.Case("llama-2-s", 2, 1024, 4, 0.5), paper.Case("nemotron-h-s", 4, 1024, 8, 0.5))
+
+
+def tiny_config() -> paper.BenchConfig:
+    ablation = tuple(
+        paper.AblationTask("gemma-s", comps, pp=2, seq_len=1024, num_microbatches=4, time_limit_s=0.3)
+        for comps in (("schedule",), ("partition", "placement"), paper.COMPONENTS)
+    )
+    plantime = (TINY[0], paper.Case("llama-2-s", 2, 1024, 8, 0.5))
+    return paper.BenchConfig(
+        paper=TINY, bubbles=TINY, seq=(TINY[1],), ablation=ablation, plantime=plantime, timeline=TINY[1], quick=True
+    )
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "BENCHMARKS.md"
+    prov = run.provenance(str(out), quick=True)
+    sections = [s for s in run.SECTIONS if s != "real"]  # bench/real.py (when it exists) is not CI-sized
+    text, ok = run.build_report(tiny_config(), sections, out, tmp / "docs" / "img", prov, workers=1)
+    assert ok
+    out.write_text(text)
+    return text, tmp
+
+
+def _table_after(text: str, heading: str) -> list[list[str]]:
+    """The rows (cells) of the first markdown table after `heading`."""
+    rest = text[text.index(heading) :]
+    lines = rest.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def test_every_section_with_its_reproduce_line(report: tuple[str, Path]) -> None:
+    text, _ = report
+    for heading in (
+        "## Paper cases",
+        "## Bubble ratios",
+        "## Sequence-length sweep",
+        "## Ablation",
+        "## Planning time vs micro-batches",
+    ):
+        assert heading in text
+    for section in ("paper", "bubbles", "seq", "ablation", "plantime"):
+        assert f"--quick --sections {section}`" in text
+    assert re.search(r"commit: `([0-9a-f]{4,}(\+dirty)?|unknown[^`]*)`", text)
+    assert "CPUs" in text and "UTC" in text
+    assert "adaptis plan --model llama-2-s --hardware h200 --pp 2 --microbatches 4 --seq-len 1024" in text
+    assert "Sections not run this time: real." in text
+
+
+def test_targets_say_pass_or_miss(report: tuple[str, Path]) -> None:
+    text, _ = report
+    rows = _table_after(text, "### Summary against the targets")
+    assert len(rows) >= 6
+    assert all(r[-1] in ("PASS", "MISS", "–", "context") for r in rows)
+    assert sum(r[-1] in ("PASS", "MISS") for r in rows) >= 6
+
+
+def test_per_case_numbers_parse(report: tuple[str, Path]) -> None:
+    text, _ = report
+    rows = _table_after(text, "### Per case")
+    assert [r[0] for r in rows] == [c.label for c in TINY]
+    for r in rows:
+        step, bubble, peak = float(r[3]), float(r[4].rstrip("%")), float(r[5])
+        assert step > 0 and 0 <= bubble <= 100 and peak > 0
+        assert float(r[7].removesuffix("x")) > 0  # vs I-1F1B
+        assert float(r[9].split("x")[0]) > 0  # vs best classic
+        assert int(r[10]) >= 1  # head chunks
+        assert float(r[14]) >= 0  # planning seconds
+    ablation = _table_after(text, "## Ablation")
+    assert ablation[0][0] == "gemma-s" and len(ablation[0]) == 4
+    for cell in ablation[0][1:]:
+        assert float(cell.split("x")[0]) > 0
+
+
+def test_pictures_are_well_formed_svg(report: tuple[str, Path]) -> None:
+    text, tmp = report
+    img = tmp / "docs" / "img"
+    names = sorted(p.name for p in img.glob("*.svg"))
+    assert names == ["speedup.svg", f"timeline-{TINY[1].slug}.svg"]
+    for name in names:
+        root = ET.fromstring((img / name).read_text())
+        assert root.tag.endswith("svg")
+        assert f"](docs/img/{name})" in text
+
+
+def test_speedup_chart_without_paper_markers() -> None:
+    svg = charts.speedup_chart([charts.SpeedupBar("a", 1.2, None), charts.SpeedupBar("b", None, 0.9)], "t", 1.4)
+    ET.fromstring(svg)
+
+
+def test_pool_keeps_the_task_order() -> None:
+    results = paper.run_tasks(list(reversed(TINY)), workers=2)
+    assert list(results) == list(reversed(TINY))
+    assert all(r.adaptive is not None for r in results.values())
+
+
+def test_real_section_placeholder_and_bad_sections(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run.importlib.util, "find_spec", lambda _name: None)
+    text, ok = run.real_section(run.provenance("B.md", quick=True), quick=True)
+    assert ok and "## Real execution (CPU, gloo)" in text and "not run" in text
+    with pytest.raises(SystemExit):
+        run.main(["--sections", "paper,bogus"])
