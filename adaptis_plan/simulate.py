@@ -433,11 +433,16 @@ def _bins_l2(sizes: np.ndarray, capacity: float) -> int:
 
 
 def _packing_bound(job: np.ndarray, num_devices: int) -> float:
-    """The largest capacity found for which L2 proves that `num_devices` bins do not suffice."""
+    """A lower bound on P||Cmax: the pigeonhole bound over the largest jobs, raised to the largest
+    capacity for which L2 / cardinality prove that `num_devices` bins do not suffice."""
     sizes = np.sort(np.asarray(job, dtype=float))[::-1]
     lo = max(float(sizes.max()), float(sizes.sum()) / num_devices)
     if num_devices == 1 or len(sizes) <= num_devices:
         return lo
+    # pigeonhole: of the j*P + 1 largest jobs some device gets j + 1, at least the j + 1 smallest of them
+    for j in range(1, (len(sizes) - 1) // num_devices + 1):
+        top = j * num_devices
+        lo = max(lo, float(sizes[top - j : top + 1].sum()))
     hi = float(sizes.sum())
     proven = lo
     for _ in range(40):
