@@ -204,6 +204,8 @@ def _check_positive(**values: int | float | None) -> None:
 @click.option("--stages-per-device", type=int, default=None, help="classic loop strategies: chunks per device")
 @click.option("--search", "search_arg", default="partition,placement,schedule", show_default=True,
               help="adaptive components to search (comma list; ablations)")
+@click.option("--head-chunks", "head_chunks", default="auto", show_default=True,
+              help="split the LM head into N vocabulary chunks (auto: adaptive decides; classic: 1)")
 @click.option("--recompute", is_flag=True, help="full activation recompute")
 @click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile from `adaptis profile`")
 @click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
@@ -211,17 +213,24 @@ def _check_positive(**values: int | float | None) -> None:
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def plan_cmd(model_arg, hardware_arg, pp, microbatches, seq_len, micro_batch_size, tp, strategy, partition,
-             stages_per_device, search_arg, recompute, costs_arg, time_limit, seed, output, as_json) -> None:
+             stages_per_device, search_arg, head_chunks, recompute, costs_arg, time_limit, seed, output,
+             as_json) -> None:
     """Plan partition, placement and schedule; write one JSON plan."""
     _check_positive(pp=pp, microbatches=microbatches, seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp,
                     time_limit=time_limit, stages_per_device=stages_per_device)
+    if head_chunks == "auto":
+        chunks = None
+    elif head_chunks.isdigit() and int(head_chunks) >= 1:
+        chunks = int(head_chunks)
+    else:
+        raise InputError(f"--head-chunks = {head_chunks!r}: use auto or a whole number >= 1")
     from .planning import PlanRequest, make_plan_for
 
     req = PlanRequest(
         model_arg=model_arg, hardware_arg=hardware_arg, pp=pp, num_microbatches=microbatches, seq_len=seq_len,
         micro_batch_size=micro_batch_size, tp=tp, strategy=strategy, partition=partition,
         stages_per_device=stages_per_device, search=tuple(s.strip() for s in search_arg.split(",") if s.strip()),
-        recompute=recompute, costs_path=costs_arg, time_limit_s=time_limit, seed=seed,
+        recompute=recompute, costs_path=costs_arg, head_chunks=chunks, time_limit_s=time_limit, seed=seed,
     )
     show_progress = not as_json and console().is_terminal
     outcome = make_plan_for(req, progress=show_progress)

@@ -42,6 +42,7 @@ class PlanRequest:
     search: tuple[str, ...] = ("partition", "placement", "schedule")
     recompute: bool = False
     costs_path: str | None = None
+    head_chunks: int | None = None  # None = adaptive decides (classic: 1)
     time_limit_s: float = 5.0
     seed: int = 0
 
@@ -119,7 +120,15 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
     training = _training(req)
     if req.pp > model.num_layers:
         raise InputError(f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp")
-    costs = cost_table_for(model, hw, training, load_costs_profile(req.costs_path))
+    profile = load_costs_profile(req.costs_path)
+    costs = cost_table_for(model, hw, training, profile)
+    forced = None
+    if req.head_chunks is not None and req.head_chunks > 1:
+        from .models.transform import split_head
+
+        forced = split_head(model, req.head_chunks)
+        if req.pp > forced.num_layers:
+            raise InputError(f"--pp = {req.pp}: more devices than the {forced.num_layers} layers; lower --pp")
 
     from .search.generator import classic_baselines, classic_candidate, search_plan
 
@@ -129,10 +138,12 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
             raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
         if req.time_limit_s <= 0:
             raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
-        profile = load_costs_profile(req.costs_path)
-        options = [(model, costs)]
-        if "partition" in req.search:
-            options += [(m, cost_table_for(m, hw, training, profile)) for m in _head_split_options(model, costs)]
+        if forced is not None:
+            options = [(forced, cost_table_for(forced, hw, training, profile))]
+        else:
+            options = [(model, costs)]
+            if req.head_chunks is None and "partition" in req.search:
+                options += [(m, cost_table_for(m, hw, training, profile)) for m in _head_split_options(model, costs)]
         outcome = None
         with _progress_bar(progress) as tick:
             for k, (m, c) in enumerate(options):
@@ -154,10 +165,13 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
             "seed": req.seed,
         }
     else:
+        if forced is not None:
+            model, costs = forced, cost_table_for(forced, hw, training, profile)
         best = classic_candidate(costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform",
                                  req.stages_per_device)
         strategy = classic
-        search_info = {"source": best.label, "partition": req.partition or "uniform"}
+        search_info = {"source": best.label, "partition": req.partition or "uniform",
+                       "head_chunks": model.num_head_chunks}
     result = best.result if best.result is not None else simulate(best.layout, costs, best.programs,
                                                                   req.num_microbatches)
     if not result.fits_memory:
@@ -322,6 +336,11 @@ def export_plan_file(plan_path: str, fmt: str, *, model_arg: str | None = None) 
     plan, model = load_plan_and_model(plan_path, model_arg)
     layout, programs = plan_layout(plan), plan_programs(plan)
     kinds = [layer.kind for layer in model.layers]
+    if fmt != "torch-csv" and plan.model.head_chunks > 1:
+        raise InputError(
+            f"{plan_path}: model.head_chunks = {plan.model.head_chunks}: this plan splits the LM head into vocabulary"
+            f" chunks, which {fmt} cannot express; export torch-csv, or re-plan with --head-chunks 1"
+        )
     if fmt == "torch-csv":
         return to_torch_csv(programs)
     if fmt == "megatron-layout":

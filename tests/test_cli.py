@@ -463,3 +463,30 @@ def test_console_entry_point_exit_codes(tmp_path: Path, tiny_plan: Path) -> None
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "error: --pp = 0: must be a positive number; pass --pp 1 or more\n"
     assert not (tmp_path / "x.json").exists()
+
+
+# ----------------------------------------------------------------------------- head split
+def test_head_chunks_plan_simulate_export(adaptis, tmp_path: Path) -> None:
+    p = tmp_path / "split.json"
+    args = "--model gemma-s --hardware h200 --pp 4 --microbatches 8 --seq-len 1024 --time-limit 1".split()
+    r = adaptis("plan", *args, "--head-chunks", "3", "-o", p, "--json")
+    assert r.exit_code == 0, r.stderr
+    plan = load(p)
+    assert plan["model"]["head_chunks"] == 3
+    assert plan["model"]["num_layers"] == 34 + 2  # gemma-s: embedding + 32 blocks + head, head in 3 chunks
+    assert plan["stages"][-1]["layers"][1] == 36
+    r = adaptis("simulate", p, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["step_time_s"] == pytest.approx(plan["predicted"]["step_time_s"])
+    assert adaptis("export", p, "--format", "torch-csv").exit_code == 0
+    r = adaptis("export", p, "--format", "megatron-layout")
+    assert r.exit_code == 2 and "vocabulary" in r.stderr
+
+
+def test_head_chunks_bad_values(adaptis, tmp_path: Path) -> None:
+    base = "--hardware h200 --pp 2 --microbatches 4 --seq-len 512 --time-limit 1".split()
+    r = adaptis("plan", "--model", "gemma-s", *base, "--head-chunks", "zero", "-o", tmp_path / "a.json")
+    assert r.exit_code == 2 and "--head-chunks" in r.stderr
+    r = adaptis("plan", "--model", "gemma-7b", *base, "--head-chunks", "2", "-o", tmp_path / "b.json")
+    assert r.exit_code == 2 and "ties its embeddings" in r.stderr
+    assert not (tmp_path / "b.json").exists()
