@@ -146,3 +146,39 @@ def test_adaptive_is_valid_and_never_worse_than_classic(instance):
     if feasible:
         assert res.fits_memory
         assert res.step_time_s <= min(c.step_s for c in feasible) * (1 + 1e-9)
+
+
+@given(
+    st.sampled_from(["tiny-llama", "tiny-gemma", "tiny-deepseek", "tiny-nemotron-h", "gemma-s", "deepseek-s",
+                     "nemotron-h-s", "llama-2-s", "llama-2-7b"]),
+    st.sampled_from(["h200", "a100", "h100-a100-mixed", "cpu"]),
+    st.integers(1, 6),
+    st.integers(1, 12),
+    st.sampled_from([256, 1024, 4096]),
+)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_real_models_plan_or_refuse_with_exit_3(model, hardware, pp, mb, seq):
+    """Through the same path as `adaptis plan`: a valid, memory-feasible plan never slower than
+    any feasible classic plan, or an InfeasibleError (exit 3) / InputError (exit 2), never a crash."""
+    from adaptis_plan.errors import InfeasibleError
+    from adaptis_plan.planning import PlanRequest, make_plan_for
+    from adaptis_plan.plan import plan_layout, plan_programs
+
+    req = PlanRequest(model_arg=model, hardware_arg=hardware, pp=pp, num_microbatches=mb, seq_len=seq,
+                      time_limit_s=0.5)
+    try:
+        out = make_plan_for(req)
+    except InfeasibleError as e:
+        assert e.exit_code == 3 and "device" in str(e)
+        return
+    except InputError as e:  # e.g. more devices than layers or than the cluster has
+        assert e.exit_code == 2
+        return
+    layout, programs = plan_layout(out.plan), plan_programs(out.plan)
+    check_programs(layout, programs, mb)
+    res = simulate(layout, out.costs, programs, mb)
+    assert res.fits_memory
+    assert res.step_time_s == pytest.approx(out.plan.predicted.step_time_s, rel=1e-6)
+    feasible = [r.step_time_s for r in out.baselines.values() if r.fits_memory]
+    if feasible:
+        assert res.step_time_s <= min(feasible) * (1 + 1e-9)
