@@ -76,7 +76,9 @@ def model_group() -> None:
 @click.option("--micro-batch-size", default=1, show_default=True, type=int)
 @click.option("--tp", default=1, show_default=True, type=int)
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
-def model_show(model: str, hardware_arg: str | None, seq_len: int, micro_batch_size: int, tp: int, as_json: bool) -> None:
+def model_show(
+    model: str, hardware_arg: str | None, seq_len: int, micro_batch_size: int, tp: int, as_json: bool
+) -> None:
     """Layers, kinds and parameter counts of MODEL."""
     from .models.load import load_model
     from .params import layer_params, model_params
@@ -123,7 +125,12 @@ def model_show(model: str, hardware_arg: str | None, seq_len: int, micro_batch_s
     for r in rows:
         cells = [str(r["index"]), r["kind"], f"{r['parameters']:,}"]
         if timed:
-            cells += [f"{r['f_s'] * 1e3:.3f}", f"{r['i_s'] * 1e3:.3f}", f"{r['w_s'] * 1e3:.3f}", _fmt_bytes(r["act_bytes"])]
+            cells += [
+                f"{r['f_s'] * 1e3:.3f}",
+                f"{r['i_s'] * 1e3:.3f}",
+                f"{r['w_s'] * 1e3:.3f}",
+                _fmt_bytes(r["act_bytes"]),
+            ]
         t.add_row(*cells)
     console().print(t)
     line = f"total parameters: {total.total:,} ({total.total / 1e9:.2f}B), active per token: {total.active / 1e9:.2f}B"
@@ -175,7 +182,13 @@ def hardware_show(name: str, as_json: bool) -> None:
     for c in ("device type", "bf16 TFLOP/s", "matmul eff.", "HBM", "HBM GB/s"):
         t.add_column(c)
     for n, d in hw.device_types.items():
-        t.add_row(n, f"{d.peak_bf16_tflops:g}", f"{d.matmul_efficiency:g}", _fmt_bytes(d.hbm_bytes), f"{d.hbm_bandwidth_gbps:g}")
+        t.add_row(
+            n,
+            f"{d.peak_bf16_tflops:g}",
+            f"{d.matmul_efficiency:g}",
+            _fmt_bytes(d.hbm_bytes),
+            f"{d.hbm_bandwidth_gbps:g}",
+        )
     console().print(t)
     for g in hw.groups:
         console().print(f"group: {g.num_nodes} node(s) x {g.devices_per_node} {g.device_type}")
@@ -202,22 +215,56 @@ def _check_positive(**values: int | float | None) -> None:
 @click.option("--strategy", default="adaptive", show_default=True, help="adaptive, or a classic schedule name")
 @click.option("--partition", type=click.Choice(["uniform", "balanced"]), default=None, help="classic strategies only")
 @click.option("--stages-per-device", type=int, default=None, help="classic loop strategies: chunks per device")
-@click.option("--search", "search_arg", default="partition,placement,schedule", show_default=True,
-              help="adaptive components to search (comma list; ablations)")
-@click.option("--head-chunks", "head_chunks", default="auto", show_default=True,
-              help="split the LM head into N vocabulary chunks (auto: adaptive decides; classic: 1)")
+@click.option(
+    "--search",
+    "search_arg",
+    default="partition,placement,schedule",
+    show_default=True,
+    help="adaptive components to search (comma list; ablations)",
+)
+@click.option(
+    "--head-chunks",
+    "head_chunks",
+    default="auto",
+    show_default=True,
+    help="split the LM head into N vocabulary chunks (auto: adaptive decides; classic: 1)",
+)
 @click.option("--recompute", is_flag=True, help="full activation recompute")
 @click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile from `adaptis profile`")
 @click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
-def plan_cmd(model_arg, hardware_arg, pp, microbatches, seq_len, micro_batch_size, tp, strategy, partition,
-             stages_per_device, search_arg, head_chunks, recompute, costs_arg, time_limit, seed, output,
-             as_json) -> None:
+def plan_cmd(
+    model_arg,
+    hardware_arg,
+    pp,
+    microbatches,
+    seq_len,
+    micro_batch_size,
+    tp,
+    strategy,
+    partition,
+    stages_per_device,
+    search_arg,
+    head_chunks,
+    recompute,
+    costs_arg,
+    time_limit,
+    seed,
+    output,
+    as_json,
+) -> None:
     """Plan partition, placement and schedule; write one JSON plan."""
-    _check_positive(pp=pp, microbatches=microbatches, seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp,
-                    time_limit=time_limit, stages_per_device=stages_per_device)
+    _check_positive(
+        pp=pp,
+        microbatches=microbatches,
+        seq_len=seq_len,
+        micro_batch_size=micro_batch_size,
+        tp=tp,
+        time_limit=time_limit,
+        stages_per_device=stages_per_device,
+    )
     if head_chunks == "auto":
         chunks = None
     elif head_chunks.isdigit() and int(head_chunks) >= 1:
@@ -227,10 +274,22 @@ def plan_cmd(model_arg, hardware_arg, pp, microbatches, seq_len, micro_batch_siz
     from .planning import PlanRequest, make_plan_for
 
     req = PlanRequest(
-        model_arg=model_arg, hardware_arg=hardware_arg, pp=pp, num_microbatches=microbatches, seq_len=seq_len,
-        micro_batch_size=micro_batch_size, tp=tp, strategy=strategy, partition=partition,
-        stages_per_device=stages_per_device, search=tuple(s.strip() for s in search_arg.split(",") if s.strip()),
-        recompute=recompute, costs_path=costs_arg, head_chunks=chunks, time_limit_s=time_limit, seed=seed,
+        model_arg=model_arg,
+        hardware_arg=hardware_arg,
+        pp=pp,
+        num_microbatches=microbatches,
+        seq_len=seq_len,
+        micro_batch_size=micro_batch_size,
+        tp=tp,
+        strategy=strategy,
+        partition=partition,
+        stages_per_device=stages_per_device,
+        search=tuple(s.strip() for s in search_arg.split(",") if s.strip()),
+        recompute=recompute,
+        costs_path=costs_arg,
+        head_chunks=chunks,
+        time_limit_s=time_limit,
+        seed=seed,
     )
     show_progress = not as_json and console().is_terminal
     outcome = make_plan_for(req, progress=show_progress)
@@ -312,13 +371,29 @@ def export_cmd(plan_path, fmt, model_arg, output) -> None:
 @click.option("--trace", "trace_path", default=None, type=click.Path(), help="write the measured timeline")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
-@click.option("--timeout", "timeout_s", default=120, show_default=True, type=int, help="seconds before a stuck collective fails")
+@click.option(
+    "--timeout", "timeout_s", default=120, show_default=True, type=int, help="seconds before a stuck collective fails"
+)
 @click.option("--nnodes", default=1, show_default=True, type=int, help="torchrun: number of nodes")
 @click.option("--node-rank", default=0, show_default=True, type=int, help="torchrun: this node's rank")
 @click.option("--rdzv-endpoint", default=None, help="torchrun: host:port of the rendezvous")
 @click.option("--master-port", default=None, type=int, help="torchrun: port (single node)")
-def run_cmd(plan_path, model_arg, steps, warmup, verify, as_json, trace_path, device, dtype, timeout_s, nnodes,
-            node_rank, rdzv_endpoint, master_port) -> None:
+def run_cmd(
+    plan_path,
+    model_arg,
+    steps,
+    warmup,
+    verify,
+    as_json,
+    trace_path,
+    device,
+    dtype,
+    timeout_s,
+    nnodes,
+    node_rank,
+    rdzv_endpoint,
+    master_port,
+) -> None:
     """Execute PLAN for real under torchrun (gloo on CPU, NCCL on GPUs)."""
     _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes)
     from .planning import load_plan_and_model
@@ -326,15 +401,29 @@ def run_cmd(plan_path, model_arg, steps, warmup, verify, as_json, trace_path, de
     plan, model = load_plan_and_model(plan_path, model_arg)
     from .executor.launch import run_plan
 
-    out = run_plan(plan_path, model, steps=steps, warmup=warmup, verify=verify, trace_path=trace_path,
-                   nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, master_port=master_port,
-                   device=device, dtype=dtype, timeout_s=timeout_s)
+    out = run_plan(
+        plan_path,
+        model,
+        steps=steps,
+        warmup=warmup,
+        verify=verify,
+        trace_path=trace_path,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        master_port=master_port,
+        device=device,
+        dtype=dtype,
+        timeout_s=timeout_s,
+    )
     if as_json:
         emit_json(out)
         return
     c = console()
-    c.print(f"[bold]{plan.strategy}[/] on {plan.training.pp} ranks: measured step {out['measured_step_time_s'] * 1e3:.1f} ms"
-            f" (median of {out['steps']}), predicted {out['predicted_step_time_s'] * 1e3:.1f} ms")
+    c.print(
+        f"[bold]{plan.strategy}[/] on {plan.training.pp} ranks: measured step {out['measured_step_time_s'] * 1e3:.1f} ms"
+        f" (median of {out['steps']}), predicted {out['predicted_step_time_s'] * 1e3:.1f} ms"
+    )
     if verify:
         ok = "[green]verified[/]" if out["verified"] else "[red]NOT verified[/]"
         c.print(f"{ok}: loss diff {out['loss_diff']:.2e}, max |grad diff| {out['max_abs_grad_diff']:.2e}")
@@ -363,8 +452,9 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ou
     from .executor.profile import profile_model
     from .plan import write_json_atomic
 
-    prof = profile_model(spec, seq_len=seq_len, micro_batch_size=micro_batch_size, device=device, dtype=dtype,
-                         repeats=repeats)
+    prof = profile_model(
+        spec, seq_len=seq_len, micro_batch_size=micro_batch_size, device=device, dtype=dtype, repeats=repeats
+    )
     write_json_atomic(prof.model_dump(mode="json", exclude_none=True), output)
     if as_json:
         emit_json(prof.model_dump(mode="json", exclude_none=True))
@@ -376,8 +466,15 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ou
         t.add_column(c)
     for e in prof.entries:
         shown = ",".join(map(str, e.layers[:6])) + ("..." if len(e.layers) > 6 else "")
-        t.add_row(shown, e.kind, f"{e.f_s * 1e3:.3f}", f"{e.i_s * 1e3:.3f}", f"{e.w_s * 1e3:.3f}",
-                  f"{e.b_s * 1e3:.3f}", _fmt_bytes(e.act_bytes))
+        t.add_row(
+            shown,
+            e.kind,
+            f"{e.f_s * 1e3:.3f}",
+            f"{e.i_s * 1e3:.3f}",
+            f"{e.w_s * 1e3:.3f}",
+            f"{e.b_s * 1e3:.3f}",
+            _fmt_bytes(e.act_bytes),
+        )
     console().print(t)
     console().print(f"wrote {output}")
 

@@ -59,7 +59,7 @@ class Layout:
     def __post_init__(self) -> None:
         if len(self.bounds) != len(self.stage_device) + 1:
             raise ValueError("bounds must have num_stages + 1 entries")
-        if any(b >= c for b, c in zip(self.bounds, self.bounds[1:])):
+        if any(b >= c for b, c in zip(self.bounds, self.bounds[1:], strict=False)):
             raise ValueError(f"stage bounds {self.bounds} leave a stage empty")
         if any(not 0 <= d < self.num_devices for d in self.stage_device):
             raise ValueError(f"stage_device {self.stage_device} names a device outside 0..{self.num_devices - 1}")

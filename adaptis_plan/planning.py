@@ -61,9 +61,13 @@ class PlanOutcome:
 
     def json_summary(self) -> dict:
         out = {"strategy": self.plan.strategy, **self.result.summary(), "plan_time_s": self.plan_time_s}
+
         def row(r: SimResult) -> dict:
-            return {"step_time_s": r.step_time_s, "bubble_ratio": r.bubble_ratio,
-                    "peak_memory_bytes": list(r.peak_memory_bytes)}
+            return {
+                "step_time_s": r.step_time_s,
+                "bubble_ratio": r.bubble_ratio,
+                "peak_memory_bytes": list(r.peak_memory_bytes),
+            }
 
         # the contract: every classic strategy that is feasible (fits memory) for this input
         out["baselines"] = {name: row(r) for name, r in self.baselines.items() if r.fits_memory}
@@ -83,8 +87,9 @@ def load_costs_profile(path: str | None) -> CostProfile | None:
     try:
         return CostProfile.model_validate(json.loads(p.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{p}: cannot read the cost profile ({type(e).__name__}); pass the JSON file"
-                         " `adaptis profile -o` wrote") from None
+        raise InputError(
+            f"{p}: cannot read the cost profile ({type(e).__name__}); pass the JSON file `adaptis profile -o` wrote"
+        ) from None
     except json.JSONDecodeError as e:
         raise InputError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except ValidationError as e:
@@ -94,12 +99,19 @@ def load_costs_profile(path: str | None) -> CostProfile | None:
 
 
 def _training(req: PlanRequest) -> TrainingConfig:
-    return TrainingConfig(num_microbatches=req.num_microbatches, micro_batch_size=req.micro_batch_size,
-                          seq_len=req.seq_len, pp=req.pp, tp=req.tp, recompute=req.recompute)
+    return TrainingConfig(
+        num_microbatches=req.num_microbatches,
+        micro_batch_size=req.micro_batch_size,
+        seq_len=req.seq_len,
+        pp=req.pp,
+        tp=req.tp,
+        recompute=req.recompute,
+    )
 
 
-def cost_table_for(model: ModelSpec, hw: HardwareProfile, training: TrainingConfig,
-                   profile: CostProfile | None) -> CostTable:
+def cost_table_for(
+    model: ModelSpec, hw: HardwareProfile, training: TrainingConfig, profile: CostProfile | None
+) -> CostTable:
     from .costs import build_cost_table
 
     try:
@@ -119,7 +131,9 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
     hw = load_hardware(req.hardware_arg)
     training = _training(req)
     if req.pp > model.num_layers:
-        raise InputError(f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp")
+        raise InputError(
+            f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp"
+        )
     profile = load_costs_profile(req.costs_path)
     costs = cost_table_for(model, hw, training, profile)
     forced = None
@@ -148,8 +162,16 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
         with _progress_bar(progress) as tick:
             for k, (m, c) in enumerate(options):
                 share = req.time_limit_s / len(options)
-                got = search_plan(c, m.num_layers, req.num_microbatches, components=req.search, time_limit_s=share,
-                                  seed=req.seed, progress=tick, baselines=baselines if k == 0 else {})
+                got = search_plan(
+                    c,
+                    m.num_layers,
+                    req.num_microbatches,
+                    components=req.search,
+                    time_limit_s=share,
+                    seed=req.seed,
+                    progress=tick,
+                    baselines=baselines if k == 0 else {},
+                )
                 if outcome is None or _better_outcome(got, outcome):
                     outcome, model, costs = got, m, c
         best = outcome.best
@@ -167,21 +189,42 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
     else:
         if forced is not None:
             model, costs = forced, cost_table_for(forced, hw, training, profile)
-        best = classic_candidate(costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform",
-                                 req.stages_per_device)
+        best = classic_candidate(
+            costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform", req.stages_per_device
+        )
         strategy = classic
-        search_info = {"source": best.label, "partition": req.partition or "uniform",
-                       "head_chunks": model.num_head_chunks}
-    result = best.result if best.result is not None else simulate(best.layout, costs, best.programs,
-                                                                  req.num_microbatches)
+        search_info = {
+            "source": best.label,
+            "partition": req.partition or "uniform",
+            "head_chunks": model.num_head_chunks,
+        }
+    result = (
+        best.result if best.result is not None else simulate(best.layout, costs, best.programs, req.num_microbatches)
+    )
     if not result.fits_memory:
         raise InfeasibleError(_memory_message(result, model, training, strategy, costs))
-    plan = make_plan(strategy=strategy, model=model, hardware=hw, training=training, layout=best.layout,
-                     programs=best.programs, result=result, search=search_info)
+    plan = make_plan(
+        strategy=strategy,
+        model=model,
+        hardware=hw,
+        training=training,
+        layout=best.layout,
+        programs=best.programs,
+        result=result,
+        search=search_info,
+    )
     base_results = {k: c.result for k, c in baselines.items() if c.result is not None}
-    return PlanOutcome(plan=plan, result=result, layout=best.layout, programs=best.programs, model=model,
-                       costs=costs, baselines=base_results, plan_time_s=time.perf_counter() - t0,
-                       search_info=search_info)
+    return PlanOutcome(
+        plan=plan,
+        result=result,
+        layout=best.layout,
+        programs=best.programs,
+        model=model,
+        costs=costs,
+        baselines=base_results,
+        plan_time_s=time.perf_counter() - t0,
+        search_info=search_info,
+    )
 
 
 def _head_split_options(model: ModelSpec, costs: CostTable) -> list[ModelSpec]:
@@ -213,12 +256,14 @@ def _classic_strategy(strategy: str) -> str | None:
     try:
         return canonical_name(strategy)
     except InputError:
-        raise InputError(f"--strategy = {strategy!r}: unknown strategy; use adaptive or one of"
-                         f" {', '.join(STRATEGIES)} (any case)") from None
+        raise InputError(
+            f"--strategy = {strategy!r}: unknown strategy; use adaptive or one of {', '.join(STRATEGIES)} (any case)"
+        ) from None
 
 
-def _memory_message(result: SimResult, model: ModelSpec, training: TrainingConfig, strategy: str,
-                    costs: CostTable) -> str:
+def _memory_message(
+    result: SimResult, model: ModelSpec, training: TrainingConfig, strategy: str, costs: CostTable
+) -> str:
     over = [o for o in result.overflow_bytes]
     d = max(range(len(over)), key=lambda i: over[i])
     need = result.peak_memory_bytes[d]
@@ -227,8 +272,10 @@ def _memory_message(result: SimResult, model: ModelSpec, training: TrainingConfi
     if not training.recompute:
         fixes.append("--recompute")
     fixes.append(f"tensor parallelism (--tp {training.tp * 2})")
-    return (f"no {strategy} plan for {model.name} fits memory: device {d} needs {_gib(need)} but has"
-            f" {_gib(have)} ({_gib(need - have)} over); try " + ", ".join(fixes))
+    return (
+        f"no {strategy} plan for {model.name} fits memory: device {d} needs {_gib(need)} but has"
+        f" {_gib(have)} ({_gib(need - have)} over); try " + ", ".join(fixes)
+    )
 
 
 def _gib(n: float) -> str:
@@ -251,8 +298,13 @@ class _progress_bar:
 
         from .cli import console
 
-        self._bar = Progress(TextColumn("planning: {task.description:<24}"), BarColumn(), TimeElapsedColumn(),
-                             console=console(), transient=True)
+        self._bar = Progress(
+            TextColumn("planning: {task.description:<24}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=console(),
+            transient=True,
+        )
         self._bar.start()
         task = self._bar.add_task("start", total=1.0)
 
@@ -275,8 +327,10 @@ def load_plan_and_model(plan_path: str, model_arg: str | None) -> tuple[PlanFile
         model = load_model(model_arg or plan.model.name)
     except InputError as e:
         if model_arg is None:
-            raise InputError(f"{plan_path}: model.name = '{plan.model.name}' is not a built-in model; pass --model"
-                             " with the model file the plan was made for") from e
+            raise InputError(
+                f"{plan_path}: model.name = '{plan.model.name}' is not a built-in model; pass --model"
+                " with the model file the plan was made for"
+            ) from e
         raise
     check_model_matches(plan, model, plan_path)
     if plan.model.head_chunks > 1:
@@ -301,12 +355,17 @@ class SimOutcome:
     stored_differs: bool
 
     def json_summary(self) -> dict:
-        return {"strategy": self.plan.strategy, **self.result.summary(),
-                "stored_step_time_s": self.plan.predicted.step_time_s, "stored_differs": self.stored_differs}
+        return {
+            "strategy": self.plan.strategy,
+            **self.result.summary(),
+            "stored_step_time_s": self.plan.predicted.step_time_s,
+            "stored_differs": self.stored_differs,
+        }
 
 
-def simulate_plan_file(plan_path: str, *, model_arg: str | None = None, hardware_arg: str | None = None,
-                       costs_path: str | None = None) -> SimOutcome:
+def simulate_plan_file(
+    plan_path: str, *, model_arg: str | None = None, hardware_arg: str | None = None, costs_path: str | None = None
+) -> SimOutcome:
     from .hardware import load_hardware
 
     plan, model = load_plan_and_model(plan_path, model_arg)
@@ -314,19 +373,25 @@ def simulate_plan_file(plan_path: str, *, model_arg: str | None = None, hardware
         hw = load_hardware(hardware_arg or plan.hardware.name)
     except InputError as e:
         if hardware_arg is None:
-            raise InputError(f"{plan_path}: hardware.name = '{plan.hardware.name}' is not a built-in profile; pass"
-                             " --hardware with the profile the plan was made for") from e
+            raise InputError(
+                f"{plan_path}: hardware.name = '{plan.hardware.name}' is not a built-in profile; pass"
+                " --hardware with the profile the plan was made for"
+            ) from e
         raise
     if hardware_arg is None and hw.fingerprint() != plan.hardware.fingerprint:
-        raise InputError(f"{plan_path}: hardware.fingerprint: the built-in profile '{hw.name}' changed since the plan"
-                         " was made; re-plan or pass --hardware with the original profile file")
+        raise InputError(
+            f"{plan_path}: hardware.fingerprint: the built-in profile '{hw.name}' changed since the plan"
+            " was made; re-plan or pass --hardware with the original profile file"
+        )
     costs = cost_table_for(model, hw, plan.training, load_costs_profile(costs_path))
     layout, programs = plan_layout(plan), plan_programs(plan)
     result = simulate(layout, costs, programs, plan.training.num_microbatches)
     stored = plan.predicted.step_time_s
     differs = abs(stored - result.step_time_s) > 1e-6 * max(stored, result.step_time_s, 1e-12)
-    title = (f"{plan.model.name} · {plan.strategy} · pp {plan.training.pp} · {plan.training.num_microbatches} mb"
-             f" · seq {plan.training.seq_len}")
+    title = (
+        f"{plan.model.name} · {plan.strategy} · pp {plan.training.pp} · {plan.training.num_microbatches} mb"
+        f" · seq {plan.training.seq_len}"
+    )
     return SimOutcome(plan, layout, programs, result, title, differs)
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from adaptis_plan.export import to_torch_csv
-from adaptis_plan.planning import PlanRequest, make_plan_for
 from adaptis_plan.plan import plan_layout, plan_programs
+from adaptis_plan.planning import PlanRequest, make_plan_for
 
 CASES = [
     ("gemma-s", "h200", 4, 8, 1024, None),
@@ -24,8 +24,15 @@ CASES = [
 def test_adaptive_plan_csv_passes_torch_validation(model, hw, pp, mb, seq, chunks) -> None:
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
     outcome = make_plan_for(
-        PlanRequest(model_arg=model, hardware_arg=hw, pp=pp, num_microbatches=mb, seq_len=seq, head_chunks=chunks,
-                    time_limit_s=1.0)
+        PlanRequest(
+            model_arg=model,
+            hardware_arg=hw,
+            pp=pp,
+            num_microbatches=mb,
+            seq_len=seq,
+            head_chunks=chunks,
+            time_limit_s=1.0,
+        )
     )
     layout, programs = plan_layout(outcome.plan), plan_programs(outcome.plan)
     csv = to_torch_csv(programs)

@@ -27,8 +27,12 @@ def _costs(work: list[float], num_devices: int, speeds: list[float] | None = Non
     c = uniform_costs(len(work), num_devices, **kw)
     w = np.array(work, dtype=float)
     speed = np.array(speeds or [1.0] * num_devices)[:, None]
-    return dataclasses.replace(c, f_s=np.tile(w, (num_devices, 1)) / speed, i_s=np.tile(w, (num_devices, 1)) / speed,
-                               w_s=np.tile(w * 0.5, (num_devices, 1)) / speed)
+    return dataclasses.replace(
+        c,
+        f_s=np.tile(w, (num_devices, 1)) / speed,
+        i_s=np.tile(w, (num_devices, 1)) / speed,
+        w_s=np.tile(w * 0.5, (num_devices, 1)) / speed,
+    )
 
 
 def _brute_min_max_stage(work: np.ndarray, num_stages: int) -> float:
@@ -38,7 +42,7 @@ def _brute_min_max_stage(work: np.ndarray, num_stages: int) -> float:
     n = len(work)
     for cuts in itertools.combinations(range(1, n), num_stages - 1):
         b = (0, *cuts, n)
-        best = min(best, max(work[b[i]:b[i + 1]].sum() for i in range(num_stages)))
+        best = min(best, max(work[b[i] : b[i + 1]].sum() for i in range(num_stages)))
     return best
 
 
@@ -127,8 +131,11 @@ def _instances(draw):
     act = draw(st.floats(0.5, 2.0))
     # a memory limit between "too small for anything" and "plenty"
     mem = draw(st.sampled_from([np.inf, 6.0 * act * num_layers / num_devices, 1.5 * act * num_layers / num_devices]))
-    return _costs(work, num_devices, speeds, act=act, act_w=act / 2, mem_limit=mem, out=0.1, bw=10.0,
-                  latency=0.01), num_layers, m
+    return (
+        _costs(work, num_devices, speeds, act=act, act_w=act / 2, mem_limit=mem, out=0.1, bw=10.0, latency=0.01),
+        num_layers,
+        m,
+    )
 
 
 @given(_instances())
@@ -149,8 +156,19 @@ def test_adaptive_is_valid_and_never_worse_than_classic(instance):
 
 
 @given(
-    st.sampled_from(["tiny-llama", "tiny-gemma", "tiny-deepseek", "tiny-nemotron-h", "gemma-s", "deepseek-s",
-                     "nemotron-h-s", "llama-2-s", "llama-2-7b"]),
+    st.sampled_from(
+        [
+            "tiny-llama",
+            "tiny-gemma",
+            "tiny-deepseek",
+            "tiny-nemotron-h",
+            "gemma-s",
+            "deepseek-s",
+            "nemotron-h-s",
+            "llama-2-s",
+            "llama-2-7b",
+        ]
+    ),
     st.sampled_from(["h200", "a100", "h100-a100-mixed", "cpu"]),
     st.integers(1, 6),
     st.integers(1, 12),
@@ -161,11 +179,10 @@ def test_real_models_plan_or_refuse_with_exit_3(model, hardware, pp, mb, seq):
     """Through the same path as `adaptis plan`: a valid, memory-feasible plan never slower than
     any feasible classic plan, or an InfeasibleError (exit 3) / InputError (exit 2), never a crash."""
     from adaptis_plan.errors import InfeasibleError
-    from adaptis_plan.planning import PlanRequest, make_plan_for
     from adaptis_plan.plan import plan_layout, plan_programs
+    from adaptis_plan.planning import PlanRequest, make_plan_for
 
-    req = PlanRequest(model_arg=model, hardware_arg=hardware, pp=pp, num_microbatches=mb, seq_len=seq,
-                      time_limit_s=0.5)
+    req = PlanRequest(model_arg=model, hardware_arg=hardware, pp=pp, num_microbatches=mb, seq_len=seq, time_limit_s=0.5)
     try:
         out = make_plan_for(req)
     except InfeasibleError as e:

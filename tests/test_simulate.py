@@ -452,7 +452,7 @@ def test_packing_bound_never_exceeds_the_optimal_makespan(sizes, num_devices):
     from adaptis_plan.simulate import _packing_bound
 
     opt = min(
-        max(sum(s for s, d in zip(sizes, assign) if d == k) for k in range(num_devices))
+        max(sum(s for s, d in zip(sizes, assign, strict=False) if d == k) for k in range(num_devices))
         for assign in itertools.product(range(num_devices), repeat=len(sizes))
     )
     assert _packing_bound(np.array(sizes, dtype=float), num_devices) <= opt + 1e-9

@@ -30,9 +30,7 @@ def split_head(model: ModelSpec, num_chunks: int) -> ModelSpec:
     if num_chunks < 1:
         raise InputError(f"head chunks = {num_chunks}: must be >= 1")
     if model.tie_word_embeddings:
-        raise InputError(
-            f"model '{model.name}' ties its embeddings: its head cannot be split into vocabulary chunks"
-        )
+        raise InputError(f"model '{model.name}' ties its embeddings: its head cannot be split into vocabulary chunks")
     v = model.vocab_size
     align = VOCAB_ALIGN if v >= VOCAB_ALIGN * num_chunks * 4 else 1
     cuts = [0]
@@ -40,10 +38,10 @@ def split_head(model: ModelSpec, num_chunks: int) -> ModelSpec:
         cut = round(v * c / num_chunks / align) * align
         cuts.append(max(cut, cuts[-1] + 1))
     cuts.append(v)
-    if any(b <= a for a, b in zip(cuts, cuts[1:])):
+    if any(b <= a for a, b in zip(cuts, cuts[1:], strict=False)):
         raise InputError(f"head chunks = {num_chunks}: more chunks than vocabulary entries ({v})")
     heads = [
-        LayerSpec(kind="head", vocab_range=(a, b), name=f"head[{a}:{b}]") for a, b in zip(cuts, cuts[1:])
+        LayerSpec(kind="head", vocab_range=(a, b), name=f"head[{a}:{b}]") for a, b in zip(cuts, cuts[1:], strict=False)
     ]
     return model.model_copy(update={"layers": [*model.layers[:-1], *heads]})
 

@@ -82,9 +82,11 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         f" planned in {outcome.plan_time_s:.2f} s."
     )
     if classic:
-        adaptive_hint = f"`--strategy adaptive` searches partition, placement and schedule for this input"
-        console.print(f"classic {plan.strategy} plan ({outcome.search_info.get('partition', 'uniform')} partition);"
-                      f" {adaptive_hint}.")
+        adaptive_hint = "`--strategy adaptive` searches partition, placement and schedule for this input"
+        console.print(
+            f"classic {plan.strategy} plan ({outcome.search_info.get('partition', 'uniform')} partition);"
+            f" {adaptive_hint}."
+        )
     else:
         for line in why_lines(outcome):
             console.print(line)

@@ -73,7 +73,11 @@ ProgressFn = Callable[[str, float], None]
 
 
 def classic_candidate(
-    costs: CostTable, num_layers: int, num_microbatches: int, strategy: str, partition: str = "uniform",
+    costs: CostTable,
+    num_layers: int,
+    num_microbatches: int,
+    strategy: str,
+    partition: str = "uniform",
     stages_per_device: int | None = None,
 ) -> Candidate:
     """One classic strategy as a simulated candidate. Raises InputError when it does not apply."""
@@ -146,8 +150,16 @@ def _policies(num_devices: int, split_ok: bool = True) -> list[ListPolicy]:
 
 
 class _Search:
-    def __init__(self, costs: CostTable, num_layers: int, num_microbatches: int, components: Sequence[str],
-                 time_limit_s: float, seed: int, progress: ProgressFn | None) -> None:
+    def __init__(
+        self,
+        costs: CostTable,
+        num_layers: int,
+        num_microbatches: int,
+        components: Sequence[str],
+        time_limit_s: float,
+        seed: int,
+        progress: ProgressFn | None,
+    ) -> None:
         self.costs = costs
         self.num_layers = num_layers
         self.m = num_microbatches
@@ -218,13 +230,15 @@ class _Search:
         return out
 
     def log_phase(self, name: str, t0: float, n0: int) -> None:
-        self.phases.append({
-            "phase": name,
-            "best_step_time_s": self.best.step_s if self.best else None,
-            "best": self.best.label if self.best else None,
-            "evaluated": self.evaluated - n0,
-            "wall_s": round(time.perf_counter() - t0, 4),
-        })
+        self.phases.append(
+            {
+                "phase": name,
+                "best_step_time_s": self.best.step_s if self.best else None,
+                "best": self.best.label if self.best else None,
+                "evaluated": self.evaluated - n0,
+                "wall_s": round(time.perf_counter() - t0, 4),
+            }
+        )
 
     # -- phases
     def phase_layouts(self) -> list[Candidate]:
@@ -267,8 +281,14 @@ class _Search:
         from .cpsat_partition import solve_partition
 
         sd = cand.layout.stage_device
-        res = solve_partition(self.costs, sd, hint_bounds=cand.layout.bounds,
-                              time_limit_s=min(1.0, max(0.2, self.left() * 0.1)), num_workers=1, seed=self.seed)
+        res = solve_partition(
+            self.costs,
+            sd,
+            hint_bounds=cand.layout.bounds,
+            time_limit_s=min(1.0, max(0.2, self.left() * 0.1)),
+            num_workers=1,
+            seed=self.seed,
+        )
         self.solver.setdefault("partition", []).append({"placement": cand.label.split(" / ")[0], **_solve_summary(res)})
         if res.feasible and tuple(res.payload) != cand.layout.bounds:
             layout = Layout(bounds=tuple(res.payload), stage_device=sd, num_devices=self.p)
@@ -380,21 +400,35 @@ class _Search:
 
         best = self.best
         split = any(a.op == "I" for p in best.programs for a in p)
-        res = solve_order(best.layout, self.costs, self.m, split_backward=split, hint=best.programs,
-                          mem_limit_bytes=[float(x) for x in self.costs.mem_limit_bytes], time_limit_s=budget,
-                          num_workers=1, seed=self.seed)
+        res = solve_order(
+            best.layout,
+            self.costs,
+            self.m,
+            split_backward=split,
+            hint=best.programs,
+            mem_limit_bytes=[float(x) for x in self.costs.mem_limit_bytes],
+            time_limit_s=budget,
+            num_workers=1,
+            seed=self.seed,
+        )
         self.solver["order"] = _solve_summary(res)
         if res.feasible:
             self.evaluated += 1
-            cand = Candidate(best.label.split(" / ")[0] + " / cp-sat order", best.layout, res.payload,
-                             res.objective or math.inf)
+            cand = Candidate(
+                best.label.split(" / ")[0] + " / cp-sat order", best.layout, res.payload, res.objective or math.inf
+            )
             self.judge(cand)
         self.log_phase("cp-sat order", t0, n0)
 
 
 def _solve_summary(res) -> dict:
-    return {"status": res.status, "objective_s": res.objective, "bound_s": res.bound, "gap": res.gap,
-            "wall_s": round(res.wall_s, 4)}
+    return {
+        "status": res.status,
+        "objective_s": res.objective,
+        "bound_s": res.bound,
+        "gap": res.gap,
+        "wall_s": round(res.wall_s, 4),
+    }
 
 
 def _better(a: Candidate, b: Candidate) -> bool:
@@ -409,15 +443,23 @@ def _better(a: Candidate, b: Candidate) -> bool:
 
 
 def search_plan(
-    costs: CostTable, num_layers: int, num_microbatches: int, *, components: Sequence[str] = ALL_COMPONENTS,
-    time_limit_s: float = 5.0, seed: int = 0, progress: ProgressFn | None = None,
+    costs: CostTable,
+    num_layers: int,
+    num_microbatches: int,
+    *,
+    components: Sequence[str] = ALL_COMPONENTS,
+    time_limit_s: float = 5.0,
+    seed: int = 0,
+    progress: ProgressFn | None = None,
     baselines: dict[str, Candidate] | None = None,
 ) -> SearchOutcome:
     """Find the best plan for `costs` (P devices = costs.num_devices)."""
     unknown = set(components) - set(ALL_COMPONENTS)
     if unknown:
-        raise InputError(f"--search = {','.join(components)}: unknown component {sorted(unknown)[0]!r};"
-                         f" use a comma list of {', '.join(ALL_COMPONENTS)}")
+        raise InputError(
+            f"--search = {','.join(components)}: unknown component {sorted(unknown)[0]!r};"
+            f" use a comma list of {', '.join(ALL_COMPONENTS)}"
+        )
     if costs.num_devices > num_layers:
         raise InputError(f"--pp = {costs.num_devices}: more devices than the model's {num_layers} layers; lower --pp")
     t_start = time.perf_counter()
@@ -444,5 +486,11 @@ def search_plan(
             s.consider(cand)
     s.progress("done", 1.0)
     assert s.best is not None
-    return SearchOutcome(best=s.best, baselines=baselines, phases=s.phases, solver=s.solver,
-                         evaluated=s.evaluated, wall_s=time.perf_counter() - t_start)
+    return SearchOutcome(
+        best=s.best,
+        baselines=baselines,
+        phases=s.phases,
+        solver=s.solver,
+        evaluated=s.evaluated,
+        wall_s=time.perf_counter() - t_start,
+    )

@@ -87,7 +87,9 @@ class AttentionSpec(_Strict):
 class MlpSpec(_Strict):
     """Dense feed-forward block."""
 
-    activation: Literal["swiglu", "geglu", "gelu", "relu2"] = Field("swiglu", description="gated (3 matrices) or plain (2)")
+    activation: Literal["swiglu", "geglu", "gelu", "relu2"] = Field(
+        "swiglu", description="gated (3 matrices) or plain (2)"
+    )
     intermediate_size: PositiveInt = Field(description="inner dimension")
 
 
