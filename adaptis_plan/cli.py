@@ -43,6 +43,21 @@ def cli() -> None:
     """Plan pipeline-parallel LLM training: partition, placement and schedule, co-optimized."""
 
 
+def _print_catalogue(key: str, title: str, rows: list[tuple[str, str]], as_json: bool) -> None:
+    """A (name, description) list: `{key: [...]}` with --json, else a table."""
+    if as_json:
+        emit_json({key: [{"name": n, "description": d} for n, d in rows]})
+        return
+    from rich.table import Table
+
+    t = Table(title=title)
+    t.add_column("name")
+    t.add_column("description")
+    for n, d in rows:
+        t.add_row(n, d)
+    console().print(t)
+
+
 # ----------------------------------------------------------------------------- models
 @cli.command("models")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
@@ -50,18 +65,7 @@ def models_cmd(as_json: bool) -> None:
     """List the built-in model zoo."""
     from .models.load import list_models
 
-    rows = list_models()
-    if as_json:
-        emit_json({"models": [{"name": n, "description": d} for n, d in rows]})
-        return
-    from rich.table import Table
-
-    t = Table(title="built-in models")
-    t.add_column("name")
-    t.add_column("description")
-    for n, d in rows:
-        t.add_row(n, d)
-    console().print(t)
+    _print_catalogue("models", "built-in models", list_models(), as_json)
 
 
 @cli.group("model")
@@ -149,18 +153,7 @@ def hardware_group(ctx: click.Context, as_json: bool) -> None:
         return
     from .hardware import list_hardware
 
-    rows = list_hardware()
-    if as_json:
-        emit_json({"hardware": [{"name": n, "description": d} for n, d in rows]})
-        return
-    from rich.table import Table
-
-    t = Table(title="built-in hardware profiles")
-    t.add_column("name")
-    t.add_column("description")
-    for n, d in rows:
-        t.add_row(n, d)
-    console().print(t)
+    _print_catalogue("hardware", "built-in hardware profiles", list_hardware(), as_json)
 
 
 @hardware_group.command("show")

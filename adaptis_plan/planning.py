@@ -319,19 +319,24 @@ class _progress_bar:
 
 
 # ----------------------------------------------------------------------------- plan files
+def _load_for_plan(load, arg: str | None, stored_name: str, plan_path: str, field: str, what: str, file_kind: str):
+    """Load the given `--{field}`, or the plan's own built-in name, with a clear line when it is not built in."""
+    try:
+        return load(arg or stored_name)
+    except InputError as e:
+        if arg is None:
+            raise InputError(
+                f"{plan_path}: {field}.name = '{stored_name}' is not a built-in {what}; pass --{field}"
+                f" with the {file_kind} the plan was made for"
+            ) from e
+        raise
+
+
 def load_plan_and_model(plan_path: str, model_arg: str | None) -> tuple[PlanFile, ModelSpec]:
     from .models.load import load_model
 
     plan = read_plan(plan_path)
-    try:
-        model = load_model(model_arg or plan.model.name)
-    except InputError as e:
-        if model_arg is None:
-            raise InputError(
-                f"{plan_path}: model.name = '{plan.model.name}' is not a built-in model; pass --model"
-                " with the model file the plan was made for"
-            ) from e
-        raise
+    model = _load_for_plan(load_model, model_arg, plan.model.name, plan_path, "model", "model", "model file")
     check_model_matches(plan, model, plan_path)
     if plan.model.head_chunks > 1:
         from .models.transform import split_head
@@ -369,15 +374,7 @@ def simulate_plan_file(
     from .hardware import load_hardware
 
     plan, model = load_plan_and_model(plan_path, model_arg)
-    try:
-        hw = load_hardware(hardware_arg or plan.hardware.name)
-    except InputError as e:
-        if hardware_arg is None:
-            raise InputError(
-                f"{plan_path}: hardware.name = '{plan.hardware.name}' is not a built-in profile; pass"
-                " --hardware with the profile the plan was made for"
-            ) from e
-        raise
+    hw = _load_for_plan(load_hardware, hardware_arg, plan.hardware.name, plan_path, "hardware", "profile", "profile")
     if hardware_arg is None and hw.fingerprint() != plan.hardware.fingerprint:
         raise InputError(
             f"{plan_path}: hardware.fingerprint: the built-in profile '{hw.name}' changed since the plan"
