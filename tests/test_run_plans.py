@@ -38,6 +38,10 @@ def test_every_strategy_and_adaptive_verify(model: str, tmp_path: Path) -> None:
         jobs.append(PlanJob(path, spec))
         labels.append(f"{strategy} ({plan.search.get('source') if plan.search else ''})")
     results = run_plans(jobs, steps=1, warmup=0, verify=True, timeout_s=120)
-    failed = [(label, r["max_abs_grad_diff"], r["loss_diff"]) for label, r in zip(labels, results) if not r["verified"]]
+    failed = [
+        (label, r["max_abs_grad_diff"], r["loss_diff"])
+        for label, r in zip(labels, results, strict=True)
+        if not r["verified"]
+    ]
     assert not failed, failed
     assert all(r["measured_step_time_s"] > 0 for r in results)
