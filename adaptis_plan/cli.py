@@ -306,7 +306,7 @@ def plan_cmd(
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 @click.option("--trace", "trace_path", default=None, type=click.Path(), help="write a Chrome/Perfetto trace")
 @click.option("--svg", "svg_path", default=None, type=click.Path(), help="write an SVG timeline")
-@click.option("--width", default=100, show_default=True, type=int, help="terminal timeline width")
+@click.option("--width", default=None, type=int, help="terminal timeline width (default: the terminal's)")
 def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_path, svg_path, width) -> None:
     """Re-simulate PLAN (never trusting its stored numbers): summary, timeline, trace, SVG."""
     from .planning import simulate_plan_file

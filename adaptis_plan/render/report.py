@@ -119,7 +119,7 @@ def why_lines(outcome) -> list[str]:
 
 
 def print_simulation_report(
-    console: Console, sim, width: int = 100, trace_path: str | None = None, svg_path: str | None = None
+    console: Console, sim, width: int | None = None, trace_path: str | None = None, svg_path: str | None = None
 ) -> None:
     r = sim.result
     console.print(f"[bold]{sim.title}[/]")
@@ -147,7 +147,7 @@ def print_simulation_report(
         )
     from .terminal import timeline
 
-    console.print(timeline(r, sim.programs, sim.layout, width=width))
+    console.print(timeline(r, sim.programs, sim.layout, width=width or min(console.width - 12, 110)))
     for label, path in (("trace", trace_path), ("svg", svg_path)):
         if path:
             console.print(f"wrote {label}: {path}")
