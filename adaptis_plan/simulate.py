@@ -368,8 +368,11 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
     over devices (so any placement costs at least that much), H_l = sum_{l'<l} f_l' and
     I_l = sum_{l'<l} i_l', it is the max of:
 
-    (a) total work / devices: M * sum_l min_d (f+i+w)_dl / P — every (layer, mb) runs F, I and
-        W (or B = I+W) on the one device holding the layer, and P devices run in parallel.
+    (a) total work / capacity: M * sum_l min_d (f+i+w)_dl / sum_d 1/r_d — every (layer, mb) runs
+        F, I and W (or B = I+W) on the one device holding the layer; device d is at least
+        r_d = min_l (f+i+w)_dl / min_d' (f+i+w)_d'l times slower than the fastest on every layer,
+        so in time T it does at most T / r_d of fastest-device work (r_d = 1 on a homogeneous
+        cluster: total work / P).
     (b) one micro-batch's chain: sum_l f_l + sum_l i_l + w_0 — F through all layers, then I
         back through all layers, then W of the stage holding layer 0 (P2P may be zero, so omitted).
     (c) per layer l: H_l + M * min_d (f+i)_dl + I_l + w_0 — take the stage S = [a, b) holding l;
@@ -404,7 +407,10 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
     fi = (f_s + i_s).min(axis=0)
     head = np.concatenate([[0.0], np.cumsum(f)[:-1]])
     head_i = np.concatenate([[0.0], np.cumsum(i)[:-1]])
-    work = m * float(fiw.sum()) / num_devices
+    # a device slower than the fastest by at least r_d on every layer does 1 / r_d of its share
+    slowdown = (f_s + i_s + w_s).astype(float) / np.maximum(fiw, 1e-300)
+    capacity = float((1.0 / np.maximum(slowdown.min(axis=1), 1.0)).sum())
+    work = m * float(fiw.sum()) / capacity
     chain = float(f.sum() + i.sum()) + w0
     per_layer_tail = float(np.max(head + m * fi + head_i)) + w0
     per_layer = float(np.max(head + m * fiw))

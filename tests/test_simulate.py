@@ -274,8 +274,10 @@ def test_lower_bound_terms() -> None:
 def test_lower_bound_uses_fastest_device_and_ignores_layout() -> None:
     costs = uniform_costs(2, 2, f=1, i=1, w=1)
     costs.f_s[1] *= 0.5
-    # per-layer minima over devices: f=0.5; (a) 4*2*2.5/2 = 10, (d) at layer 1: 0.5 + 4*2.5 = 10.5
-    assert lower_bound(costs, 2, 4) == pytest.approx(10.5)
+    # per-layer minima over devices: f=0.5, f+i+w = 2.5; device 0 is 3 / 2.5 = 1.2x slower on every
+    # layer, so the two devices have the capacity of 1 + 1/1.2 fast ones: (a) 4*2*2.5 / (11/6) = 10.909;
+    # (d) at layer 1: 0.5 + 4*2.5 = 10.5
+    assert lower_bound(costs, 2, 4) == pytest.approx(4 * 2 * 2.5 / (1 + 1 / 1.2))
     r = simulate(straight(2), costs, one_f_one_b(2, 4), 4)
     assert r.lower_bound_s == lower_bound(costs, 2, 4) <= r.step_time_s
     with pytest.raises(InputError):
