@@ -434,9 +434,14 @@ def run_cmd(
 @click.option("--micro-batch-size", default=1, show_default=True, type=int)
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
 @click.option("--repeats", default=7, show_default=True, type=int)
+@click.option(
+    "--runtime/--no-runtime",
+    default=None,
+    help="also measure the gloo link and the runtime's time per action on 2 local ranks (default: on for cpu)",
+)
 @click.option("-o", "--output", required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
-def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, output, as_json) -> None:
+def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, output, as_json) -> None:
     """Measure per-layer F / I / W time and activation memory on this machine."""
     _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, repeats=repeats)
     from .models.load import load_model
@@ -446,7 +451,13 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ou
     from .plan import write_json_atomic
 
     prof = profile_model(
-        spec, seq_len=seq_len, micro_batch_size=micro_batch_size, device=device, dtype=dtype, repeats=repeats
+        spec,
+        seq_len=seq_len,
+        micro_batch_size=micro_batch_size,
+        device=device,
+        dtype=dtype,
+        repeats=repeats,
+        runtime=(device == "cpu") if runtime is None else runtime,
     )
     write_json_atomic(prof.model_dump(mode="json", exclude_none=True), output)
     if as_json:

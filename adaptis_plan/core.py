@@ -105,6 +105,16 @@ class CostTable:
     link_latency_s: np.ndarray  # [num_devices, num_devices]
     layer_kinds: tuple[str, ...] = field(default=())
     device_names: tuple[str, ...] = field(default=())
+    action_overhead_s: float = 0.0  # host time of the runtime per action (dispatch, P2P posting), any op
+
+    def stage_op_seconds(self, device: int, lo: int, hi: int) -> dict[str, float]:
+        """F / I / W / B seconds of the layers [lo, hi) as one stage on `device`, each op
+        paying the runtime's per-action overhead once."""
+        f = float(self.f_s[device, lo:hi].sum())
+        i = float(self.i_s[device, lo:hi].sum())
+        w = float(self.w_s[device, lo:hi].sum())
+        o = self.action_overhead_s
+        return {"F": f + o, "I": i + o, "W": w + o, "B": i + w + o}
 
     @property
     def num_devices(self) -> int:
@@ -140,6 +150,7 @@ class CostTable:
             link_latency_s=self.link_latency_s[:n, :n],
             layer_kinds=self.layer_kinds,
             device_names=self.device_names[:n],
+            action_overhead_s=self.action_overhead_s,
         )
 
 

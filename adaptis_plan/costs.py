@@ -179,6 +179,11 @@ def build_cost_table(
         link_latency_s=latency,
         layer_kinds=tuple(layer.kind for layer in model.layers),
         device_names=tuple(dt for dt, _ in slots),
+        action_overhead_s=float(
+            profile.action_overhead_s
+            if profile is not None and profile.action_overhead_s is not None
+            else hardware.action_overhead_s
+        ),
     )
 
 

@@ -19,7 +19,9 @@ Semantics (see DESIGN.md, "Performance model"):
   `costs.p2p_s(src, dst, bytes)`; zero when both stages share a device.
 - Sends are asynchronous: a transfer never occupies compute. Transfers on one directed
   device pair are serialized FIFO in order of their ready time (one link carries one message
-  at a time): a transfer starts at max(ready, end of the previous transfer on that link).
+  at a time): a transfer starts at max(ready, the time the previous one released the link).
+  A message holds the link for bytes / bandwidth and arrives one latency after that (the
+  latency is flight time, so back-to-back messages overlap their latencies).
   Every transfer on link a->b is sent by device a, whose actions end in program order, so
   ready-time order is device a's program order (ties keep program order).
 - Memory per device: static = sum of `static_bytes` over the layers of the device's stages;
@@ -101,14 +103,12 @@ class SimResult:
 
 
 def stage_durations(layout: Layout, costs: CostTable) -> np.ndarray:
-    """[num_stages, 4] seconds per op (columns in `core.OPS` order: F, B, I, W) on the stage's device."""
+    """[num_stages, 4] seconds per op (columns in `core.OPS` order: F, B, I, W) on the stage's device,
+    the runtime's per-action overhead included (`CostTable.stage_op_seconds`)."""
     out = np.zeros((layout.num_stages, len(OPS)))
     for s, d in enumerate(layout.stage_device):
-        lo, hi = layout.bounds[s], layout.bounds[s + 1]
-        f = float(np.sum(costs.f_s[d, lo:hi]))
-        i = float(np.sum(costs.i_s[d, lo:hi]))
-        w = float(np.sum(costs.w_s[d, lo:hi]))
-        out[s, _F], out[s, _I], out[s, _W], out[s, _B] = f, i, w, i + w
+        t = costs.stage_op_seconds(d, layout.bounds[s], layout.bounds[s + 1])
+        out[s, _F], out[s, _I], out[s, _W], out[s, _B] = t["F"], t["I"], t["W"], t["B"]
     return out
 
 
@@ -171,6 +171,11 @@ def simulate(layout: Layout, costs: CostTable, programs: Programs, num_microbatc
     odev[ob] = stage_device[np.maximum(stage_a[ob] - 1, 0)]
     pdur[ob] = grad_p2p[stage_a[ob]]
 
+    # a message holds its link for bytes / bandwidth; the latency is flight time, not occupancy
+    sends = odev >= 0
+    occ = np.zeros(dur.shape)
+    occ[sends] = np.maximum(pdur[sends] - costs.link_latency_s[dev_a[sends], odev[sends]], 0.0)
+
     lengths = [len(p) for p in programs]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
@@ -178,7 +183,7 @@ def simulate(layout: Layout, costs: CostTable, programs: Programs, num_microbatc
         lst = arr.tolist()
         return [lst[offsets[d] : offsets[d + 1]] for d in range(num_devices)]
 
-    wait_l, dur_l, out_l, odev_l, pdur_l = (split(x) for x in (wait, dur, out, odev, pdur))
+    wait_l, dur_l, out_l, odev_l, pdur_l, occ_l = (split(x) for x in (wait, dur, out, odev, pdur, occ))
     starts_l = [[0.0] * n for n in lengths]
     ends_l = [[0.0] * n for n in lengths]
     xfer_l = [[-1.0] * n for n in lengths]  # transfer start, -1 when the action sends nothing off-device
@@ -192,7 +197,7 @@ def simulate(layout: Layout, costs: CostTable, programs: Programs, num_microbatc
     while work:
         d = work.pop()
         k, t_dev, n = ptr[d], clock[d], lengths[d]
-        wait_d, dur_d, out_d, odev_d, pdur_d = wait_l[d], dur_l[d], out_l[d], odev_l[d], pdur_l[d]
+        wait_d, dur_d, out_d, odev_d, pdur_d, occ_d = wait_l[d], dur_l[d], out_l[d], odev_l[d], pdur_l[d], occ_l[d]
         st_d, en_d, xf_d, lf_d = starts_l[d], ends_l[d], xfer_l[d], link_free[d]
         while k < n:
             w = wait_d[k]
@@ -216,10 +221,9 @@ def simulate(layout: Layout, costs: CostTable, programs: Programs, num_microbatc
                     x0 = lf_d[dd]
                     if t_dev > x0:
                         x0 = t_dev
-                    x1 = x0 + pdur_d[k]
-                    lf_d[dd] = x1
+                    lf_d[dd] = x0 + occ_d[k]
                     xf_d[k] = x0
-                    ready[o] = x1
+                    ready[o] = x0 + pdur_d[k]
                 wk = waiter[o]
                 if wk >= 0:
                     work.append(wk)
@@ -443,7 +447,7 @@ def _packing_bound(job: np.ndarray, num_devices: int) -> float:
     capacity for which L2 / cardinality prove that `num_devices` bins do not suffice."""
     sizes = np.sort(np.asarray(job, dtype=float))[::-1]
     lo = max(float(sizes.max()), float(sizes.sum()) / num_devices)
-    if num_devices == 1 or len(sizes) <= num_devices:
+    if num_devices == 1 or len(sizes) <= num_devices or lo <= 0:
         return lo
     # pigeonhole: of the j*P + 1 largest jobs some device gets j + 1, at least the j + 1 smallest of them
     for j in range(1, (len(sizes) - 1) // num_devices + 1):

@@ -138,8 +138,17 @@ def test_same_device_stages_have_no_p2p_delay() -> None:
     assert r.bubble_ratio == 0
 
 
-def test_link_is_fifo_in_ready_order() -> None:
+def test_latency_is_flight_time_not_link_occupancy() -> None:
     costs = uniform_costs(2, 2, f=1, i=1, w=1, latency=3.0)
+    r = simulate(straight(2), costs, gpipe(2, 2), 2)
+    # acts ready at 1 and 2 both fly 3: arrive 4 and 5 (their latencies overlap)
+    assert [(t.src_device, t.start_s) for t in r.transfers][:2] == [(0, 1), (0, 2)]
+    assert r.times[1][:2] == [(4, 5), (5, 6)]
+
+
+def test_link_is_fifo_in_ready_order() -> None:
+    # 3 bytes at 1 byte/s: each message holds the link for 3 s
+    costs = uniform_costs(2, 2, f=1, i=1, w=1, out=3.0, bw=1.0)
     r = simulate(straight(2), costs, gpipe(2, 2), 2)
     # acts ready at 1 and 2 share link 0->1: [1,4] then [4,7]; 1F0 [4,5] 1F1 [7,8]
     # 1B0 [8,10] 1B1 [10,12]; grads ready 10, 12 share 1->0: [10,13] [13,16]; 0B0 [13,15] 0B1 [16,18]
@@ -348,7 +357,9 @@ def _reference(layout: Layout, costs: CostTable, programs: Programs, m: int) -> 
         if not link_busy.get(link) and link_q.get(link):
             msg, secs = link_q[link].pop(0)
             link_busy[link] = True
-            push(t + secs, "xfer_end", (link, msg))
+            latency = float(costs.link_latency_s[link])
+            push(t + max(secs - latency, 0.0), "link_free", (link, None))  # bytes / bandwidth on the wire
+            push(t + secs, "arrive", (None, msg))  # then the flight time
 
     def try_start(t: float) -> None:
         for d in range(num_devices):
@@ -384,9 +395,10 @@ def _reference(layout: Layout, costs: CostTable, programs: Programs, m: int) -> 
                     nbytes = float(costs.out_bytes[layout.bounds[max(s, dst)] - 1])
                     link_q.setdefault((a, b), []).append((msg, costs.p2p_s(a, b, nbytes)))
                     start_link((a, b), t)
+        elif kind == "arrive":
+            arrived.add(data[1])
         else:
-            link, msg = data
-            arrived.add(msg)
+            link = data[0]
             link_busy[link] = False
             start_link(link, t)
         try_start(t)
@@ -408,8 +420,9 @@ def test_random_valid_programs_match_reference_and_bound(seed: int) -> None:
     by_link: dict[tuple[int, int], list] = {}
     for t in r.transfers:
         by_link.setdefault((t.src_device, t.dst_device), []).append(t)
-    for ts in by_link.values():
-        assert all(a.end_s <= b.start_s + 1e-12 for a, b in zip(ts, ts[1:], strict=False))
+    for (src, dst), ts in by_link.items():
+        latency = float(costs.link_latency_s[src, dst])
+        assert all(a.end_s - latency <= b.start_s + 1e-12 for a, b in zip(ts, ts[1:], strict=False))
 
 
 @pytest.mark.parametrize("num_devices,m", [(2, 1), (2, 3), (3, 5), (4, 8)])

@@ -31,6 +31,7 @@ the entry point of those two processes:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -182,8 +183,13 @@ def profile_model(
     warmup: int = 2,
     seed: int = 0,
     link: bool = False,
+    runtime: bool = False,
 ) -> CostProfile:
-    """Measured F / I / W / B seconds and activation bytes per distinct layer (see the module docstring)."""
+    """Measured F / I / W / B seconds and activation bytes per distinct layer (see the module docstring).
+
+    `link`: also time the gloo link; `runtime`: the link and this runtime's host time per action
+    (`measure_action_overhead`), both of which the planner and simulator then charge.
+    """
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     prev_threads = torch.get_num_threads()
     if dev.type == "cpu":
@@ -210,7 +216,8 @@ def profile_model(
         repeats=repeats,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         entries=entries,
-        link=measure_link() if link else None,
+        link=measure_link() if link or runtime else None,
+        action_overhead_s=measure_action_overhead() if runtime else None,
     )
 
 
@@ -300,6 +307,51 @@ def measure_link(*, repeats: int = 20, large_bytes: int = 16 * 2**20, timeout_s:
             raise AdaptisError("measuring the gloo link failed: " + "; ".join(errors))
         latency, bw = (float(x) for x in Path(out).read_text().split())
     return MeasuredLink(latency_s=latency, bandwidth_gbps=bw / 1e9, backend="gloo")
+
+
+# ---------------------------------------------------------------- runtime overhead per action
+
+
+def measure_action_overhead(*, num_microbatches: int = 16, steps: int = 5, timeout_s: float = 120.0) -> float:
+    """Host time per action of this runtime on 2 local ranks (gloo, one thread each).
+
+    Runs a GPipe pipeline whose layers do almost no arithmetic (hidden 8, 8 tokens), so a step
+    is the runtime's own work per action: Python dispatch, autograd bookkeeping, posting and
+    waiting on P2P. The measured step (median after warm-up) divided by the number of actions
+    on its critical path (the simulator's step for the same plan with unit-cost actions) is the
+    `action_overhead_s` a measured profile carries.
+    """
+    from ..core import Layout, uniform_costs
+    from ..plan import make_plan, write_plan
+    from ..schedules import get_spec
+    from ..simulate import simulate
+    from ..spec.hardware import HardwareProfile
+    from ..spec.model import AttentionSpec, LayerSpec, MlpSpec
+    from ..spec.training import TrainingConfig
+    from .launch import PlanJob, run_plans
+
+    block = LayerSpec(kind="decoder", attention=AttentionSpec(num_heads=1, num_kv_heads=1, head_dim=8),
+                      mlp=MlpSpec(intermediate_size=8))  # fmt: skip
+    model = ModelSpec(name="overhead-probe", hidden_size=8, vocab_size=16,
+                      layers=[LayerSpec(kind="embedding"), block, block, LayerSpec(kind="head")])  # fmt: skip
+    hw = HardwareProfile.model_validate(
+        {"name": "probe", "device_types": {"cpu": {"peak_bf16_tflops": 1, "matmul_efficiency": 1, "hbm_bytes": 2**34,
+         "hbm_bandwidth_gbps": 1, "source": "probe"}}, "groups": [{"device_type": "cpu", "num_nodes": 1,
+         "devices_per_node": 2}], "intra_node": {"bandwidth_gbps": 1, "latency_s": 0, "source": "probe"},
+         "inter_node": {"bandwidth_gbps": 1, "latency_s": 0, "source": "probe"}}
+    )  # fmt: skip
+    training = TrainingConfig(num_microbatches=num_microbatches, micro_batch_size=1, seq_len=8, pp=2)
+    spec = get_spec("GPipe")
+    layout = Layout(bounds=(0, 2, 4), stage_device=spec.stage_device(2), num_devices=2)
+    programs = spec.build(layout.stage_device, 2, num_microbatches)
+    unit = dataclasses.replace(uniform_costs(4, 2, f=0.0, i=0.0, w=0.0), action_overhead_s=1.0)
+    critical = simulate(layout, unit, programs, num_microbatches)
+    with tempfile.TemporaryDirectory(prefix="adaptis-overhead-") as tmp:
+        path = Path(tmp) / "probe.json"
+        write_plan(make_plan(strategy=spec.name, model=model, hardware=hw, training=training, layout=layout,
+                             programs=programs, result=critical), path)  # fmt: skip
+        out = run_plans([PlanJob(path, model)], steps=steps, warmup=2, timeout_s=timeout_s)[0]
+    return float(out["measured_step_time_s"]) / critical.step_time_s
 
 
 if __name__ == "__main__":

@@ -192,9 +192,7 @@ class _Scaled:
         sd = layout.stage_device
         secs = []
         for s, d in enumerate(sd):
-            layers = list(layout.layers(s))
-            f, i, w = (float(np.sum(t[d, layers])) for t in (costs.f_s, costs.i_s, costs.w_s))
-            secs.append({"F": f, "I": i, "W": w, "B": i + w})
+            secs.append(costs.stage_op_seconds(d, layout.bounds[s], layout.bounds[s + 1]))
         delay_s = [0.0] + [
             costs.p2p_s(sd[s - 1], sd[s], float(costs.out_bytes[layout.bounds[s] - 1])) for s in range(1, len(sd))
         ]

@@ -42,6 +42,7 @@ class StageTimes:
     f: np.ndarray
     i: np.ndarray
     w: np.ndarray
+    b: np.ndarray
     act: np.ndarray
     act_w: np.ndarray
     p2p_fwd: np.ndarray  # [s]: from stage s-1 to s (0 for s = 0)
@@ -54,15 +55,15 @@ def stage_times(layout: Layout, costs: CostTable) -> StageTimes:
     f = np.zeros(n)
     i = np.zeros(n)
     w = np.zeros(n)
+    b = np.zeros(n)
     act = np.zeros(n)
     act_w = np.zeros(n)
     static = np.zeros(layout.num_devices)
     for s in range(n):
         d = layout.stage_device[s]
         lo, hi = layout.bounds[s], layout.bounds[s + 1]
-        f[s] = costs.f_s[d, lo:hi].sum()
-        i[s] = costs.i_s[d, lo:hi].sum()
-        w[s] = costs.w_s[d, lo:hi].sum()
+        t = costs.stage_op_seconds(d, lo, hi)
+        f[s], i[s], w[s], b[s] = t["F"], t["I"], t["W"], t["B"]
         act[s] = costs.act_bytes[lo:hi].sum()
         act_w[s] = costs.act_w_bytes[lo:hi].sum()
         static[d] += costs.static_bytes[lo:hi].sum()
@@ -72,7 +73,7 @@ def stage_times(layout: Layout, costs: CostTable) -> StageTimes:
         nbytes = costs.out_bytes[layout.bounds[s] - 1]
         p2p_fwd[s] = costs.p2p_s(layout.stage_device[s - 1], layout.stage_device[s], nbytes)
         p2p_bwd[s - 1] = costs.p2p_s(layout.stage_device[s], layout.stage_device[s - 1], nbytes)
-    return StageTimes(f, i, w, act, act_w, p2p_fwd, p2p_bwd, static)
+    return StageTimes(f, i, w, b, act, act_w, p2p_fwd, p2p_bwd, static)
 
 
 def list_schedule(
@@ -172,7 +173,7 @@ def list_schedule(
             mem[d] += st.act[s]
             inflight[d] += 1
         elif op in ("I", "B"):
-            dur = st.i[s] if split else st.i[s] + st.w[s]
+            dur = st.i[s] if split else st.b[s]
             b_end[s, m] = t + dur
             next_b[s] += 1
             inflight[d] -= 1

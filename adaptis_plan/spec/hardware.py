@@ -89,6 +89,12 @@ class HardwareProfile(_Strict):
     intra_node: LinkSpec = Field(description="link between ranks in one node (NVLink)")
     inter_node: LinkSpec = Field(description="link between ranks on different nodes (InfiniBand)")
     memory_fraction: float = Field(0.9, gt=0, le=1, description="usable share of each device's memory")
+    action_overhead_s: float = Field(
+        0.0,
+        ge=0,
+        description="host time of the pipeline runtime per action (Python dispatch, P2P posting) that does not"
+        " overlap compute: about zero on GPUs (kernels run asynchronously), real on CPU ranks",
+    )
 
     @model_validator(mode="after")
     def _check_groups(self) -> HardwareProfile:

@@ -56,3 +56,6 @@ class CostProfile(_Strict):
     measured_at: str = Field(description="ISO-8601 date and time")
     entries: list[LayerCostEntry] = Field(min_length=1)
     link: MeasuredLink | None = Field(None, description="measured point-to-point link, if any")
+    action_overhead_s: NonNegativeFloat | None = Field(
+        None, description="measured host time of the pipeline runtime per action (dispatch, P2P posting), if any"
+    )
