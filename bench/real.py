@@ -1,0 +1,1007 @@
+"""Real execution on this CPU machine: PP=2 over gloo, torch's own pipeline runtime vs adaptis' executor.
+
+Run: `python -m bench.real --out real.md [--quick] [--models tiny-gemma,...] [--rounds N]
+[--update BENCHMARKS.md]` (the full run takes a few minutes on 2 cores; `--quick` well under one).
+`python -m bench.run` calls `main(quick=...)` and puts the returned markdown under its heading
+"Real execution (CPU, gloo)"; `--update FILE` replaces that section of FILE in place.
+
+Data flow, per tiny model (`ModelCase`):
+1. measure: `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread, as each
+   rank runs), two copies at once in fresh processes with `MALLOC_ENV` as the two ranks run,
+   averaged -> a cost profile, plus the gloo link (`measure_link`, median of a few
+   measurements, once per run) -> `<work>/<model>/profile.json`;
+2. plan with it (`planning.make_plan_for`, hardware `cpu`, `costs_path` = that profile): the
+   classic `GPipe`, `1F1B`, `Interleaved1F1B`, `ZBVZeroBubble` on the uniform partition, and
+   `adaptive`; `plan.predicted.step_time_s` is adaptis' simulation with the measured profile.
+   When adaptive splits the head into vocabulary chunks, the split model is profiled too and
+   the adaptive plan re-simulated with it (a diagnostic column: the planner itself costs chunks
+   as a share of the unsplit head);
+3. one torchrun launch (`bench.torch_runtime`, 2 ranks, gloo, one thread each) builds torch's
+   schedule classes over the classic plans' own stages (the split and stage-to-rank map are
+   the plan's, checked against torch's loop / V mapping) and our `RankRuntime` on every plan,
+   and steps them in alternating rounds (A B ... B A), so noise hits all alike;
+4. medians of the measured rounds -> per-model tables and the three targets below.
+Imports `adaptis_plan` (planning, plan IO, the executor's link measurement), and `bench.run` /
+`bench.paper` for the provenance line (torch is imported with `executor.profile`); everything
+measured runs in subprocesses: `adaptis profile`, the link probe, and the ranks, which run
+`bench.torch_runtime`.
+
+Targets (issue "Benchmarks" part 3 and the executor's prediction target):
+- ours / torch on the identical schedule and split <= 1.10 (every classic schedule, every model);
+- adaptive vs the best torch schedule >= 1.3x on tiny-gemma (the head is the heaviest layer);
+- predicted vs measured step time within 15% for every plan we run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CLASSIC = ("GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble")
+STRATEGIES = (*CLASSIC, "adaptive")
+HEADING = "## Real execution (CPU, gloo)"
+PP = 2
+
+TARGET_RATIO = 1.10  # ours / torch, identical schedule + split
+TARGET_SPEEDUP = 1.30  # adaptive vs best torch schedule, on TARGET_SPEEDUP_MODEL
+TARGET_SPEEDUP_MODEL = "tiny-gemma"
+TARGET_ERROR = 0.15  # |predicted - measured| / measured
+LOSS_TOL = 1e-5
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """One tiny model at PP=2 and a step shape that takes ~50-500 ms on one core per rank."""
+
+    model: str
+    seq_len: int
+    num_microbatches: int
+    micro_batch_size: int = 1
+
+    @property
+    def shape(self) -> str:
+        return f"seq {self.seq_len}, {self.num_microbatches} micro-batches of {self.micro_batch_size}"
+
+
+@dataclass(frozen=True)
+class RealConfig:
+    cases: tuple[ModelCase, ...]
+    warmup: int = 2  # rounds not in the medians (torch infers its stage shapes in the first)
+    rounds: int = 7  # measured rounds; every run takes one step per round
+    time_limit_s: float = 5.0  # adaptive search
+    profile_repeats: int = 7
+    profile_procs: int = PP  # concurrent profiler processes (as many as ranks: the same contention)
+    link_samples: int = 3  # gloo link measurements (median); 0 = keep the `cpu` profile's guess
+    seed: int = 0
+    timeout_s: float = 600.0  # one torchrun launch
+    keep_memory: bool = True  # MALLOC_ENV for the profiler and both ranks
+    quiet_wait_s: float = 20.0  # before profiling and before the launch: wait for other jobs to calm down
+    quiet_share: float = 0.10  # rounds where other processes took more of the machine are dropped
+    label: str = "full"
+
+
+FULL = RealConfig(
+    cases=(
+        ModelCase("tiny-llama", 256, 8),
+        ModelCase("tiny-gemma", 128, 4),
+        ModelCase("tiny-deepseek", 128, 8),
+        ModelCase("tiny-nemotron-h", 256, 8),
+    )
+)
+QUICK = RealConfig(
+    cases=(ModelCase("tiny-gemma", 64, 4),),
+    warmup=1,
+    rounds=3,
+    time_limit_s=1.0,
+    profile_repeats=3,
+    link_samples=3,
+    label="quick",
+)
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass
+class PlanRun:
+    """One plan of one model: predicted, and measured under our runtime (and torch's, if classic)."""
+
+    strategy: str
+    stages: list[tuple[int, int, int]]  # (start, stop, device) per stage
+    predicted_s: float
+    predicted_busy_s: list[dict[str, float]]  # per device: op letter -> summed simulated action spans
+    ours_s: list[float]  # measured step times, rounds after warm-up
+    ours_busy_s: list[list[dict[str, float]]]  # per round, per device: op letter -> summed measured spans
+    ours_losses: list[float]
+    torch_s: list[float] | None = None
+    torch_losses: list[float] | None = None
+    head_chunks: int = 1
+    source: str = ""
+    plan_time_s: float = 0.0
+    num_actions: list[int] = field(default_factory=list)  # per device
+    predicted_chunks_s: float | None = None  # re-simulated with the split head's chunks profiled as such
+    predicted_after_s: float | None = None  # re-simulated with a second profile taken right after the runs
+
+    @property
+    def ours(self) -> float:
+        return statistics.median(self.ours_s)
+
+    @property
+    def torch(self) -> float | None:
+        return statistics.median(self.torch_s) if self.torch_s else None
+
+    @property
+    def ratio(self) -> float | None:
+        t = self.torch
+        return self.ours / t if t else None
+
+    @property
+    def error(self) -> float:
+        """(predicted - measured) / measured of our runtime: negative = the prediction is optimistic."""
+        return (self.predicted_s - self.ours) / self.ours
+
+    @property
+    def drift(self) -> float | None:
+        """How far the same plan's prediction moves with a profile taken after the runs."""
+        return None if self.predicted_after_s is None else self.predicted_after_s / self.predicted_s - 1.0
+
+    @property
+    def loss_diff(self) -> float | None:
+        if not self.torch_losses:
+            return None
+        return max(abs(a - b) for a, b in zip(self.ours_losses, self.torch_losses, strict=True))
+
+    def busy(self, device: int, ops: str = "FIWB") -> float:
+        """Measured compute time of `device` in one step (median over rounds), `ops` only."""
+        return statistics.median(sum(r[device][op] for op in ops) for r in self.ours_busy_s)
+
+    def predicted_busy(self, device: int, ops: str = "FIWB") -> float:
+        return sum(self.predicted_busy_s[device][op] for op in ops)
+
+    def inflation(self, ops: str = "FIWB") -> float | None:
+        """Measured / predicted compute of `ops` over both devices, minus 1 (None when none is planned)."""
+        devices = range(len(self.predicted_busy_s))
+        pred = sum(self.predicted_busy(d, ops) for d in devices)
+        return sum(self.busy(d, ops) for d in devices) / pred - 1.0 if pred > 0 else None
+
+    def extra_per_action(self) -> float:
+        """(measured - predicted) compute per action, seconds, over both devices."""
+        devices = range(len(self.predicted_busy_s))
+        extra = sum(self.busy(d) - self.predicted_busy(d) for d in devices)
+        return extra / max(sum(self.num_actions), 1)
+
+    def split(self) -> str:
+        return " ".join(f"{a}-{b - 1}@d{d}" if b - a > 1 else f"{a}@d{d}" for a, b, d in self.stages)
+
+
+@dataclass
+class ModelResult:
+    case: ModelCase
+    plans: dict[str, PlanRun]
+    profile: dict  # the CostProfile as JSON
+    wall_s: float
+    torch_version: str = ""
+    num_threads: int = 1
+    layer_kinds: list[str] = field(default_factory=list)
+    profile_others_share: float = 0.0  # other processes' share of the machine while profiling
+    round_others_share: list[float] = field(default_factory=list)  # per measured round
+    kept: list[int] = field(default_factory=list)  # measured rounds in the medians
+
+    @property
+    def best_torch(self) -> PlanRun:
+        return min((self.plans[s] for s in CLASSIC), key=lambda p: p.torch or float("inf"))
+
+    @property
+    def speedup(self) -> float:
+        return (self.best_torch.torch or float("nan")) / self.plans["adaptive"].ours
+
+    def head_share(self) -> float:
+        """The head's share of one micro-batch's F + I + W work in the measured profile."""
+        work = {}
+        for e in self.profile["entries"]:
+            for i in e["layers"]:
+                work[i] = e["f_s"] + e["i_s"] + e["w_s"]
+        return work[max(work)] / sum(work.values())
+
+
+@dataclass
+class RealResults:
+    config: RealConfig
+    models: list[ModelResult]
+    link: dict | None
+    wall_s: float
+    load: tuple[str, str]
+    date: str
+
+
+# ----------------------------------------------------------------------------- running
+
+
+#: glibc malloc settings for every process that measures (the profiler and both ranks): serve
+#: every allocation from the heap and never hand freed memory back to the OS. By default glibc
+#: maps each allocation over 32 MiB (and, depending on its history, smaller ones) afresh and
+#: unmaps it on free, so every step page-faults its large activations (tiny-gemma's
+#: [seq, 96000] logits) in again: measured here, the head's F and I took 1.5-2.5x as long,
+#: bimodally from run to run. With these, freed memory is reused, as torch's caching allocator
+#: does on GPUs. Both runtimes run in the same processes, so they share the setting.
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def _load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "n/a"
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine since boot (/proc/stat); (0, 0) where unavailable.
+
+    Busy counts user, system, interrupts and steal (a hypervisor taking the CPU away is interference too).
+    """
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    except OSError:
+        return 0, 0
+    v = [int(x) for x in fields]  # user nice system idle iowait irq softirq steal
+    total = sum(v)
+    return total - v[3] - v[4], total
+
+
+def process_ticks(pid: int) -> int:
+    """User + system CPU ticks of process `pid`, all its threads (/proc/PID/stat); 0 where unavailable."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    rest = text[text.rindex(")") + 2 :].split()
+    return int(rest[11]) + int(rest[12])
+
+
+def others_share(before: tuple[int, int, int], after: tuple[int, int, int]) -> float:
+    """Share of the machine's CPU time that processes other than ours used between two samples of
+    (machine busy ticks, machine total ticks, our processes' ticks)."""
+    busy, total, ours = (a - b for a, b in zip(after, before, strict=True))
+    return max(busy - ours, 0) / total if total > 0 else 0.0
+
+
+def _own_ticks() -> int:
+    t = os.times()
+    return round((t.user + t.system + t.children_user + t.children_system) * os.sysconf("SC_CLK_TCK"))
+
+
+def _sample() -> tuple[int, int, int]:
+    return (*machine_ticks(), _own_ticks())
+
+
+def wait_quiet(max_wait_s: float, threshold: float = 0.10, window_s: float = 1.0) -> float:
+    """Wait (at most `max_wait_s`) until other processes use at most `threshold` of the machine over a
+    `window_s` window; returns the last window's share."""
+    if max_wait_s <= 0:
+        return 0.0
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        before = _sample()
+        time.sleep(window_s)
+        share = others_share(before, _sample())
+        if share <= threshold or time.monotonic() >= deadline:
+            return share
+
+
+def _env(cfg: RealConfig) -> dict[str, str]:
+    env = dict(os.environ, **THREAD_ENV, **(MALLOC_ENV if cfg.keep_memory else {}))
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) -> dict:
+    """`adaptis profile` run as the ranks run -> the profile JSON (also written to `out`).
+
+    `cfg.profile_procs` copies at once, each a fresh process with one intra-op thread and
+    `MALLOC_ENV`: with PP=2 both cores are busy, as in the pipeline, so the profile sees the
+    same contention (shared caches and memory, and whatever else this machine runs) as the
+    ranks. The copies' F / I / W / B seconds are averaged per layer.
+    """
+    procs, outs = [], []
+    for k in range(cfg.profile_procs):
+        path = out.with_name(f"{out.stem}.proc{k}.json")
+        cmd = [
+            sys.executable, "-m", "adaptis_plan.cli", "profile", "--model", str(model_arg), "--device", "cpu",
+            "--seq-len", str(case.seq_len), "--micro-batch-size", str(case.micro_batch_size),
+            "--repeats", str(cfg.profile_repeats), "-o", str(path),
+        ]  # fmt: skip
+        procs.append(
+            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(cfg), cwd=REPO)
+        )
+        outs.append(path)
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            tail = [ln for ln in err.splitlines() if ln.strip()][-1:] or [f"exit {p.returncode}"]
+            raise RuntimeError(f"adaptis profile --model {model_arg} failed: {tail[0]}")
+    copies = [json.loads(path.read_text()) for path in outs]
+    merged = copies[0]
+    for n, entry in enumerate(merged["entries"]):
+        for key in ("f_s", "i_s", "w_s", "b_s"):
+            entry[key] = statistics.fmean(c["entries"][n][key] for c in copies)
+    out.write_text(json.dumps(merged, indent=1))
+    return merged
+
+
+def _quiet_profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) -> tuple[dict, float]:
+    """`profile` after waiting for a quiet machine; once more when other jobs took over
+    1.5 x `quiet_share` of it meanwhile (the quieter attempt is kept; no wait and no second attempt
+    when `quiet_wait_s` is 0). Returns (profile, others' share)."""
+    best: tuple[dict, float] | None = None
+    for _attempt in range(2 if cfg.quiet_wait_s > 0 else 1):
+        wait_quiet(cfg.quiet_wait_s, cfg.quiet_share)
+        before = _sample()
+        got = profile(model_arg, case, cfg, out)
+        share = others_share(before, _sample())
+        if best is None or share < best[1]:
+            best = (got, share)
+        if share <= 1.5 * cfg.quiet_share:
+            break
+    assert best is not None
+    out.write_text(json.dumps(best[0], indent=1))
+    return best
+
+
+def measure_link(samples: int) -> dict | None:
+    """Median gloo latency / bandwidth of `samples` measurements (each a median of ping-pongs)."""
+    if samples <= 0:
+        return None
+    from adaptis_plan.executor.profile import measure_link as one
+
+    got = [one() for _ in range(samples)]
+    return {
+        "latency_s": statistics.median(g.latency_s for g in got),
+        "bandwidth_gbps": statistics.median(g.bandwidth_gbps for g in got),
+        "backend": got[0].backend,
+    }
+
+
+def _plan(case: ModelCase, strategy: str, profile_path: Path, cfg: RealConfig, out: Path) -> tuple[object, float]:
+    from adaptis_plan.plan import write_plan
+    from adaptis_plan.planning import PlanRequest, make_plan_for
+
+    classic = strategy != "adaptive"
+    req = PlanRequest(
+        model_arg=case.model,
+        hardware_arg="cpu",
+        pp=PP,
+        num_microbatches=case.num_microbatches,
+        seq_len=case.seq_len,
+        micro_batch_size=case.micro_batch_size,
+        strategy=strategy,
+        partition="uniform" if classic else None,
+        costs_path=str(profile_path),
+        time_limit_s=cfg.time_limit_s,
+        seed=cfg.seed,
+    )
+    outcome = make_plan_for(req)
+    write_plan(outcome.plan, out)
+    return outcome, outcome.plan_time_s
+
+
+def _resimulate_with_chunks(  # noqa: ANN001
+    model, num_chunks: int, case: ModelCase, cfg: RealConfig, link: dict | None, work: Path
+) -> dict:
+    """{"adaptive": step time} of the adaptive plan simulated with the split model's own profile.
+
+    The planner costs vocabulary chunks by scaling the unsplit head's measured time to each
+    chunk's share of the vocabulary; this measures the chunks themselves (their log-sum-exp
+    path is not the fused cross-entropy), to show how much of the prediction error that is.
+    """
+    from adaptis_plan.models.transform import split_head
+    from adaptis_plan.planning import simulate_plan_file
+
+    spec = work / f"model-{num_chunks}-chunks.json"
+    spec.write_text(split_head(model, num_chunks).model_dump_json())
+    path = work / "profile-chunks.json"
+    _profile_with_link(spec, case, cfg, link, path)
+    outcome = simulate_plan_file(str(work / "plan-adaptive.json"), costs_path=str(path))
+    return {"adaptive": outcome.result.step_time_s}
+
+
+def _profile_with_link(
+    model_arg: str | Path, case: ModelCase, cfg: RealConfig, link: dict | None, out: Path
+) -> tuple[dict, float]:
+    """`_quiet_profile` with the measured gloo link added (what planning and re-simulation read)."""
+    measured, share = _quiet_profile(model_arg, case, cfg, out)
+    if link is not None:
+        measured["link"] = link
+        out.write_text(json.dumps(measured, indent=1))
+    return measured, share
+
+
+def _resimulate(plan_paths: dict[str, Path], profile_path: Path) -> dict[str, float]:
+    """Each plan's step time simulated with another profile of the same model and shape."""
+    from adaptis_plan.planning import simulate_plan_file
+
+    return {
+        s: simulate_plan_file(str(p), costs_path=str(profile_path)).result.step_time_s for s, p in plan_paths.items()
+    }
+
+
+def _launch(config_path: Path, out: Path, cfg: RealConfig) -> None:
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={PP}",
+        "--max-restarts=0", "-m", "bench.torch_runtime", "--config", str(config_path), "--out", str(out),
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(cfg), timeout=cfg.timeout_s, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the torchrun launch ran past {cfg.timeout_s:.0f} s") from None
+    if proc.returncode != 0:
+        errors = sorted(out.glob("error.rank*.json"))
+        if errors:
+            e = json.loads(errors[0].read_text())
+            raise RuntimeError(f"rank {e['rank']} failed: {e['line']}")
+        tail = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()][-1:] or ["no output"]
+        raise RuntimeError(f"torchrun failed (exit {proc.returncode}): {tail[0]}")
+
+
+def run_model(
+    case: ModelCase, cfg: RealConfig, link: dict | None, work: Path, log: Callable[[str], None]
+) -> ModelResult:
+    """Profile, plan, and run one model (steps 1-4 of the module docstring)."""
+    from adaptis_plan.models.load import load_model
+
+    t0 = time.perf_counter()
+    work.mkdir(parents=True, exist_ok=True)
+    model = load_model(case.model)
+    profile_path = work / "profile.json"
+    measured, profile_noise = _profile_with_link(case.model, case, cfg, link, profile_path)
+    model_path = work / "model.json"
+    model_path.write_text(model.model_dump_json())
+    log(f"{case.model}: profiled in {time.perf_counter() - t0:.1f} s")
+
+    plans = {}
+    runs = []
+    for strategy in STRATEGIES:
+        path = work / f"plan-{strategy}.json"
+        outcome, plan_time = _plan(case, strategy, profile_path, cfg, path)
+        plans[strategy] = (outcome, plan_time)
+        if strategy != "adaptive":
+            runs.append({"name": f"torch:{strategy}", "runtime": "torch", "plan": str(path), "schedule": strategy})
+        runs.append({"name": f"ours:{strategy}", "runtime": "ours", "plan": str(path)})
+    chunked = {}
+    adaptive = plans["adaptive"][0]
+    if adaptive.plan.model.head_chunks > 1:
+        chunked = _resimulate_with_chunks(model, adaptive.plan.model.head_chunks, case, cfg, link, work)
+    log(
+        f"{case.model}: planned ({', '.join(f'{s} {o.plan.predicted.step_time_s * 1e3:.0f} ms' for s, (o, _) in plans.items())})"
+    )
+
+    config = {
+        "model": str(model_path),
+        "runs": runs,
+        "warmup": cfg.warmup,
+        "rounds": cfg.rounds,
+        "seed": cfg.seed,
+        "timeout_s": 120.0,
+    }
+    config_path = work / "config.json"
+    config_path.write_text(json.dumps(config, indent=1))
+    out = work / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    wait_quiet(cfg.quiet_wait_s, cfg.quiet_share)
+    t1 = time.perf_counter()
+    _launch(config_path, out, cfg)
+    log(f"{case.model}: {len(runs)} runs x {cfg.warmup + cfg.rounds} rounds in {time.perf_counter() - t1:.1f} s")
+    after_path = work / "profile-after.json"
+    _profile_with_link(case.model, case, cfg, link, after_path)
+    after = _resimulate({s: work / f"plan-{s}.json" for s in STRATEGIES}, after_path)
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(PP)]
+
+    def losses(name: str) -> list[float]:
+        vals = [
+            next(v for v in (d["losses"][name][i] for d in ranks) if v is not None)
+            for i in range(cfg.warmup + cfg.rounds)
+        ]
+        return vals
+
+    shares = ranks[0]["others_share"]
+    keep = kept_rounds(shares, cfg.quiet_share)
+
+    def kept(values: list) -> list:
+        return [values[i] for i in keep]
+
+    results = {}
+    for strategy, (outcome, plan_time) in plans.items():
+        plan = outcome.plan
+        bounds = [(s.layers[0], s.layers[1], s.device) for s in plan.stages]
+        pred_busy = []
+        for dev in plan.devices:
+            per_op = dict.fromkeys("FIWB", 0.0)
+            for a in dev.actions:
+                per_op[a.op] += a.end_s - a.start_s
+            pred_busy.append(per_op)
+        ours = f"ours:{strategy}"
+        busy = [list(x) for x in zip(*(d["busy_s"][ours] for d in ranks), strict=True)]
+        pr = PlanRun(
+            strategy=strategy,
+            stages=bounds,
+            predicted_s=plan.predicted.step_time_s,
+            predicted_busy_s=pred_busy,
+            ours_s=kept(ranks[0]["step_times_s"][ours]),
+            ours_busy_s=kept(busy),
+            ours_losses=losses(ours),
+            head_chunks=plan.model.head_chunks,
+            source=str(outcome.search_info.get("source", "")),
+            plan_time_s=plan_time,
+            num_actions=[len(dev.actions) for dev in plan.devices],
+            predicted_chunks_s=chunked.get(strategy),
+            predicted_after_s=after[strategy],
+        )
+        if strategy != "adaptive":
+            pr.torch_s = kept(ranks[0]["step_times_s"][f"torch:{strategy}"])
+            pr.torch_losses = losses(f"torch:{strategy}")
+        results[strategy] = pr
+    return ModelResult(
+        case=case,
+        plans=results,
+        profile=measured,
+        wall_s=time.perf_counter() - t0,
+        torch_version=ranks[0]["torch_version"],
+        num_threads=ranks[0]["num_threads"],
+        layer_kinds=[layer.kind for layer in model.layers],
+        profile_others_share=profile_noise,
+        round_others_share=shares,
+        kept=keep,
+    )
+
+
+def kept_rounds(shares: Sequence[float], quiet: float) -> list[int]:
+    """Indices of the measured rounds where other processes used at most `quiet` of the machine; at
+    least the quieter half (in round order), so a busy machine thins the sample but never empties it."""
+    keep = [i for i, s in enumerate(shares) if s <= quiet]
+    need = (len(shares) + 1) // 2
+    if len(keep) < need:
+        keep = sorted(sorted(range(len(shares)), key=lambda i: shares[i])[:need])
+    return keep
+
+
+def run_bench(
+    cfg: RealConfig, *, work_dir: Path | None = None, log: Callable[[str], None] | None = None
+) -> RealResults:
+    """Everything measured and planned for `cfg`; nothing rendered."""
+    log = log or (lambda _m: None)
+    t0 = time.perf_counter()
+    load0 = _load()
+    date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    tmp = None
+    if work_dir is None:
+        tmp = tempfile.mkdtemp(prefix="adaptis-real-")
+        work_dir = Path(tmp)
+    try:
+        link = measure_link(cfg.link_samples)
+        if link:
+            log(f"gloo link: {link['latency_s'] * 1e6:.0f} us, {link['bandwidth_gbps']:.2f} GB/s")
+        models = [run_model(c, cfg, link, work_dir / c.model, log) for c in cfg.cases]
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return RealResults(cfg, models, link, time.perf_counter() - t0, (load0, _load()), date)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v * 1e3:.1f}"
+
+
+def _pct(v: float) -> str:
+    return f"{v * 100:+.1f}%"
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def _spread(times: Sequence[float]) -> float:
+    """Inter-quartile range / median (0 for fewer than 4 samples: max - min / median)."""
+    med = statistics.median(times)
+    if len(times) >= 4:
+        q = statistics.quantiles(times, n=4)
+        return (q[2] - q[0]) / med
+    return (max(times) - min(times)) / med
+
+
+def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
+    """(figure, value, target, passed, what limits it) for the three targets; passed None = context row."""
+    rows: list[tuple[str, str, str, bool | None, str]] = []
+    pairs = [(m, p) for m in res.models for p in (m.plans[s] for s in CLASSIC)]
+    worst_m, worst = max(pairs, key=lambda mp: mp[1].ratio or 0.0)
+    ok = worst.ratio <= TARGET_RATIO
+    faster = sum(p.ratio <= 1.0 for _, p in pairs)
+    by_strategy = {s: [p.ratio for _, p in pairs if p.strategy == s] for s in CLASSIC}
+    lowest = min(CLASSIC, key=lambda s: statistics.median(by_strategy[s]))
+    lo, hi = min(by_strategy[lowest]), max(by_strategy[lowest])
+    why = (
+        f"same arithmetic, same order; ours is at or below torch in {faster} of {len(pairs)} pairs. What is left is"
+        " per-action Python work and how each runtime posts its gloo sends / receives (ours: every receive"
+        f" posted ahead, in the global transfer order). Torch is furthest behind on {lowest} (ours / torch"
+        + (f" {lo:.2f})" if lo == hi else f" {lo:.2f}-{hi:.2f})")
+    )
+    if lowest == "ZBVZeroBubble" and hi < 1.0:
+        why += (
+            ": its I / W split walks the autograd graph in Python (`stage_backward_input` / `_weight`), ours"
+            " defers the weight GEMMs inside the linear layers"
+        )
+    if not ok:
+        why = f"{worst_m.case.model} {worst.strategy} is {(worst.ratio - TARGET_RATIO) * 100:.1f} points over; " + why
+    rows.append(
+        (
+            f"ours / torch on the identical schedule + split, worst of {len(pairs)}"
+            f" (median {statistics.median(p.ratio for _, p in pairs):.2f})",
+            f"{worst.ratio:.2f} ({worst_m.case.model} {worst.strategy})",
+            f"<= {TARGET_RATIO:.2f}",
+            ok,
+            why,
+        )
+    )
+    gem = [m for m in res.models if m.case.model == TARGET_SPEEDUP_MODEL]
+    if gem:
+        m = gem[0]
+        ok = m.speedup >= TARGET_SPEEDUP
+        a, b = m.plans["adaptive"], m.best_torch
+        predicted = b.predicted_s / a.predicted_s
+        why = (
+            f"the head is {m.head_share() * 100:.0f}% of the work and every uniform split leaves it whole on one"
+            f" device; adaptive splits it into {a.head_chunks} vocabulary chunk(s) over both. Predicted speed-up"
+            f" {predicted:.2f}x"
+        )
+        if m.speedup < predicted and a.error < 0:
+            why += (
+                f"; measured less because the adaptive plan ran slower than predicted ({_pct(a.error)}: with the"
+                " head split, mostly the chunks' own cost, see below)"
+                if a.head_chunks > 1
+                else f"; measured less because the adaptive plan ran slower than predicted ({_pct(a.error)})"
+            )
+        if not ok:
+            why = f"{(TARGET_SPEEDUP - m.speedup):.2f}x short; " + why
+        rows.append(
+            (
+                f"adaptive vs the best torch schedule, {TARGET_SPEEDUP_MODEL} ({b.strategy})",
+                f"{m.speedup:.2f}x",
+                f">= {TARGET_SPEEDUP:.1f}x",
+                ok,
+                why,
+            )
+        )
+    runs = [(m, p) for m in res.models for p in m.plans.values()]
+    wm, wp = max(runs, key=lambda mp: abs(mp[1].error))
+    ok = abs(wp.error) <= TARGET_ERROR
+    classic = [(m, p) for m, p in runs if p.strategy != "adaptive"]
+    cm, cp = max(classic, key=lambda mp: abs(mp[1].error))
+    ada = [p for _, p in runs if p.strategy == "adaptive"]
+    drifts = [abs(p.drift) for _, p in runs if p.drift is not None]
+    infl = [_inflation(p) for _, p in runs]
+    idle_gap = max(abs(_idle(p)[0] - _idle(p)[1]) for _, p in runs)
+    why = (
+        f"classic plans {_range(p.error for _, p in classic)}, adaptive plans {_range(p.error for p in ada)}"
+        f" ({_sense([p.error for _, p in runs])}). Measured compute ran {_range(infl)} vs the profile's and the"
+        f" step errors follow it, while the busier device's idle time is predicted within {idle_gap * 1e3:.0f} ms"
+        " (table below): what misses is the per-layer costs, not the simulated schedule."
+    )
+    if drifts:
+        why += (
+            " The profile itself moves: the same plans re-simulated with a second profile taken right after the"
+            f" runs shift by {statistics.median(drifts) * 100:.0f}% (median), up to {max(drifts) * 100:.0f}%, on"
+            " this shared VM: noise of that size is in every single comparison here."
+        )
+    chunked = [(m, p) for m, p in runs if p.predicted_chunks_s is not None]
+    if chunked:
+        why += (
+            " Head chunks are costed as a linear share of the unsplit head; with the chunks profiled as such: "
+            + ", ".join(f"{m.case.model} {_pct((p.predicted_chunks_s - p.ours) / p.ours)}" for m, p in chunked)
+            + "."
+        )
+    if not ok:
+        why = f"{(abs(wp.error) - TARGET_ERROR) * 100:.1f} points over; " + why
+    rows.append(
+        (
+            f"predicted vs measured step time, worst absolute error of {len(runs)} plans",
+            f"{_pct(wp.error)} ({wm.case.model} {wp.strategy})",
+            f"within {TARGET_ERROR * 100:.0f}%",
+            ok,
+            why,
+        )
+    )
+    rows.append(
+        (
+            f"context: the same, {len(classic)} classic plans only",
+            f"{_pct(cp.error)} ({cm.case.model} {cp.strategy})",
+            f"within {TARGET_ERROR * 100:.0f}%",
+            None,
+            "",
+        )
+    )
+    return rows
+
+
+def _range(values) -> str:  # noqa: ANN001
+    v = list(values)
+    return f"{_pct(min(v))} to {_pct(max(v))}" if len(v) > 1 else _pct(v[0])
+
+
+def _sense(errors: Sequence[float]) -> str:
+    if all(e < 0 for e in errors):
+        return "all optimistic"
+    if all(e > 0 for e in errors):
+        return "all pessimistic"
+    return "both signs"
+
+
+def _idle(p: PlanRun) -> tuple[float, float]:
+    """(measured, predicted) step time minus the busier device's compute time."""
+    busy = [p.busy(d) for d in range(len(p.predicted_busy_s))]
+    pbusy = [p.predicted_busy(d) for d in range(len(p.predicted_busy_s))]
+    return p.ours - max(busy), p.predicted_s - max(pbusy)
+
+
+def _inflation(p: PlanRun) -> float:
+    """Measured summed action time over the profile's (both devices): > 0 = compute ran slower than profiled."""
+    return p.inflation() or 0.0
+
+
+def _pct_or_dash(v: float | None) -> str:
+    return "–" if v is None else f"{v * 100:+.0f}%"
+
+
+def render(res: RealResults) -> str:
+    """The section body (bench/run.py adds the heading and its reproduce line)."""
+    cfg = res.config
+    m0 = res.models[0] if res.models else None
+    lines = [
+        f"Measured {res.date} in {res.wall_s:.0f} s wall time ({cfg.label} configuration), torch"
+        f" {m0.torch_version if m0 else '?'}, gloo, PP={PP}: 2 ranks on this machine's {os.cpu_count()} cores, one"
+        f" intra-op thread per rank (`torch.set_num_threads({m0.num_threads if m0 else 1})`, OMP_NUM_THREADS=1);"
+        f" fp32, no optimizer step timed; glibc malloc "
+        + (
+            "keeps freed memory (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647`, see `MALLOC_ENV`)"
+            " in the profiling process and both ranks."
+            if cfg.keep_memory
+            else "at its defaults (large buffers page-fault afresh every step)."
+        )
+        + f" Machine load average (1 min) at start / end: {res.load[0]} / {res.load[1]}"
+        " (other jobs share this machine: compare side by side, not across runs).",
+        "",
+        f"Per model: a cost profile measured here (`adaptis profile`, one thread, medians of"
+        f" {cfg.profile_repeats} repeats, {cfg.profile_procs} copies at once as the ranks run, averaged)"
+        + (
+            f" and the gloo link ({res.link['latency_s'] * 1e6:.0f} us, {res.link['bandwidth_gbps']:.2f} GB/s,"
+            f" median of {cfg.link_samples})"
+            if res.link
+            else ""
+        )
+        + "; plans made with it (`make_plan_for`, hardware `cpu`, classic strategies on the uniform partition);"
+        " then one torchrun launch (`bench/torch_runtime.py`) that builds torch.distributed.pipelining's own"
+        " `ScheduleGPipe` / `Schedule1F1B` / `ScheduleInterleaved1F1B` / `ScheduleZBVZeroBubble` over the"
+        " plan's own stages (identical split and stage-to-rank map, checked) and adaptis' executor on the same"
+        " plans plus the adaptive plan, every layer from `build_layer` with the same seed, and steps them in"
+        f" alternating rounds (A B … B A), {cfg.warmup} warm-up + {cfg.rounds} measured. Step time = rank 0's"
+        " wall time barrier to barrier; figures are medians of the measured rounds. Error ="
+        " (predicted − measured) / measured, negative = the prediction is optimistic.",
+        "",
+        "### Targets",
+        "",
+        "| figure | ours | target | result | what limits it |",
+        "|---|---|---|---|---|",
+    ]
+    for fig, val, tgt, ok, why in targets(res):
+        lines.append(f"| {fig} | {val} | {tgt} | {'context' if ok is None else _verdict(ok)} | {why} |")
+    lines += ["", "### Per model", ""]
+    lines += [
+        "| model | shape | plan | split (layers@device) | torch ms | ours ms | ours / torch | predicted ms | error"
+        " | error with the after-run profile |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    spreads = []
+    for m in res.models:
+        for s in STRATEGIES:
+            p = m.plans[s]
+            spreads.append(_spread(p.ours_s))
+            if p.torch_s:
+                spreads.append(_spread(p.torch_s))
+            name = (
+                s
+                if s != "adaptive"
+                else f"adaptive (`{p.source}`" + (f", head in {p.head_chunks} chunks)" if p.head_chunks > 1 else ")")
+            )
+            ratio = "–" if p.ratio is None else f"{p.ratio:.2f}"
+            after = "–" if p.predicted_after_s is None else _pct((p.predicted_after_s - p.ours) / p.ours)
+            lines.append(
+                f"| {m.case.model} | {m.case.shape} | {name} | {p.split()} | {_ms(p.torch)} | {_ms(p.ours)}"
+                f" | {ratio} | {_ms(p.predicted_s)} | {_pct(p.error)} | {after} |"
+            )
+    lines += [
+        "",
+        "### Other jobs on the machine",
+        "",
+        f"Noise: the largest inter-quartile range of any run's kept rounds is {max(spreads) * 100:.0f}% of"
+        f" its median (median over runs {statistics.median(spreads) * 100:.0f}%). Other jobs share this machine;"
+        " rank 0 measures, per round, the share of the machine's CPU time that processes other than the two"
+        f" ranks took (/proc/stat; steal included), and the medians use only rounds where it was at most"
+        f" {cfg.quiet_share * 100:.0f}% (at least the quieter half of the rounds). Profiling and each launch"
+        f" first wait up to {cfg.quiet_wait_s:.0f} s for such a quiet second, and a profile disturbed meanwhile is"
+        " taken again once.",
+        "",
+        "| model | other jobs while profiling | rounds kept | other jobs per measured round: median / max |",
+        "|---|---|---|---|",
+    ]
+    for m in res.models:
+        sh = m.round_others_share
+        lines.append(
+            f"| {m.case.model} | {m.profile_others_share * 100:.0f}% | {len(m.kept)} of {len(sh)}"
+            f" | {statistics.median(sh) * 100:.0f}% / {max(sh) * 100:.0f}% |"
+        )
+    lines += [
+        "",
+        "### Adaptive vs the best torch schedule",
+        "",
+        "| model | head share of the work | best torch schedule | its ms | adaptive ms | speed-up"
+        " | adaptive predicted ms (error) | re-simulated with the head chunks profiled ms (error) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in res.models:
+        b, a = m.best_torch, m.plans["adaptive"]
+        chunks = "– (head not split)"
+        if a.predicted_chunks_s is not None:
+            chunks = f"{_ms(a.predicted_chunks_s)} ({_pct((a.predicted_chunks_s - a.ours) / a.ours)})"
+        lines.append(
+            f"| {m.case.model} | {m.head_share() * 100:.0f}% | {b.strategy} | {_ms(b.torch)} | {_ms(a.ours)}"
+            f" | {m.speedup:.2f}x | {_ms(a.predicted_s)} ({_pct(a.error)}) | {chunks} |"
+        )
+    lines += [
+        "",
+        "### Where our runtime's time goes",
+        "",
+        "Busy = the summed spans of a device's compute actions in one step (median over rounds), measured vs"
+        " the profile's (the plan's simulated action spans). Compute inflation = measured busy / predicted"
+        " busy − 1 over both devices (then per op letter): compute that ran slower in the pipeline than the"
+        " profile measured layer by layer; extra per action = that difference over the plan's number of"
+        " actions. Idle = step − busy of the busier device: waiting on the other rank, gloo P2P, and"
+        " per-action Python work.",
+        "",
+        "| model | plan | step ms (pred) | busy d0 ms (pred) | busy d1 ms (pred) | compute inflation"
+        " | F | I | W | B | extra per action us | idle of the busier device ms (pred) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m in res.models:
+        for s in STRATEGIES:
+            p = m.plans[s]
+            busy = [p.busy(d) for d in range(PP)]
+            pbusy = [p.predicted_busy(d) for d in range(PP)]
+            idle, pidle = _idle(p)
+            per_op = " | ".join(_pct_or_dash(p.inflation(op)) for op in "FIWB")
+            lines.append(
+                f"| {m.case.model} | {s} | {_ms(p.ours)} ({_ms(p.predicted_s)}) | {_ms(busy[0])}"
+                f" ({_ms(pbusy[0])}) | {_ms(busy[1])} ({_ms(pbusy[1])})"
+                f" | {_pct(_inflation(p))} | {per_op} | {p.extra_per_action() * 1e6:.0f} | {_ms(idle)} ({_ms(pidle)}) |"
+            )
+    lines += ["", "### Same loss in both runtimes", ""]
+    diffs = [(m, p) for m in res.models for p in (m.plans[s] for s in CLASSIC)]
+    worst = max(p.loss_diff for _, p in diffs)
+    lines.append(
+        f"Every round's loss (sum of the micro-batches' scaled cross-entropies) of torch's runtime vs ours on the"
+        f" same classic plan and data: max |difference| {worst:.1e} over {len(diffs)} schedule pairs x"
+        f" {cfg.warmup + cfg.rounds} rounds ({_verdict(worst <= LOSS_TOL)} at {LOSS_TOL:.0e}). The adaptive"
+        " plan's loss is not compared: a head split into vocabulary chunks initializes each chunk from its own"
+        " seed, so at the same seed it is not the same initial model."
+    )
+    lines += ["", "### How to read the figures", ""]
+    lines.append(
+        "- ours / torch: both runtimes run the same actions in the same order on the same stages; torch's"
+        " stage modules use plain `F.linear` so that its input-only backward (ZBV's I) does not also compute"
+        " the weight gradient our deferrable linear would hand it (see `bench/torch_runtime.py`)."
+    )
+    lines.append(
+        "- predicted: the plan's `predicted.step_time_s`, i.e. `adaptis simulate` with the profile measured"
+        " above. The profiler times each distinct layer's F, I, W back to back, with both cores busy (two"
+        " copies at once, as the two ranks run); whatever a pipeline adds beyond that (caches gone cold"
+        " between a micro-batch's F and its I and W, per-action interpreter work, gloo's own threads) is"
+        " error. The profile is measured once, minutes before the runs, on a shared machine: its own noise"
+        " carries into every prediction of that model."
+    )
+    lines.append(
+        "- the malloc setting and the concurrent profiling are measurement hygiene, identical for both"
+        " runtimes (they share the processes); without them the large-vocabulary head's times swing by"
+        " 1.5-2.5x between runs and the profile misses the contention of two busy ranks."
+    )
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def main(quick: bool = False, *, config: RealConfig | None = None, log: Callable[[str], None] | None = None) -> str:
+    """Run the real bench and return the section body (what `bench/run.py` expects)."""
+    cfg = config or (QUICK if quick else FULL)
+    log = log or (lambda m: print(f"[bench.real] {m}", file=sys.stderr, flush=True))
+    return render(run_bench(cfg, log=log))
+
+
+def replace_section(document: str, section: str) -> str:
+    """`document` with its "Real execution" section (heading to the next `## ` or the end) replaced."""
+    start = document.find(HEADING)
+    if start < 0:
+        return document.rstrip() + "\n\n" + section
+    nxt = document.find("\n## ", start + len(HEADING))
+    end = len(document) if nxt < 0 else nxt + 1
+    return document[:start] + section.rstrip() + "\n" + ("\n" + document[end:] if nxt >= 0 else "")
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.real", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="markdown file to write (the section with its heading)")
+    ap.add_argument("--quick", action="store_true", help="one model, small shape, few rounds")
+    ap.add_argument("--models", default=None, help="comma list of the configuration's models to run")
+    ap.add_argument("--rounds", type=int, default=None, help="measured rounds (default: the configuration's)")
+    ap.add_argument("--update", default=None, help="also replace the section in this file (e.g. BENCHMARKS.md)")
+    ap.add_argument("--default-malloc", action="store_true", help="leave glibc malloc at its defaults")
+    args = ap.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    if args.models:
+        want = [s.strip() for s in args.models.split(",") if s.strip()]
+        known = {c.model: c for c in cfg.cases}
+        bad = [w for w in want if w not in known]
+        if bad:
+            ap.error(f"--models: {bad[0]} is not in the {cfg.label} configuration ({', '.join(known)})")
+        cfg = RealConfig(**{**cfg.__dict__, "cases": tuple(known[w] for w in want)})
+    if args.rounds is not None:
+        if args.rounds < 1:
+            ap.error(f"--rounds = {args.rounds}: need at least 1")
+        cfg = RealConfig(**{**cfg.__dict__, "rounds": args.rounds})
+    if args.default_malloc:
+        cfg = RealConfig(**{**cfg.__dict__, "keep_memory": False})
+    from bench import paper, run
+
+    # the command that reproduces the section (an extra `--out` copy is left out when `--update` names the file)
+    command = "python -m bench.real" + "".join(
+        f" {flag}" + ("" if value is True else f" {value}")
+        for flag, value in (
+            ("--quick", args.quick),
+            ("--models", args.models),
+            ("--rounds", args.rounds),
+            ("--default-malloc", args.default_malloc),
+            ("--update", args.update),
+            ("--out", None if args.update else args.out),
+        )
+        if value not in (None, False)
+    )
+    t0 = time.perf_counter()
+    body = main(config=cfg)
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    prov = paper.Provenance(command, run.machine(), now, run.git_commit())
+    section = "\n".join([HEADING, "", prov.line(None, time.perf_counter() - t0), "", body.rstrip(), ""])
+    if args.out:
+        Path(args.out).write_text(section)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(section)
+    if args.update:
+        doc = Path(args.update)
+        doc.write_text(replace_section(doc.read_text() if doc.exists() else "", section))
+        print(f"updated the section in {doc}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
