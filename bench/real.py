@@ -717,11 +717,31 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
         why = f"{(abs(wp.error) - TARGET_ERROR) * 100:.1f} points over; " + why
     rows.append(
         (
-            f"predicted vs measured step time, worst absolute error of {len(runs)} plans",
+            f"predicted vs measured step time, worst absolute error of {len(runs)} plans (plan-time profile)",
             f"{_pct(wp.error)} ({wm.case.model} {wp.strategy})",
             f"within {TARGET_ERROR * 100:.0f}%",
             ok,
             why,
+        )
+    )
+
+    # `adaptis simulate PLAN --costs P` with P a profile of the layers the plan runs: a split head's
+    # chunks profiled as chunks (`adaptis profile` of the split model), every other plan as planned
+    def as_run(p) -> float:  # noqa: ANN001
+        pred = p.predicted_chunks_s if p.predicted_chunks_s is not None else p.predicted_s
+        return (pred - p.ours) / p.ours
+
+    wm2, wp2 = max(runs, key=lambda mp: abs(as_run(mp[1])))
+    ok2 = abs(as_run(wp2)) <= TARGET_ERROR
+    rows.append(
+        (
+            f"predicted vs measured step time, worst absolute error of {len(runs)} plans, each simulated with a"
+            " profile of the layers it runs",
+            f"{_pct(as_run(wp2))} ({wm2.case.model} {wp2.strategy})",
+            f"within {TARGET_ERROR * 100:.0f}%",
+            ok2,
+            "split heads re-profiled as their chunks (`adaptis profile` of the split model), then"
+            " `adaptis simulate --costs`; the row above uses the planning profile, which scales the unsplit head",
         )
     )
     rows.append(
