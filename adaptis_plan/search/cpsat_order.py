@@ -69,6 +69,8 @@ from adaptis_plan.search.result import (
     to_time_units,
 )
 
+from ._cpsat import new_solver
+
 Key = tuple[int, str, int]  # (stage, op, mb)
 Number = float  # int in the model, float (seconds) in `list_timing`
 
@@ -503,10 +505,7 @@ class OrderModel:
 
     def solve(self, time_limit_s: float, num_workers: int, seed: int) -> tuple[str, Programs | None, float, float]:
         """(status name, programs or None, objective, best bound), the latter two in time units."""
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = float(time_limit_s)
-        solver.parameters.num_workers = int(num_workers)
-        solver.parameters.random_seed = int(seed)
+        solver = new_solver(time_limit_s, num_workers, seed)
         # presolve probing took 4 s of wall time (1.0 deterministic) at P=16, M=64 with memory
         solver.parameters.presolve_probing_deterministic_time_limit = 0.1
         status = solver.solve(self.model)

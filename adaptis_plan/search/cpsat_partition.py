@@ -70,6 +70,8 @@ from adaptis_plan.search.result import (
     to_time_units,
 )
 
+from ._cpsat import new_solver
+
 #: Denominator of the objective weights (max_stage_weight is resolved to 1/_OBJ_DEN).
 _OBJ_DEN = 1000
 
@@ -389,10 +391,7 @@ class PartitionModel:
 
     def solve(self, time_limit_s: float, num_workers: int, seed: int) -> tuple[str, Bounds | None, float, float]:
         """(status name, cut points or None, objective, best bound), the latter two scaled."""
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = float(time_limit_s)
-        solver.parameters.num_workers = int(num_workers)
-        solver.parameters.random_seed = int(seed)
+        solver = new_solver(time_limit_s, num_workers, seed)
         # probing thousands of order literals ate whole time limits in presolve (4 s for 130 layers x 64 stages)
         solver.parameters.cp_model_probing_level = 0
         status = solver.solve(self.model)
