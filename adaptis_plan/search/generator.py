@@ -476,10 +476,7 @@ def search_plan(
     s.progress("irregular placement", 0.65)
     s.phase_irregular(budget=3)
     s.progress("cp-sat order", 0.8)
-    try:
-        s.phase_cpsat_order()
-    except ModuleNotFoundError:  # TEMP until cpsat_order lands
-        pass
+    s.phase_cpsat_order()
     # every classic plan is a candidate too, so adaptive is never worse than a feasible one
     if set(components) == set(ALL_COMPONENTS):
         for cand in baselines.values():
