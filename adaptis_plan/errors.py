@@ -36,6 +36,13 @@ class DeadlockError(InputError):
         self.grid = grid
 
 
+def located(e: InputError, path: object) -> InputError:
+    """The same error, its message prefixed with the file it concerns; a device grid is kept."""
+    err = type(e)(f"{path}: {e}")
+    err.grid = getattr(e, "grid", "")  # type: ignore[attr-defined]
+    return err
+
+
 def where(path: object, field: str | None = None) -> str:
     """'file.json' or 'file.json: field' — the prefix of an InputError message."""
     return f"{path}: {field}" if field else f"{path}"

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .core import Action, Layout, Programs
-from .errors import InputError
+from .errors import InputError, located
 from .spec.hardware import HardwareProfile
 from .spec.model import ModelSpec
 from .spec.plan import PlanAction, PlanDevice, PlanFile, PlanHardwareRef, PlanModelRef, PlanStage, Predicted
@@ -64,9 +64,7 @@ def read_plan(path: str | Path) -> PlanFile:
     try:
         check_programs(plan_layout(plan), plan_programs(plan), plan.training.num_microbatches)
     except InputError as e:
-        err = type(e)(f"{p}: {e}")
-        err.grid = getattr(e, "grid", "")  # type: ignore[attr-defined]
-        raise err from None
+        raise located(e, p) from None
     return plan
 
 

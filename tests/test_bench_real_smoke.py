@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_common import table_after as _table_after
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not an installed package
@@ -41,17 +42,6 @@ NUM = r"[-+]?\d+(\.\d+)?"
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> real.RealResults:
     return real.run_bench(SMOKE, work_dir=tmp_path_factory.mktemp("real"))
-
-
-def _table_after(text: str, heading: str) -> list[list[str]]:
-    lines = text[text.index(heading) :].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip("|").split("|")])
-    return rows
 
 
 def test_same_loss_in_both_runtimes_on_the_first_step(results: real.RealResults) -> None:

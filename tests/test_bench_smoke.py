@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from helpers_common import table_after as _table_after
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not an installed package
@@ -45,19 +46,6 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     assert ok
     out.write_text(text)
     return text, tmp
-
-
-def _table_after(text: str, heading: str) -> list[list[str]]:
-    """The rows (cells) of the first markdown table after `heading`."""
-    rest = text[text.index(heading) :]
-    lines = rest.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| "))
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip("|").split("|")])
-    return rows
 
 
 def test_every_section_with_its_reproduce_line(report: tuple[str, Path]) -> None:

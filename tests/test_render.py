@@ -8,6 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers_common import one_f_one_b
 from rich.console import Console
 
 from adaptis_plan import render
@@ -19,21 +20,6 @@ from adaptis_plan.render.trace import chrome_trace
 from adaptis_plan.simulate import SimResult, simulate
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
-
-
-def one_f_one_b(num_devices: int, m: int, split: bool) -> Programs:
-    programs = []
-    for d in range(num_devices):
-        warmup = min(num_devices - d - 1, m)
-        prog = [Action(d, "F", mb) for mb in range(warmup)]
-        f = warmup
-        for b in range(m):
-            if f < m:
-                prog.append(Action(d, "F", f))
-                f += 1
-            prog += [Action(d, "I", b), Action(d, "W", b)] if split else [Action(d, "B", b)]
-        programs.append(prog)
-    return programs
 
 
 def interleaved_case() -> tuple[Layout, Programs, SimResult]:

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers_common import one_f_one_b
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,21 +36,6 @@ def gpipe(num_devices: int, m: int) -> Programs:
     return [
         [Action(d, "F", mb) for mb in range(m)] + [Action(d, "B", mb) for mb in range(m)] for d in range(num_devices)
     ]
-
-
-def one_f_one_b(num_devices: int, m: int, split: bool = False) -> Programs:
-    programs = []
-    for d in range(num_devices):
-        warmup = min(num_devices - d - 1, m)
-        prog = [Action(d, "F", mb) for mb in range(warmup)]
-        f = warmup
-        for b in range(m):
-            if f < m:
-                prog.append(Action(d, "F", f))
-                f += 1
-            prog += [Action(d, "I", b), Action(d, "W", b)] if split else [Action(d, "B", b)]
-        programs.append(prog)
-    return programs
 
 
 # --- hand-computed step times -------------------------------------------------------------

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import AdaptisError, InputError
+from ..errors import AdaptisError, InputError, located
 from ..models.transform import split_head
 from ..plan import check_model_matches, plan_layout, plan_programs, read_plan, write_json_atomic
 from ..spec.model import ModelSpec
@@ -205,9 +205,7 @@ def _load(job: PlanJob) -> PlanFile:
     try:
         lower(plan_layout(plan), plan_programs(plan), plan.training.num_microbatches)
     except InputError as e:
-        err = type(e)(f"{job.plan_path}: {e}")
-        err.grid = getattr(e, "grid", "")  # type: ignore[attr-defined]
-        raise err from None
+        raise located(e, job.plan_path) from None
     return plan
 
 
