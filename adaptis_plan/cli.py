@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .errors import AdaptisError, InputError
+from adaptis_plan.errors import AdaptisError, InputError
 
 _STDERR = None
 
@@ -63,7 +63,7 @@ def _print_catalogue(key: str, title: str, rows: list[tuple[str, str]], as_json:
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def models_cmd(as_json: bool) -> None:
     """List the built-in model zoo."""
-    from .models.load import list_models
+    from adaptis_plan.inputs.models.load import list_models
 
     _print_catalogue("models", "built-in models", list_models(), as_json)
 
@@ -84,8 +84,8 @@ def model_show(
     model: str, hardware_arg: str | None, seq_len: int, micro_batch_size: int, tp: int, as_json: bool
 ) -> None:
     """Layers, kinds and parameter counts of MODEL."""
-    from .models.load import load_model
-    from .params import layer_params, model_params
+    from adaptis_plan.cost.params import layer_params, model_params
+    from adaptis_plan.inputs.models.load import load_model
 
     spec = load_model(model)
     total = model_params(spec)
@@ -94,9 +94,9 @@ def model_show(
         for i, layer in enumerate(spec.layers)
     ]
     if hardware_arg:
-        from .costs import layer_cost_rows
-        from .hardware import load_hardware
-        from .spec.training import TrainingConfig
+        from adaptis_plan.cost.table import layer_cost_rows
+        from adaptis_plan.inputs.hardware import load_hardware
+        from adaptis_plan.spec.training import TrainingConfig
 
         _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp)
         hw = load_hardware(hardware_arg)
@@ -151,7 +151,7 @@ def hardware_group(ctx: click.Context, as_json: bool) -> None:
     """List built-in hardware profiles, or `show NAME`."""
     if ctx.invoked_subcommand is not None:
         return
-    from .hardware import list_hardware
+    from adaptis_plan.inputs.hardware import list_hardware
 
     _print_catalogue("hardware", "built-in hardware profiles", list_hardware(), as_json)
 
@@ -161,7 +161,7 @@ def hardware_group(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def hardware_show(name: str, as_json: bool) -> None:
     """Show one hardware profile (built-in name or file)."""
-    from .hardware import load_hardware
+    from adaptis_plan.inputs.hardware import load_hardware
 
     hw = load_hardware(name)
     data = hw.model_dump(mode="json")
@@ -264,7 +264,7 @@ def plan_cmd(
         chunks = int(head_chunks)
     else:
         raise InputError(f"--head-chunks = {head_chunks!r}: use auto or a whole number >= 1")
-    from .planning import PlanRequest, make_plan_for
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     req = PlanRequest(
         model_arg=model_arg,
@@ -286,13 +286,13 @@ def plan_cmd(
     )
     show_progress = not as_json and console().is_terminal
     outcome = make_plan_for(req, progress=show_progress)
-    from .plan import write_plan
+    from adaptis_plan.planfile.io import write_plan
 
     write_plan(outcome.plan, output)
     if as_json:
         emit_json(outcome.json_summary())
         return
-    from .render.report import print_plan_report
+    from adaptis_plan.render.report import print_plan_report
 
     print_plan_report(console(), outcome, output)
 
@@ -309,28 +309,28 @@ def plan_cmd(
 @click.option("--width", default=None, type=int, help="terminal timeline width (default: the terminal's)")
 def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_path, svg_path, width) -> None:
     """Re-simulate PLAN (never trusting its stored numbers): summary, timeline, trace, SVG."""
-    from .planning import simulate_plan_file
+    from adaptis_plan.usecases import simulate_plan_file
 
     sim = simulate_plan_file(plan_path, model_arg=model_arg, hardware_arg=hardware_arg, costs_path=costs_arg)
     if trace_path:
-        from .plan import write_json_atomic
-        from .render.trace import chrome_trace
+        from adaptis_plan.planfile.io import write_json_atomic
+        from adaptis_plan.render.trace import chrome_trace
 
         write_json_atomic(chrome_trace(sim.result, sim.programs, sim.layout, sim.plan.model.name), trace_path)
     if svg_path:
-        from .render.svg import timeline_svg
+        from adaptis_plan.render.svg import timeline_svg
 
         _write_text_atomic(svg_path, timeline_svg(sim.result, sim.programs, sim.layout, sim.title))
     if as_json:
         emit_json(sim.json_summary())
         return
-    from .render.report import print_simulation_report
+    from adaptis_plan.render.report import print_simulation_report
 
     print_simulation_report(console(), sim, width=width, trace_path=trace_path, svg_path=svg_path)
 
 
 def _write_text_atomic(path: str, text: str) -> None:
-    from .plan import write_text_atomic
+    from adaptis_plan.planfile.io import write_text_atomic
 
     write_text_atomic(text, path)
 
@@ -343,7 +343,7 @@ def _write_text_atomic(path: str, text: str) -> None:
 @click.option("-o", "--output", default=None, type=click.Path(), help="file to write (default: stdout)")
 def export_cmd(plan_path, fmt, model_arg, output) -> None:
     """Export PLAN to another framework's format."""
-    from .planning import export_plan_file
+    from adaptis_plan.usecases import export_plan_file
 
     text = export_plan_file(plan_path, fmt, model_arg=model_arg)
     if output:
@@ -389,10 +389,10 @@ def run_cmd(
 ) -> None:
     """Execute PLAN for real under torchrun (gloo on CPU, NCCL on GPUs)."""
     _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes)
-    from .planning import load_plan_and_model
+    from adaptis_plan.usecases import load_plan_and_model
 
     plan, model = load_plan_and_model(plan_path, model_arg)
-    from .executor.launch import run_plan
+    from adaptis_plan.executor.launch import run_plan
 
     out = run_plan(
         plan_path,
@@ -444,11 +444,11 @@ def run_cmd(
 def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, output, as_json) -> None:
     """Measure per-layer F / I / W time and activation memory on this machine."""
     _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, repeats=repeats)
-    from .models.load import load_model
+    from adaptis_plan.inputs.models.load import load_model
 
     spec = load_model(model_arg)
-    from .executor.profile import profile_model
-    from .plan import write_json_atomic
+    from adaptis_plan.executor.profile import profile_model
+    from adaptis_plan.planfile.io import write_json_atomic
 
     prof = profile_model(
         spec,
@@ -489,7 +489,7 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ru
 @click.option("--dir", "out_dir", default="schemas", show_default=True, type=click.Path())
 def schema_cmd(check: bool, out_dir: str) -> None:
     """Write (or check) the JSON Schemas of every file format."""
-    from .schemas import check_schemas, write_schemas
+    from adaptis_plan.spec.schemas import check_schemas, write_schemas
 
     if check:
         if not Path(out_dir).is_dir():

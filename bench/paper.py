@@ -323,7 +323,7 @@ def analyse(costs, result, layout, num_microbatches: int) -> dict:
 def run_case(case: Case, keep_panels: bool = False) -> CaseResult:
     """Plan one case exactly as `adaptis plan` does; InfeasibleError becomes `error`."""
     from adaptis_plan.errors import AdaptisError
-    from adaptis_plan.planning import PlanRequest, make_plan_for
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     req = PlanRequest(
         case.model, case.hardware, case.pp, case.num_microbatches, seq_len=case.seq_len, time_limit_s=case.time_limit_s
@@ -364,11 +364,11 @@ def run_case(case: Case, keep_panels: bool = False) -> CaseResult:
 
 def _timeline_panels(case: Case, out, cr: CaseResult) -> list:
     """The best feasible classic plan (rebuilt on the unsplit model, as the baselines were) and the adaptive plan."""
-    from adaptis_plan.hardware import load_hardware
-    from adaptis_plan.models.load import load_model
-    from adaptis_plan.planning import cost_table_for
+    from adaptis_plan.inputs.hardware import load_hardware
+    from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.search.generator import classic_candidate
     from adaptis_plan.spec.training import TrainingConfig
+    from adaptis_plan.usecases import cost_table_for
 
     panels = []
     best = cr.best_classic
@@ -387,11 +387,11 @@ def _timeline_panels(case: Case, out, cr: CaseResult) -> list:
 
 
 def run_ablation(task: AblationTask) -> AblationResult:
-    from adaptis_plan.hardware import load_hardware
-    from adaptis_plan.models.load import load_model
-    from adaptis_plan.planning import cost_table_for
+    from adaptis_plan.inputs.hardware import load_hardware
+    from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.search.generator import classic_candidate, search_plan
     from adaptis_plan.spec.training import TrainingConfig
+    from adaptis_plan.usecases import cost_table_for
 
     model = load_model(task.model)
     hw = load_hardware(task.hardware)
@@ -895,10 +895,10 @@ def ratio_rows(model: str, seq_len: int = 4096, hardware: str = "h200") -> tuple
     """Our analytic per-kind F / I / W relative to the reference kind's F, beside the paper's §2.3 profile.
 
     Also the head's share of one micro-batch's work under both (the paper's implied on our layer counts)."""
-    from adaptis_plan.hardware import load_hardware
-    from adaptis_plan.models.load import load_model
-    from adaptis_plan.planning import cost_table_for
+    from adaptis_plan.inputs.hardware import load_hardware
+    from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.spec.training import TrainingConfig
+    from adaptis_plan.usecases import cost_table_for
 
     fam = family_of(model)
     if fam not in PAPER_PROFILE:

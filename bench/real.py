@@ -375,8 +375,8 @@ def measure_link(samples: int) -> dict | None:
 
 
 def _plan(case: ModelCase, strategy: str, profile_path: Path, cfg: RealConfig, out: Path) -> tuple[object, float]:
-    from adaptis_plan.plan import write_plan
-    from adaptis_plan.planning import PlanRequest, make_plan_for
+    from adaptis_plan.planfile.io import write_plan
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     classic = strategy != "adaptive"
     req = PlanRequest(
@@ -406,8 +406,8 @@ def _resimulate_with_chunks(  # noqa: ANN001
     chunk's share of the vocabulary; this measures the chunks themselves (their log-sum-exp
     path is not the fused cross-entropy), to show how much of the prediction error that is.
     """
-    from adaptis_plan.models.transform import split_head
-    from adaptis_plan.planning import simulate_plan_file
+    from adaptis_plan.inputs.models.transform import split_head
+    from adaptis_plan.usecases import simulate_plan_file
 
     spec = work / f"model-{num_chunks}-chunks.json"
     spec.write_text(split_head(model, num_chunks).model_dump_json())
@@ -430,7 +430,7 @@ def _profile_with_link(
 
 def _resimulate(plan_paths: dict[str, Path], profile_path: Path) -> dict[str, float]:
     """Each plan's step time simulated with another profile of the same model and shape."""
-    from adaptis_plan.planning import simulate_plan_file
+    from adaptis_plan.usecases import simulate_plan_file
 
     return {
         s: simulate_plan_file(str(p), costs_path=str(profile_path)).result.step_time_s for s, p in plan_paths.items()
@@ -459,7 +459,7 @@ def run_model(
     case: ModelCase, cfg: RealConfig, link: dict | None, work: Path, log: Callable[[str], None]
 ) -> ModelResult:
     """Profile, plan, and run one model (steps 1-4 of the module docstring)."""
-    from adaptis_plan.models.load import load_model
+    from adaptis_plan.inputs.models.load import load_model
 
     t0 = time.perf_counter()
     work.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import argparse
 import time
 
 from adaptis_plan.core import Action, Layout, Programs, uniform_costs
-from adaptis_plan.simulate import simulate
+from adaptis_plan.judge.simulate import simulate
 
 
 def one_f_one_b_split(num_devices: int, num_microbatches: int) -> Programs:

@@ -60,10 +60,10 @@ from adaptis_plan.executor import layers as L
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.runtime import RankRuntime
-from adaptis_plan.models.transform import split_head
-from adaptis_plan.plan import plan_layout, plan_programs
+from adaptis_plan.inputs.models.transform import split_head
+from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
-from adaptis_plan.spec.plan import PlanFile
+from adaptis_plan.spec.plan_file import PlanFile
 from bench.real import machine_ticks, others_share, process_ticks
 
 #: torch's schedule class and stage-to-rank style for each classic strategy we compare.

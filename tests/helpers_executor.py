@@ -13,9 +13,9 @@ import random
 from pathlib import Path
 
 from adaptis_plan.core import Action, Layout, Programs
-from adaptis_plan.plan import write_plan
+from adaptis_plan.planfile.io import write_plan
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
-from adaptis_plan.spec.plan import PlanDevice, PlanFile, PlanHardwareRef, PlanModelRef, PlanStage, Predicted
+from adaptis_plan.spec.plan_file import PlanDevice, PlanFile, PlanHardwareRef, PlanModelRef, PlanStage, Predicted
 from adaptis_plan.spec.training import TrainingConfig
 
 H = 32

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from adaptis_plan.costmodel import (
+from adaptis_plan.cost.analytic import (
     attention_efficiency,
     causal_keys,
     gemm_efficiency,
@@ -20,13 +20,13 @@ from adaptis_plan.costmodel import (
     layer_work,
     op_seconds,
 )
-from adaptis_plan.costs import build_cost_table, layer_cost_rows
+from adaptis_plan.cost.params import model_params
+from adaptis_plan.cost.table import build_cost_table, layer_cost_rows
 from adaptis_plan.errors import InputError
-from adaptis_plan.hardware import load_hardware
-from adaptis_plan.params import model_params
+from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.spec.cost_profile import CostProfile, LayerCostEntry, MeasuredLink, ProfiledModel
 from adaptis_plan.spec.hardware import DeviceTypeSpec
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
-from adaptis_plan.spec.profile import CostProfile, LayerCostEntry, MeasuredLink, ProfiledModel
 from adaptis_plan.spec.training import TrainingConfig
 
 H200 = load_hardware("h200")

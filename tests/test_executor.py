@@ -22,6 +22,7 @@ from helpers_executor import (
 )
 
 from adaptis_plan.core import Action, Layout
+from adaptis_plan.cost.params import layer_params
 from adaptis_plan.errors import AdaptisError, DeadlockError, InputError
 from adaptis_plan.executor.launch import PlanJob, run_plan, run_plans
 from adaptis_plan.executor.layers import HeadChunkLayer, build_layer, build_model, own_param_count, ssd_scan
@@ -29,11 +30,10 @@ from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.profile import distinct_layers, measure_link, profile_model
 from adaptis_plan.executor.verify import compare
 from adaptis_plan.executor.wgrad import FLOPS, WeightGradStore
-from adaptis_plan.models.transform import split_head
-from adaptis_plan.params import layer_params
-from adaptis_plan.plan import check_model_matches, read_plan
+from adaptis_plan.inputs.models.transform import split_head
+from adaptis_plan.planfile.io import check_model_matches, read_plan
+from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
-from adaptis_plan.spec.profile import CostProfile
 
 M = 4  # micro-batches in the executor runs
 

@@ -10,7 +10,7 @@ import pytest
 
 from adaptis_plan.core import Action, Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.export import megatron_layout, to_torch_csv, torchtitan_fqns
+from adaptis_plan.planfile.export import megatron_layout, to_torch_csv, torchtitan_fqns
 from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
 
 # ---------------------------------------------------------------- torch CSV

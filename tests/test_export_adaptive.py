@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from adaptis_plan.export import to_torch_csv
-from adaptis_plan.plan import plan_layout, plan_programs
-from adaptis_plan.planning import PlanRequest, make_plan_for
+from adaptis_plan.planfile.export import to_torch_csv
+from adaptis_plan.planfile.io import plan_layout, plan_programs
+from adaptis_plan.usecases import PlanRequest, make_plan_for
 
 CASES = [
     ("gemma-s", "h200", 4, 8, 1024, None),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adaptis_plan.errors import InputError
-from adaptis_plan.hardware import builtin_hardware_names, list_hardware, load_hardware
+from adaptis_plan.inputs.hardware import builtin_hardware_names, list_hardware, load_hardware
 
 PROFILES = Path(__file__).resolve().parents[1] / "profiles"
 REQUIRED = ("a100", "h100", "h200", "cpu", "h100-a100-mixed")
@@ -155,7 +155,7 @@ def test_unknown_name_suggests() -> None:
 
 def test_layering_no_heavy_imports() -> None:
     code = (
-        "import sys, adaptis_plan.hardware, adaptis_plan.costmodel, adaptis_plan.costs;"
+        "import sys, adaptis_plan.inputs.hardware, adaptis_plan.cost.analytic, adaptis_plan.cost.table;"
         "bad = [m for m in ('torch', 'ortools', 'rich', 'click') if m in sys.modules];"
         "assert not bad, bad"
     )

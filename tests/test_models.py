@@ -1,4 +1,4 @@
-"""Model inputs (`adaptis_plan.models`): zoo, HF config importers, native specs, one-line input errors.
+"""Model inputs (`adaptis_plan.inputs.models`): zoo, HF config importers, native specs, one-line input errors.
 
 Published numbers used here (and where they come from) are noted beside each case; the exact
 formulas are tested in test_params.py.
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from adaptis_plan.cost.params import layer_params, model_params
 from adaptis_plan.errors import InputError
-from adaptis_plan.models import SUPPORTED_MODEL_TYPES, from_hf_config, list_models, load_model
-from adaptis_plan.params import layer_params, model_params
+from adaptis_plan.inputs.models import SUPPORTED_MODEL_TYPES, from_hf_config, list_models, load_model
 
 SHARED_MODELS = Path(__file__).parents[2] / "shared" / "models"
 CONFIGS = Path(__file__).parent / "data" / "configs"

@@ -1,4 +1,4 @@
-"""Parameter counting (`adaptis_plan.params`): formulas on hand-sized layers and published totals.
+"""Parameter counting (`adaptis_plan.cost.params`): formulas on hand-sized layers and published totals.
 
 Published totals come from the model cards / papers named beside each number; where the
 exact count of the released checkpoint is known it is checked exactly.
@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaptis_plan.models import load_model
-from adaptis_plan.params import (
+from adaptis_plan.cost.params import (
     attention_params,
     layer_params,
     mamba_params,
@@ -17,6 +16,7 @@ from adaptis_plan.params import (
     model_params,
     moe_params,
 )
+from adaptis_plan.inputs.models import load_model
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 
 
@@ -172,9 +172,9 @@ def test_gemma3_multimodal_total() -> None:
 
 
 def test_split_head_keeps_parameters_and_fingerprint():
-    from adaptis_plan.models.load import load_model
-    from adaptis_plan.models.transform import split_head
-    from adaptis_plan.params import model_params
+    from adaptis_plan.cost.params import model_params
+    from adaptis_plan.inputs.models.load import load_model
+    from adaptis_plan.inputs.models.transform import split_head
 
     model = load_model("gemma-s")
     for k in (2, 3, 8):
@@ -192,8 +192,8 @@ def test_split_head_refuses_tied_embeddings():
     import pytest
 
     from adaptis_plan.errors import InputError
-    from adaptis_plan.models.load import load_model
-    from adaptis_plan.models.transform import split_head
+    from adaptis_plan.inputs.models.load import load_model
+    from adaptis_plan.inputs.models.transform import split_head
 
     with pytest.raises(InputError, match="ties its embeddings"):
         split_head(load_model("gemma-7b"), 2)

@@ -15,8 +15,8 @@ import pytest
 from pydantic import ValidationError
 
 from adaptis_plan.errors import InputError
-from adaptis_plan.models.load import load_model
-from adaptis_plan.plan import (
+from adaptis_plan.inputs.models.load import load_model
+from adaptis_plan.planfile.io import (
     check_model_matches,
     plan_layout,
     plan_programs,
@@ -25,7 +25,7 @@ from adaptis_plan.plan import (
     write_plan,
     write_text_atomic,
 )
-from adaptis_plan.spec.plan import PlanFile
+from adaptis_plan.spec.plan_file import PlanFile
 
 CORE_KEYS = {"schema_version", "strategy", "model", "hardware", "training", "stages", "devices", "predicted"}
 

@@ -13,11 +13,11 @@ from rich.console import Console
 
 from adaptis_plan import render
 from adaptis_plan.core import Action, Layout, Programs, uniform_costs
+from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.render import bucket_occupancy, fmt_time
 from adaptis_plan.render.svg import stacked_svg, timeline_svg
 from adaptis_plan.render.terminal import summary_table, timeline
 from adaptis_plan.render.trace import chrome_trace
-from adaptis_plan.simulate import SimResult, simulate
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 

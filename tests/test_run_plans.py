@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from adaptis_plan.executor.launch import PlanJob, run_plans
-from adaptis_plan.plan import write_plan
-from adaptis_plan.planning import PlanRequest, load_plan_and_model, make_plan_for
+from adaptis_plan.planfile.io import write_plan
 from adaptis_plan.schedules import STRATEGIES
+from adaptis_plan.usecases import PlanRequest, load_plan_and_model, make_plan_for
 
 FAMILIES = ["tiny-llama", "tiny-gemma", "tiny-deepseek", "tiny-nemotron-h"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import adaptis_plan
-from adaptis_plan.schemas import SCHEMAS, render_schemas
+from adaptis_plan.spec.schemas import SCHEMAS, render_schemas
 
 SCHEMA_DIR = Path(adaptis_plan.__file__).parent.parent / "schemas"
 FILES = sorted(f"{name}.schema.json" for name in SCHEMAS)

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from adaptis_plan.core import CostTable, Layout, uniform_costs
 from adaptis_plan.errors import InputError
+from adaptis_plan.judge.semantics import check_programs
+from adaptis_plan.judge.simulate import simulate
 from adaptis_plan.search.generator import candidate_placements, classic_baselines, search_plan
 from adaptis_plan.search.listsched import ListPolicy, list_schedule
 from adaptis_plan.search.partition import device_balanced_bounds, device_work, min_max_stage_bounds, stage_work
-from adaptis_plan.simulate import simulate
-from adaptis_plan.validate import check_programs
 
 
 def _costs(work: list[float], num_devices: int, speeds: list[float] | None = None, **kw) -> CostTable:
@@ -179,8 +179,8 @@ def test_real_models_plan_or_refuse_with_exit_3(model, hardware, pp, mb, seq):
     """Through the same path as `adaptis plan`: a valid, memory-feasible plan never slower than
     any feasible classic plan, or an InfeasibleError (exit 3) / InputError (exit 2), never a crash."""
     from adaptis_plan.errors import InfeasibleError
-    from adaptis_plan.plan import plan_layout, plan_programs
-    from adaptis_plan.planning import PlanRequest, make_plan_for
+    from adaptis_plan.planfile.io import plan_layout, plan_programs
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     req = PlanRequest(model_arg=model, hardware_arg=hardware, pp=pp, num_microbatches=mb, seq_len=seq, time_limit_s=0.5)
     try:

@@ -6,7 +6,7 @@ import pytest
 
 from adaptis_plan.core import Action, Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.validate import ProgramError, check_programs, format_grid
+from adaptis_plan.judge.semantics import ProgramError, check_programs, format_grid
 
 A = Action.parse
 

@@ -39,12 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import AdaptisError, InputError, located
-from ..models.transform import split_head
-from ..plan import check_model_matches, plan_layout, plan_programs, read_plan, write_json_atomic
-from ..spec.model import ModelSpec
-from ..spec.plan import PlanFile
-from .lowering import lower
+from adaptis_plan.errors import AdaptisError, InputError, located
+from adaptis_plan.executor.lowering import lower
+from adaptis_plan.inputs.models.transform import split_head
+from adaptis_plan.planfile.io import check_model_matches, plan_layout, plan_programs, read_plan, write_json_atomic
+from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.spec.plan_file import PlanFile
 
 log = logging.getLogger(__name__)
 
@@ -391,8 +391,8 @@ def _verify(
 ) -> dict[str, Any]:
     import torch
 
-    from .verify import compare, reference_step, tolerance
-    from .worker import DTYPES
+    from adaptis_plan.executor.verify import compare, reference_step, tolerance
+    from adaptis_plan.executor.worker import DTYPES
 
     grads: dict[str, Any] = {}
     pipe_loss = None

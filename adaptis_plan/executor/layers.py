@@ -49,8 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..spec.model import AttentionSpec, LayerSpec, MambaSpec, ModelSpec, MoeSpec
-from .wgrad import embedding, linear
+from adaptis_plan.executor.wgrad import embedding, linear
+from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, ModelSpec, MoeSpec
 
 INIT_STD = 0.02
 ROPE_THETA = 10000.0

@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..core import Action, Layout, Programs
-from ..errors import DeadlockError, InputError
+from adaptis_plan.core import Action, Layout, Programs
+from adaptis_plan.errors import DeadlockError, InputError
 
 
 @dataclass(frozen=True)

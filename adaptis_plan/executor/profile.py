@@ -45,11 +45,11 @@ from pathlib import Path
 
 import torch
 
-from ..errors import AdaptisError
-from ..spec.model import ModelSpec
-from ..spec.profile import CostProfile, LayerCostEntry, MeasuredLink, ProfiledModel
-from .layers import build_layer
-from .wgrad import WeightGradStore
+from adaptis_plan.errors import AdaptisError
+from adaptis_plan.executor.layers import build_layer
+from adaptis_plan.executor.wgrad import WeightGradStore
+from adaptis_plan.spec.cost_profile import CostProfile, LayerCostEntry, MeasuredLink, ProfiledModel
+from adaptis_plan.spec.model import ModelSpec
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -321,14 +321,14 @@ def measure_action_overhead(*, num_microbatches: int = 16, steps: int = 5, timeo
     on its critical path (the simulator's step for the same plan with unit-cost actions) is the
     `action_overhead_s` a measured profile carries.
     """
-    from ..core import Layout, uniform_costs
-    from ..plan import make_plan, write_plan
-    from ..schedules import get_spec
-    from ..simulate import simulate
-    from ..spec.hardware import HardwareProfile
-    from ..spec.model import AttentionSpec, LayerSpec, MlpSpec
-    from ..spec.training import TrainingConfig
-    from .launch import PlanJob, run_plans
+    from adaptis_plan.core import Layout, uniform_costs
+    from adaptis_plan.executor.launch import PlanJob, run_plans
+    from adaptis_plan.judge.simulate import simulate
+    from adaptis_plan.planfile.io import make_plan, write_plan
+    from adaptis_plan.schedules import get_spec
+    from adaptis_plan.spec.hardware import HardwareProfile
+    from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec
+    from adaptis_plan.spec.training import TrainingConfig
 
     block = LayerSpec(kind="decoder", attention=AttentionSpec(num_heads=1, num_kv_heads=1, head_dim=8),
                       mlp=MlpSpec(intermediate_size=8))  # fmt: skip

@@ -70,11 +70,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..core import Action
-from ..spec.model import ModelSpec
-from .layers import boundary_spec, build_layer
-from .lowering import Lowered, Transfer
-from .wgrad import WeightGradStore
+from adaptis_plan.core import Action
+from adaptis_plan.executor.layers import boundary_spec, build_layer
+from adaptis_plan.executor.lowering import Lowered, Transfer
+from adaptis_plan.executor.wgrad import WeightGradStore
+from adaptis_plan.spec.model import ModelSpec
 
 
 class CommError(RuntimeError):

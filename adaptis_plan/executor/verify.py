@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..spec.model import ModelSpec
-from .data import synthetic_batch
-from .layers import build_model
+from adaptis_plan.executor.data import synthetic_batch
+from adaptis_plan.executor.layers import build_model
+from adaptis_plan.spec.model import ModelSpec
 
 _TOLERANCES = {("cpu", "fp32"): (1e-5, 1e-8), ("cuda", "fp32"): (1e-4, 1e-7)}
 

@@ -34,12 +34,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..plan import plan_layout, plan_programs
-from ..spec.model import ModelSpec
-from ..spec.plan import PlanFile
-from .data import synthetic_batch
-from .lowering import lower
-from .runtime import CommError, Fault, RankRuntime, warm_up_pairs
+from adaptis_plan.executor.data import synthetic_batch
+from adaptis_plan.executor.lowering import lower
+from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, warm_up_pairs
+from adaptis_plan.planfile.io import plan_layout, plan_programs
+from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.spec.plan_file import PlanFile
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

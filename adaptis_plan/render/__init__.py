@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core import OPS, Programs
+from adaptis_plan.core import OPS, Programs
 
 _EXPORTS = {
     "timeline": "terminal",

@@ -10,7 +10,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ..core import Layout
+from adaptis_plan.core import Layout
 
 
 def _gib(n: float) -> str:
@@ -90,7 +90,7 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     else:
         for line in why_lines(outcome):
             console.print(line)
-    from .terminal import timeline
+    from adaptis_plan.render.terminal import timeline
 
     console.print(timeline(r, outcome.programs, outcome.layout, width=min(console.width - 12, 110)))
     console.print(f"wrote {output_path}")
@@ -145,7 +145,7 @@ def print_simulation_report(
             f"[yellow]note:[/] the plan file says {_ms(sim.plan.predicted.step_time_s)} ms; re-simulated"
             f" {_ms(r.step_time_s)} ms (costs or cost model differ from when it was planned)"
         )
-    from .terminal import timeline
+    from adaptis_plan.render.terminal import timeline
 
     console.print(timeline(r, sim.programs, sim.layout, width=width or min(console.width - 12, 110)))
     for label, path in (("trace", trace_path), ("svg", svg_path)):

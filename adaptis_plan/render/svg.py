@@ -16,9 +16,9 @@ import math
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
-from ..core import OPS, Layout, Programs
-from ..simulate import SimResult
-from . import OP_COLORS, OP_NAMES, fmt_time
+from adaptis_plan.core import OPS, Layout, Programs
+from adaptis_plan.judge.simulate import SimResult
+from adaptis_plan.render import OP_COLORS, OP_NAMES, fmt_time
 
 _FONT = "Helvetica, Arial, sans-serif"
 _LEFT = 76  # px for lane labels

@@ -13,9 +13,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..core import OPS, Layout, Programs
-from ..simulate import SimResult
-from . import OP_COLORS, OP_NAMES, bucket_occupancy, fmt_bytes, fmt_time, op_codes
+from adaptis_plan.core import OPS, Layout, Programs
+from adaptis_plan.judge.simulate import SimResult
+from adaptis_plan.render import OP_COLORS, OP_NAMES, bucket_occupancy, fmt_bytes, fmt_time, op_codes
 
 _IDLE = "·"
 # A bucket shows its dominant op when the device is busy for at least this share of it.

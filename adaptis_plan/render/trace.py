@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core import Layout, Programs
-from ..simulate import SimResult
-from . import OP_NAMES
+from adaptis_plan.core import Layout, Programs
+from adaptis_plan.judge.simulate import SimResult
+from adaptis_plan.render import OP_NAMES
 
 _COMPUTE_TID = 0
 _SEND_TID = 1

@@ -60,6 +60,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs
+from adaptis_plan.search._cpsat import new_solver
 from adaptis_plan.search.result import (
     SolveResult,
     capacity_units,
@@ -68,8 +69,6 @@ from adaptis_plan.search.result import (
     time_unit_s,
     to_time_units,
 )
-
-from ._cpsat import new_solver
 
 Key = tuple[int, str, int]  # (stage, op, mb)
 Number = float  # int in the model, float (seconds) in `list_timing`

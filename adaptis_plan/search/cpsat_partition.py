@@ -61,6 +61,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from adaptis_plan.core import CostTable
+from adaptis_plan.search._cpsat import new_solver
 from adaptis_plan.search.result import (
     SolveResult,
     capacity_units,
@@ -69,8 +70,6 @@ from adaptis_plan.search.result import (
     time_unit_s,
     to_time_units,
 )
-
-from ._cpsat import new_solver
 
 #: Denominator of the objective weights (max_stage_weight is resolved to 1/_OBJ_DEN).
 _OBJ_DEN = 1000

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core import CostTable, Layout, Programs
-from ..errors import InputError
-from ..schedules import STRATEGIES, get_spec, placement, uniform_bounds
-from ..simulate import SimResult, simulate
-from .listsched import ListPolicy, list_schedule
-from .partition import device_balanced_bounds, min_max_stage_bounds
+from adaptis_plan.core import CostTable, Layout, Programs
+from adaptis_plan.errors import InputError
+from adaptis_plan.judge.simulate import SimResult, simulate
+from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
+from adaptis_plan.search.listsched import ListPolicy, list_schedule
+from adaptis_plan.search.partition import device_balanced_bounds, min_max_stage_bounds
 
 ALL_COMPONENTS = ("partition", "placement", "schedule")
 
@@ -278,7 +278,7 @@ class _Search:
     def _cpsat_partition(self, cand: Candidate) -> None:
         if self.left() < 0.5:
             return
-        from .cpsat_partition import solve_partition
+        from adaptis_plan.search.cpsat_partition import solve_partition
 
         sd = cand.layout.stage_device
         res = solve_partition(
@@ -396,7 +396,7 @@ class _Search:
             self.solver["order"] = {"status": "SKIPPED", "reason": f"{n_actions} actions / {budget:.1f}s left"}
             return
         t0, n0 = time.perf_counter(), self.evaluated
-        from .cpsat_order import solve_order
+        from adaptis_plan.search.cpsat_order import solve_order
 
         best = self.best
         split = any(a.op == "I" for p in best.programs for a in p)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core import Action, CostTable, Layout, Programs
+from adaptis_plan.core import Action, CostTable, Layout, Programs
 
 
 @dataclass(frozen=True)

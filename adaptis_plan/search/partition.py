@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core import CostTable
+from adaptis_plan.core import CostTable
 
 
 def layer_work(costs: CostTable) -> np.ndarray:

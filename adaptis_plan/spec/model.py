@@ -1,6 +1,6 @@
 """Model spec: the ordered list of pipeline-able layers (boundary model, pydantic).
 
-Data flow: importers (`adaptis_plan.models`) and native spec files produce a `ModelSpec`;
+Data flow: importers (`adaptis_plan.inputs.models`) and native spec files produce a `ModelSpec`;
 the cost model, the planner and the executor read it. Imports nothing from the rest of
 the package.
 

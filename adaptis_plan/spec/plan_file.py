@@ -4,7 +4,7 @@
 Core fields are a contract (DESIGN.md "The plan file"). Structural checks that need only the
 file itself live here (stages cover every layer once, in order, non-empty; devices in range);
 order checks (every (stage, mb) has its F and B or I + W on the right device) are done by
-`adaptis_plan.validate` when the plan is read. Imports only `spec.training`.
+`adaptis_plan.judge.semantics` when the plan is read. Imports only `spec.training`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
 
-from .training import TrainingConfig
+from adaptis_plan.spec.training import TrainingConfig
 
 
 class _Strict(BaseModel):

@@ -37,8 +37,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spec.model import ModelSpec
-from .hf import from_hf_config
+from adaptis_plan.inputs.models.hf import from_hf_config
+from adaptis_plan.spec.model import ModelSpec
 
 
 @dataclass(frozen=True)

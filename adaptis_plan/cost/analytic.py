@@ -148,10 +148,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .params import layer_params
-from .spec.hardware import DeviceTypeSpec, LinkSpec
-from .spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
-from .spec.training import TrainingConfig
+from adaptis_plan.cost.params import layer_params
+from adaptis_plan.spec.hardware import DeviceTypeSpec, LinkSpec
+from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
+from adaptis_plan.spec.training import TrainingConfig
 
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 FLASH_BACKWARD_FACTOR = 2.5  # flash attention backward FLOPs / forward FLOPs (FlashAttention-2)

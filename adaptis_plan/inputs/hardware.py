@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import InputError
-from .spec.hardware import HardwareProfile
+from adaptis_plan.errors import InputError
+from adaptis_plan.spec.hardware import HardwareProfile
 
 _SUFFIXES = (".json", ".yaml", ".yml")
 

@@ -14,8 +14,8 @@ Data flow: a `ModelSpec` in, a `ModelSpec` out; the fingerprint is unchanged (se
 
 from __future__ import annotations
 
-from ..errors import InputError
-from ..spec.model import LayerSpec, ModelSpec
+from adaptis_plan.errors import InputError
+from adaptis_plan.spec.model import LayerSpec, ModelSpec
 
 #: Chunk boundaries are rounded to this many vocabulary entries (GEMM-friendly slices).
 VOCAB_ALIGN = 128

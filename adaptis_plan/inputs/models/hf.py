@@ -62,8 +62,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import InputError
-from ..spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
+from adaptis_plan.errors import InputError
+from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 
 _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262208,

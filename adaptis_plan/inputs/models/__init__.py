@@ -6,8 +6,8 @@ this package returns. No torch, no ortools, no rich/click here.
 
 from __future__ import annotations
 
-from .hf import SUPPORTED_MODEL_TYPES, from_hf_config
-from .load import list_models, load_file, load_model, parse_native_spec
+from adaptis_plan.inputs.models.hf import SUPPORTED_MODEL_TYPES, from_hf_config
+from adaptis_plan.inputs.models.load import list_models, load_file, load_model, parse_native_spec
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",

@@ -14,12 +14,20 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .core import Action, Layout, Programs
-from .errors import InputError, located
-from .spec.hardware import HardwareProfile
-from .spec.model import ModelSpec
-from .spec.plan import PlanAction, PlanDevice, PlanFile, PlanHardwareRef, PlanModelRef, PlanStage, Predicted
-from .spec.training import TrainingConfig
+from adaptis_plan.core import Action, Layout, Programs
+from adaptis_plan.errors import InputError, located
+from adaptis_plan.spec.hardware import HardwareProfile
+from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.spec.plan_file import (
+    PlanAction,
+    PlanDevice,
+    PlanFile,
+    PlanHardwareRef,
+    PlanModelRef,
+    PlanStage,
+    Predicted,
+)
+from adaptis_plan.spec.training import TrainingConfig
 
 
 def pydantic_error_line(path: object, err: ValidationError) -> str:
@@ -59,7 +67,7 @@ def read_plan(path: str | Path) -> PlanFile:
         plan = PlanFile.model_validate(data)
     except ValidationError as e:
         raise InputError(pydantic_error_line(p, e)) from None
-    from .validate import check_programs
+    from adaptis_plan.judge.semantics import check_programs
 
     try:
         check_programs(plan_layout(plan), plan_programs(plan), plan.training.num_microbatches)
@@ -150,7 +158,7 @@ def make_plan(
         peak_memory_bytes=[float(x) for x in result.peak_memory_bytes],
         lower_bound_s=float(result.lower_bound_s),
     )
-    from . import __version__
+    from adaptis_plan import __version__
 
     return PlanFile(
         strategy=strategy,

@@ -16,15 +16,15 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from .core import CostTable, Layout, Programs
-from .errors import InfeasibleError, InputError
-from .plan import check_model_matches, make_plan, plan_layout, plan_programs, read_plan
-from .simulate import SimResult, simulate
-from .spec.hardware import HardwareProfile
-from .spec.model import ModelSpec
-from .spec.plan import PlanFile
-from .spec.profile import CostProfile
-from .spec.training import TrainingConfig
+from adaptis_plan.core import CostTable, Layout, Programs
+from adaptis_plan.errors import InfeasibleError, InputError
+from adaptis_plan.judge.simulate import SimResult, simulate
+from adaptis_plan.planfile.io import check_model_matches, make_plan, plan_layout, plan_programs, read_plan
+from adaptis_plan.spec.cost_profile import CostProfile
+from adaptis_plan.spec.hardware import HardwareProfile
+from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.spec.plan_file import PlanFile
+from adaptis_plan.spec.training import TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def load_costs_profile(path: str | None) -> CostProfile | None:
     except json.JSONDecodeError as e:
         raise InputError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     except ValidationError as e:
-        from .plan import pydantic_error_line
+        from adaptis_plan.planfile.io import pydantic_error_line
 
         raise InputError(pydantic_error_line(p, e)) from None
 
@@ -112,7 +112,7 @@ def _training(req: PlanRequest) -> TrainingConfig:
 def cost_table_for(
     model: ModelSpec, hw: HardwareProfile, training: TrainingConfig, profile: CostProfile | None
 ) -> CostTable:
-    from .costs import build_cost_table
+    from adaptis_plan.cost.table import build_cost_table
 
     try:
         return build_cost_table(model, hw, training, profile)
@@ -122,8 +122,8 @@ def cost_table_for(
 
 def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
     """Plan with the requested strategy; the simulator's verdict is the prediction."""
-    from .hardware import load_hardware
-    from .models.load import load_model
+    from adaptis_plan.inputs.hardware import load_hardware
+    from adaptis_plan.inputs.models.load import load_model
 
     t0 = time.perf_counter()
     classic = _classic_strategy(req.strategy)
@@ -138,13 +138,13 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
     costs = cost_table_for(model, hw, training, profile)
     forced = None
     if req.head_chunks is not None and req.head_chunks > 1:
-        from .models.transform import split_head
+        from adaptis_plan.inputs.models.transform import split_head
 
         forced = split_head(model, req.head_chunks)
         if req.pp > forced.num_layers:
             raise InputError(f"--pp = {req.pp}: more devices than the {forced.num_layers} layers; lower --pp")
 
-    from .search.generator import classic_baselines, classic_candidate, search_plan
+    from adaptis_plan.search.generator import classic_baselines, classic_candidate, search_plan
 
     baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
     if classic is None:
@@ -230,7 +230,7 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
 def _head_split_options(model: ModelSpec, costs: CostTable) -> list[ModelSpec]:
     """Vocabulary-chunked heads worth trying: when the head outweighs an average stage (about
     two stages per device), split it into that many stage-sized chunks. None for tied embeddings."""
-    from .models.transform import split_head
+    from adaptis_plan.inputs.models.transform import split_head
 
     if model.tie_word_embeddings or model.num_head_chunks != 1:
         return []
@@ -242,7 +242,7 @@ def _head_split_options(model: ModelSpec, costs: CostTable) -> list[ModelSpec]:
 
 
 def _better_outcome(a, b) -> bool:
-    from .search.generator import _better
+    from adaptis_plan.search.generator import _better
 
     return _better(a.best, b.best)
 
@@ -251,7 +251,7 @@ def _classic_strategy(strategy: str) -> str | None:
     """torch's spelling of a classic strategy name, None for adaptive; checked before any costing."""
     if strategy.lower() == "adaptive":
         return None
-    from .schedules import STRATEGIES, canonical_name
+    from adaptis_plan.schedules import STRATEGIES, canonical_name
 
     try:
         return canonical_name(strategy)
@@ -296,7 +296,7 @@ class _progress_bar:
             return lambda _m, _f: None
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from .cli import console
+        from adaptis_plan.cli import console
 
         self._bar = Progress(
             TextColumn("planning: {task.description:<24}"),
@@ -333,13 +333,13 @@ def _load_for_plan(load, arg: str | None, stored_name: str, plan_path: str, fiel
 
 
 def load_plan_and_model(plan_path: str, model_arg: str | None) -> tuple[PlanFile, ModelSpec]:
-    from .models.load import load_model
+    from adaptis_plan.inputs.models.load import load_model
 
     plan = read_plan(plan_path)
     model = _load_for_plan(load_model, model_arg, plan.model.name, plan_path, "model", "model", "model file")
     check_model_matches(plan, model, plan_path)
     if plan.model.head_chunks > 1:
-        from .models.transform import split_head
+        from adaptis_plan.inputs.models.transform import split_head
 
         model = split_head(model, plan.model.head_chunks)
     if model.num_layers != plan.model.num_layers:
@@ -371,7 +371,7 @@ class SimOutcome:
 def simulate_plan_file(
     plan_path: str, *, model_arg: str | None = None, hardware_arg: str | None = None, costs_path: str | None = None
 ) -> SimOutcome:
-    from .hardware import load_hardware
+    from adaptis_plan.inputs.hardware import load_hardware
 
     plan, model = load_plan_and_model(plan_path, model_arg)
     hw = _load_for_plan(load_hardware, hardware_arg, plan.hardware.name, plan_path, "hardware", "profile", "profile")
@@ -393,7 +393,7 @@ def simulate_plan_file(
 
 
 def export_plan_file(plan_path: str, fmt: str, *, model_arg: str | None = None) -> str:
-    from .export import megatron_layout, to_torch_csv, torchtitan_fqns
+    from adaptis_plan.planfile.export import megatron_layout, to_torch_csv, torchtitan_fqns
 
     plan, model = load_plan_and_model(plan_path, model_arg)
     layout, programs = plan_layout(plan), plan_programs(plan)

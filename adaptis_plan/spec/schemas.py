@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .spec.hardware import HardwareProfile
-from .spec.model import ModelSpec
-from .spec.plan import PlanFile
-from .spec.profile import CostProfile
+from adaptis_plan.spec.cost_profile import CostProfile
+from adaptis_plan.spec.hardware import HardwareProfile
+from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.spec.plan_file import PlanFile
 
 SCHEMAS = {
     "model": ModelSpec,

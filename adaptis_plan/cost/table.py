@@ -28,14 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from .core import CostTable
-from .costmodel import LayerWork, layer_work, op_seconds
-from .errors import InputError
-from .params import layer_params
-from .spec.hardware import HardwareProfile, LinkSpec
-from .spec.model import LayerSpec, ModelSpec
-from .spec.profile import CostProfile
-from .spec.training import TrainingConfig
+from adaptis_plan.core import CostTable
+from adaptis_plan.cost.analytic import LayerWork, layer_work, op_seconds
+from adaptis_plan.cost.params import layer_params
+from adaptis_plan.errors import InputError
+from adaptis_plan.spec.cost_profile import CostProfile
+from adaptis_plan.spec.hardware import HardwareProfile, LinkSpec
+from adaptis_plan.spec.model import LayerSpec, ModelSpec
+from adaptis_plan.spec.training import TrainingConfig
 
 
 def _layer_key(layer: LayerSpec) -> tuple[Any, ...]:

@@ -28,10 +28,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import InputError
-from ..spec.model import ModelSpec
-from . import zoo
-from .hf import from_hf_config
+from adaptis_plan.errors import InputError
+from adaptis_plan.inputs.models import zoo
+from adaptis_plan.inputs.models.hf import from_hf_config
+from adaptis_plan.spec.model import ModelSpec
 
 _YAML_SUFFIXES = (".yaml", ".yml")
 

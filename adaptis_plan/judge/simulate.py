@@ -41,9 +41,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .core import OPS, Action, CostTable, Layout, Programs
-from .errors import DeadlockError, InputError
-from .validate import flatten_checked, format_grid
+from adaptis_plan.core import OPS, Action, CostTable, Layout, Programs
+from adaptis_plan.errors import DeadlockError, InputError
+from adaptis_plan.judge.semantics import flatten_checked, format_grid
 
 _F, _B, _I, _W = (OPS.index(o) for o in ("F", "B", "I", "W"))
 

@@ -17,8 +17,8 @@ import itertools
 
 import numpy as np
 
-from .core import OPS, Action, Layout, Programs
-from .errors import InputError
+from adaptis_plan.core import OPS, Action, Layout, Programs
+from adaptis_plan.errors import InputError
 
 _OP_CODE = {op: i for i, op in enumerate(OPS)}  # F=0, B=1, I=2, W=3
 _F, _B, _I, _W = (_OP_CODE[o] for o in ("F", "B", "I", "W"))
