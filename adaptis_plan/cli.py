@@ -284,8 +284,13 @@ def plan_cmd(
         time_limit_s=time_limit,
         seed=seed,
     )
-    show_progress = not as_json and console().is_terminal
-    outcome = make_plan_for(req, progress=show_progress)
+    if not as_json and console().is_terminal:
+        from adaptis_plan.render.progress import progress_bar
+
+        with progress_bar(console()) as tick:
+            outcome = make_plan_for(req, progress=tick)
+    else:
+        outcome = make_plan_for(req)
     from adaptis_plan.planfile.io import write_plan
 
     write_plan(outcome.plan, output)
@@ -520,7 +525,18 @@ def main() -> None:
             click.echo(grid, err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
         sys.exit(130)
+    except Exception:  # a bug, never bad input: exit 1 with the traceback to report
+        import traceback
+
+        traceback.print_exc()
+        click.echo(
+            "internal error: this is a bug in adaptis, not a problem with your input; please report it with the"
+            " traceback above",
+            err=True,
+        )
+        sys.exit(1)
 
 
 if __name__ == "__main__":

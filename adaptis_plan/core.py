@@ -14,6 +14,7 @@ No pydantic, no IO, no solver, no torch: frozen dataclasses and numpy arrays onl
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -42,6 +43,9 @@ class Action(NamedTuple):
 
 
 Programs = list[list[Action]]
+
+# Progress of a long computation: (what it is doing, fraction done in [0, 1]). The CLI hands one in.
+ProgressFn = Callable[[str, float], None]
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from pydantic import ValidationError
 
-from adaptis_plan.core import CostTable, Layout, Programs
+from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.planfile.io import check_model_matches, make_plan, plan_layout, plan_programs, read_plan
@@ -114,13 +112,10 @@ def cost_table_for(
 ) -> CostTable:
     from adaptis_plan.cost.table import build_cost_table
 
-    try:
-        return build_cost_table(model, hw, training, profile)
-    except ValueError as e:  # e.g. the cluster is too small for pp x tp
-        raise InputError(f"--hardware {hw.name}: {e}") from None
+    return build_cost_table(model, hw, training, profile)
 
 
-def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
+def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanOutcome:
     """Plan with the requested strategy; the simulator's verdict is the prediction."""
     from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
@@ -144,7 +139,8 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
         if req.pp > forced.num_layers:
             raise InputError(f"--pp = {req.pp}: more devices than the {forced.num_layers} layers; lower --pp")
 
-    from adaptis_plan.search.generator import classic_baselines, classic_candidate, search_plan
+    from adaptis_plan.search.generator import classic_baselines, classic_candidate
+    from adaptis_plan.search.head_chunks import head_split_options, search_head_options
 
     baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
     if classic is None:
@@ -157,23 +153,18 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
         else:
             options = [(model, costs)]
             if req.head_chunks is None and "partition" in req.search:
-                options += [(m, cost_table_for(m, hw, training, profile)) for m in _head_split_options(model, costs)]
-        outcome = None
-        with _progress_bar(progress) as tick:
-            for k, (m, c) in enumerate(options):
-                share = req.time_limit_s / len(options)
-                got = search_plan(
-                    c,
-                    m.num_layers,
-                    req.num_microbatches,
-                    components=req.search,
-                    time_limit_s=share,
-                    seed=req.seed,
-                    progress=tick,
-                    baselines=baselines if k == 0 else {},
-                )
-                if outcome is None or _better_outcome(got, outcome):
-                    outcome, model, costs = got, m, c
+                options += [(m, cost_table_for(m, hw, training, profile)) for m in head_split_options(model, costs)]
+        k_best, outcome = search_head_options(
+            [c for _, c in options],
+            [m.num_layers for m, _ in options],
+            req.num_microbatches,
+            components=req.search,
+            time_limit_s=req.time_limit_s,
+            seed=req.seed,
+            progress=progress,
+            baselines=baselines,
+        )
+        model, costs = options[k_best]
         best = outcome.best
         strategy = "adaptive"
         search_info = {
@@ -227,26 +218,6 @@ def make_plan_for(req: PlanRequest, progress: bool = False) -> PlanOutcome:
     )
 
 
-def _head_split_options(model: ModelSpec, costs: CostTable) -> list[ModelSpec]:
-    """Vocabulary-chunked heads worth trying: when the head outweighs an average stage (about
-    two stages per device), split it into that many stage-sized chunks. None for tied embeddings."""
-    from adaptis_plan.inputs.models.transform import split_head
-
-    if model.tie_word_embeddings or model.num_head_chunks != 1:
-        return []
-    work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
-    stage_share = float(work.sum()) / (2 * costs.num_devices)
-    k = int(np.ceil(float(work[-1]) / stage_share)) if stage_share > 0 else 1
-    k = min(k, 2 * costs.num_devices)
-    return [split_head(model, k)] if k >= 2 else []
-
-
-def _better_outcome(a, b) -> bool:
-    from adaptis_plan.search.generator import _better
-
-    return _better(a.best, b.best)
-
-
 def _classic_strategy(strategy: str) -> str | None:
     """torch's spelling of a classic strategy name, None for adaptive; checked before any costing."""
     if strategy.lower() == "adaptive":
@@ -282,40 +253,6 @@ def _gib(n: float) -> str:
     """Bytes in GiB with enough digits to tell small sizes apart (0.0466 GiB, not 0.0 GiB)."""
     v = n / 2**30
     return f"{v:.1f} GiB" if v >= 10 else f"{v:.3g} GiB"
-
-
-class _progress_bar:
-    """A rich progress bar on a terminal (stderr), a no-op otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self._bar = None
-
-    def __enter__(self) -> Callable[[str, float], None]:
-        if not self.enabled:
-            return lambda _m, _f: None
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        from adaptis_plan.cli import console
-
-        self._bar = Progress(
-            TextColumn("planning: {task.description:<24}"),
-            BarColumn(),
-            TimeElapsedColumn(),
-            console=console(),
-            transient=True,
-        )
-        self._bar.start()
-        task = self._bar.add_task("start", total=1.0)
-
-        def tick(msg: str, frac: float) -> None:
-            self._bar.update(task, description=msg, completed=frac)
-
-        return tick
-
-    def __exit__(self, *exc) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
 
 # ----------------------------------------------------------------------------- plan files

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs, uniform_costs
-from adaptis_plan.search.cpsat_order import list_timing, program_errors, solve_order
+from adaptis_plan.judge.semantics import check_programs
+from adaptis_plan.search.cpsat_order import list_timing, solve_order
 from adaptis_plan.search.cpsat_partition import solve_partition
 from adaptis_plan.search.result import SolveResult
 
@@ -173,7 +174,7 @@ def _gpipe(layout: Layout, num_microbatches: int, split_backward: bool = True) -
 
 def _check_programs(layout: Layout, costs: CostTable, programs: Programs, num_mb: int, split: bool) -> float:
     """Complete, deadlock-free, precedences hold when re-timed; returns the re-timed makespan."""
-    assert program_errors(layout, programs, num_mb, split) == []
+    check_programs(layout, programs, num_mb, backward="split" if split else "fused")
     timed = list_timing(layout, costs, programs)
     assert timed is not None, "the solver's orders deadlock"
     bwd = "I" if split else "B"

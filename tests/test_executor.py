@@ -212,12 +212,12 @@ def test_lowering_lists_only_cross_device_transfers_in_a_consistent_order() -> N
 def test_lowering_refuses_a_deadlocking_order() -> None:
     layout = Layout(bounds=(0, 3, 6), stage_device=(0, 1), num_devices=2)
     programs = [
-        [Action(0, "F", 0), Action(0, "B", 1), Action(0, "F", 1), Action(0, "B", 0)],
-        [Action(1, "F", 0), Action(1, "F", 1), Action(1, "B", 0), Action(1, "B", 1)],
+        [Action(0, "F", 0), Action(0, "B", 0), Action(0, "F", 1), Action(0, "B", 1)],
+        [Action(1, "F", 1), Action(1, "F", 0), Action(1, "B", 0), Action(1, "B", 1)],
     ]
-    with pytest.raises(DeadlockError, match="never finish") as e:
+    with pytest.raises(DeadlockError, match="circular wait") as e:
         lower(layout, programs, 2)
-    assert "[0B1]" in e.value.grid
+    assert "[0B0]" in e.value.grid and "[1F1]" in e.value.grid
 
 
 # ---------------------------------------------------------------- real runs (torchrun, gloo, 2 processes)

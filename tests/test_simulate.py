@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs, uniform_costs
 from adaptis_plan.errors import DeadlockError, InputError
-from adaptis_plan.judge.simulate import SimResult, lower_bound, simulate
+from adaptis_plan.judge.bound import lower_bound
+from adaptis_plan.judge.simulate import SimResult, simulate
 
 A = Action.parse
 
@@ -450,7 +451,7 @@ def test_packing_bound_never_exceeds_the_optimal_makespan(sizes, num_devices):
     """(e) of lower_bound: brute-force P||Cmax on small instances is never below the bound."""
     import itertools
 
-    from adaptis_plan.judge.simulate import _packing_bound
+    from adaptis_plan.judge.bound import _packing_bound
 
     opt = min(
         max(sum(s for s, d in zip(sizes, assign, strict=False) if d == k) for k in range(num_devices))
@@ -460,7 +461,7 @@ def test_packing_bound_never_exceeds_the_optimal_makespan(sizes, num_devices):
 
 
 def test_packing_bound_sees_layer_granularity():
-    from adaptis_plan.judge.simulate import _packing_bound
+    from adaptis_plan.judge.bound import _packing_bound
 
     # 65 equal layers on 8 devices: some device holds 9 of them, not 65 / 8 = 8.125
     assert _packing_bound(np.ones(65), 8) == pytest.approx(9.0, rel=1e-6)

@@ -1,18 +1,14 @@
 """Lowering: add the sends and receives to a plan's per-device programs (pure Python, no torch).
 
 Data flow: plan file -> `plan_layout` / `plan_programs` -> `lower` -> the runtime of every rank.
-Imports only `core` and `errors`; the launcher runs it before starting any process so that a
-plan the runtime cannot finish is refused up front, and every rank runs it again to learn its
-own communication order (same input, same deterministic output on every rank).
+Imports only `core` and `judge.semantics`; the launcher runs it before starting any process so
+that a plan the runtime cannot finish is refused up front, and every rank runs it again to
+learn its own communication order (same input, same deterministic output on every rank).
 
 What it computes:
-- a check that the programs are executable: every (stage, mb) has one F and either one B or
-  one I and one W, each on the stage's device;
-- `order`: one global sequence of all actions that respects every device's program order and
-  every dependency (F(s, m) after F(s-1, m); I/B(s, m) after F(s, m) and after I/B(s+1, m);
-  W(s, m) after I(s, m)). It is found by stepping the devices round-robin, each running its
-  next action when its dependencies are done; no progress before the end means the orders can
-  never finish (a `DeadlockError` with the stuck actions marked);
+- the action contract and one global execution `order` of all actions that respects every
+  device's program order and every dependency: both are `judge.semantics`' (`check_programs`,
+  `replay`, the same checks and the same deadlock report as the simulator's);
 - `transfers`: the cross-device messages, numbered in that global order. An activation
   ("act", s, m) goes from stage s's device to stage s+1's after F(s, m); a gradient
   ("grad", s, m) goes from stage s's device to stage s-1's after I/B(s, m). Adjacent stages on
@@ -31,7 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from adaptis_plan.core import Action, Layout, Programs
-from adaptis_plan.errors import DeadlockError, InputError
+from adaptis_plan.judge.semantics import replay
 
 
 @dataclass(frozen=True)
@@ -83,88 +79,11 @@ def transfer_tag(kind: str, stage: int, mb: int, num_microbatches: int) -> int:
     return 2 * (stage * num_microbatches + mb) + (0 if kind == "act" else 1)
 
 
-def check_executable(layout: Layout, programs: Programs, num_microbatches: int) -> None:
-    """Every (stage, mb) has F and B, or F, I and W, once each, on the stage's device."""
-    if len(programs) != layout.num_devices:
-        raise InputError(f"devices: the plan lists {len(programs)} programs for {layout.num_devices} devices")
-    seen: dict[tuple[int, str, int], int] = {}
-    for d, prog in enumerate(programs):
-        for i, a in enumerate(prog):
-            if not 0 <= a.stage < layout.num_stages:
-                raise InputError(
-                    f"devices[{d}].actions[{i}] = {a}: stage {a.stage} does not exist (0..{layout.num_stages - 1})"
-                )
-            if not 0 <= a.mb < num_microbatches:
-                raise InputError(
-                    f"devices[{d}].actions[{i}] = {a}: micro-batch {a.mb} is outside 0..{num_microbatches - 1}"
-                )
-            if layout.stage_device[a.stage] != d:
-                raise InputError(
-                    f"devices[{d}].actions[{i}] = {a}: stage {a.stage} is placed on device"
-                    f" {layout.stage_device[a.stage]}, not {d}; move the action to that device's list"
-                )
-            k = (a.stage, a.op, a.mb)
-            if k in seen:
-                raise InputError(f"devices[{d}].actions[{i}] = {a}: duplicate action; each action runs once per step")
-            seen[k] = d
-    for s in range(layout.num_stages):
-        for m in range(num_microbatches):
-            has = {op for op in "FBIW" if (s, op, m) in seen}
-            name = f"stage {s}, micro-batch {m}"
-            if "F" not in has:
-                raise InputError(f"devices[{layout.stage_device[s]}]: {name} has no F action ({s}F{m}); add it")
-            if "B" in has and has & {"I", "W"}:
-                raise InputError(f"devices[{layout.stage_device[s]}]: {name} has both B and I/W; keep one of the two")
-            if "B" not in has and has & {"I", "W"} != {"I", "W"}:
-                raise InputError(
-                    f"devices[{layout.stage_device[s]}]: {name} needs either {s}B{m} or both {s}I{m} and {s}W{m}"
-                )
-
-
-def _ready(a: Action, done: set[tuple[int, str, int]], last: int) -> bool:
-    s, op, m = a
-    if op == "F":
-        return s == 0 or (s - 1, "F", m) in done
-    if op in ("I", "B"):
-        if (s, "F", m) not in done:
-            return False
-        return s == last or (s + 1, "I", m) in done or (s + 1, "B", m) in done
-    return (s, "I", m) in done
-
-
-def _stuck_grid(programs: Programs, ptr: list[int]) -> str:
-    lines = []
-    for d, prog in enumerate(programs):
-        cells = [f"[{a}]" if i == ptr[d] else str(a) for i, a in enumerate(prog)]
-        lines.append(f"device {d}: " + " ".join(cells))
-    return "\n".join(lines)
-
-
 def lower(layout: Layout, programs: Programs, num_microbatches: int) -> Lowered:
     """Check, order globally, and list the transfers (see the module docstring)."""
-    check_executable(layout, programs, num_microbatches)
+    run = replay(layout, programs, num_microbatches)
+    order = [(d, programs[d][k]) for d, k in run.order]
     last = layout.num_stages - 1
-    ptr = [0] * len(programs)
-    done: set[tuple[int, str, int]] = set()
-    order: list[tuple[int, Action]] = []
-    total = sum(len(p) for p in programs)
-    while len(order) < total:
-        progressed = False
-        for d, prog in enumerate(programs):
-            if ptr[d] < len(prog) and _ready(prog[ptr[d]], done, last):
-                a = prog[ptr[d]]
-                done.add(tuple(a))
-                order.append((d, a))
-                ptr[d] += 1
-                progressed = True
-        if not progressed:
-            stuck = ", ".join(
-                f"device {d} at {programs[d][ptr[d]]}" for d in range(len(programs)) if ptr[d] < len(programs[d])
-            )
-            grid = _stuck_grid(programs, ptr)
-            raise DeadlockError(
-                f"devices: the action orders can never finish ({stuck} wait on each other); re-plan or reorder", grid
-            )
     transfers: list[Transfer] = []
     dev = layout.stage_device
     for d, a in order:

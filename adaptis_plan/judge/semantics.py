@@ -1,24 +1,48 @@
-"""Structural checks on per-device programs, plus the device x step text grid used in errors.
+"""Program semantics: the one place that knows what a plan's per-device programs mean.
 
-Data flow: `Layout` + `Programs` (from a builder, the search or a plan file) -> `check_programs`
--> ok or `ProgramError`. The simulator calls it before timing anything; plan IO may call it
-directly. Imports only `core` and `errors` (no builder, no solver, no rich, no torch): it is
-part of the independent judge.
+Data flow: `Layout` + `CostTable` + `Programs` (from a builder, the search or a plan file) ->
+here -> the simulator (`judge.simulate`), the executor's lowering (`executor.lowering`), the
+list scheduler and the CP-SAT order model (`search/`). Imports only `core` and `errors`: no
+builder, no solver, no rich, no torch. It is part of the independent judge.
 
-What is checked (timing and cross-device deadlocks are the simulator's job):
-one program per device; every action names an existing stage, an in-range micro-batch and
-runs on its stage's device; every (stage, mb) has exactly one F and either exactly one B or
-exactly one I plus one W; on the (single) device of a stage, I/B come after F and W after I.
+It owns three things, each once:
+
+1. **Stage costs** (`stage_costs`): what one action of a stage costs on the stage's device --
+   F / I / W / B seconds (the stage's layer sums, each op paying the runtime's per-action
+   overhead once), activation bytes it holds (`act`, of which `act_w` W still needs after I),
+   the static bytes per device, and the P2P time across each stage boundary (the activation
+   forward, the gradient backward; zero when both stages share a device).
+2. **The action contract** (`check_programs`): one program per device; every action names an
+   existing stage, an in-range micro-batch and runs on its stage's device; every (stage, mb)
+   has exactly one F and either exactly one B or exactly one I plus one W; on the (single)
+   device of a stage, I/B come after F and W after I. Errors are one line naming the device,
+   step, action and fix, with the torch-style device x step grid (`format_grid`) marking it.
+3. **Dependency replay** (`replay`): each device runs its program strictly in list order, one
+   action at a time, as soon as possible. F(s, mb) waits for F(s-1, mb)'s activation; I/B(s, mb)
+   for the gradient of I/B(s+1, mb) (s < last); F before I/B and I before W hold by the
+   contract (same device, earlier in its list). Sends are asynchronous. With link occupancy,
+   transfers on one directed device pair are serialized FIFO (one message at a time holds the
+   link for bytes / bandwidth and arrives one latency later); without, every message arrives
+   its P2P time after its producer ends. The replay returns start / end of every action and one
+   global execution order that respects every device's order and every dependency (the
+   executor numbers its transfers by it). Programs that can never finish raise `DeadlockError`
+   naming the circular wait, with the stuck steps marked on the grid.
+
+Implementation: actions are converted once into flat int / float lists; a worklist of devices
+advances each device as far as its inputs allow and parks it on the one input it waits for,
+so a replay is O(actions).
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from adaptis_plan.core import OPS, Action, Layout, Programs
-from adaptis_plan.errors import InputError
+from adaptis_plan.core import OPS, Action, CostTable, Layout, Programs
+from adaptis_plan.errors import DeadlockError, InputError
 
 _OP_CODE = {op: i for i, op in enumerate(OPS)}  # F=0, B=1, I=2, W=3
 _F, _B, _I, _W = (_OP_CODE[o] for o in ("F", "B", "I", "W"))
@@ -143,27 +167,42 @@ def flatten(programs: Programs) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return tuple(np.concatenate(x) for x in (devs, steps, stages, ops, mbs))  # type: ignore[return-value]
 
 
-def check_programs(layout: Layout, programs: Programs, num_microbatches: int) -> None:
-    """Raise ProgramError (an InputError) unless `programs` obey the action contract for `layout`.
+class Flat(NamedTuple):
+    """All actions as parallel int arrays in device-major, program order; `op` indexes `core.OPS`."""
 
-    The message is one line naming the device, step index, action and the fix; the exception's
+    device: np.ndarray
+    step: np.ndarray
+    stage: np.ndarray
+    op: np.ndarray
+    mb: np.ndarray
+
+
+def check_programs(layout: Layout, programs: Programs, num_microbatches: int, *, backward: str | None = None) -> Flat:
+    """The flat actions of `programs`; raise ProgramError (an InputError) unless they obey the
+    action contract for `layout`.
+
+    `backward` "split" additionally requires every backward to be I + W, "fused" every one to be
+    B (what a model that times one kind only, like the CP-SAT order model, can take). The
+    message is one line naming the device, step index, action and the fix; the exception's
     `grid` shows the device x step grid with the offending step marked.
     """
-    flatten_checked(layout, programs, num_microbatches)
-
-
-def flatten_checked(
-    layout: Layout, programs: Programs, num_microbatches: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`check_programs`, returning the `flatten` arrays so the simulator converts the programs once."""
     if not isinstance(programs, (list, tuple)) or len(programs) != layout.num_devices:
         n = len(programs) if isinstance(programs, (list, tuple)) else type(programs).__name__
         raise ProgramError(
             f"programs have {n} device lists but the layout has {layout.num_devices} devices; "
             "give one action list per device (an empty list for an idle device)"
         )
-    flat = flatten(programs)
+    flat = Flat(*flatten(programs))
     _check(layout, programs, num_microbatches, flat)
+    if backward is not None:
+        if backward not in ("split", "fused"):
+            raise ValueError(f"backward = {backward!r}: use 'split', 'fused' or None")
+        wrong = np.flatnonzero(flat.op == (_B if backward == "split" else _I))
+        if wrong.size:
+            d, k = int(flat.device[wrong[0]]), int(flat.step[wrong[0]])
+            a = _action_text(programs[d][k])
+            want = "I and W" if backward == "split" else "B"
+            raise _fail(programs, f"device {d} step {k}: {a}: every backward here must be {want}", d, k)
     return flat
 
 
@@ -171,7 +210,7 @@ def _check(
     layout: Layout,
     programs: Programs,
     num_microbatches: int,
-    flat: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    flat: Flat,
 ) -> None:
     dev, step, stage, op, mb = flat
     num_stages, m = layout.num_stages, num_microbatches
@@ -326,3 +365,248 @@ def _check(
     if problems:
         s, b, _, msg, d, k = min(problems, key=lambda p: (p[0], p[1], p[2]))
         raise _fail(programs, msg, d, k)
+
+
+# ----------------------------------------------------------------------------- stage costs
+@dataclass(frozen=True)
+class StageCosts:
+    """What the actions of each stage cost on the stage's device (module docstring, 1).
+
+    Seconds per stage `f`, `i`, `w`, `b` (each with the runtime's per-action overhead once);
+    bytes per stage `act` (allocated by F) and `act_w` (the part W still needs after I);
+    `static` bytes per device (weights, gradients, optimizer state of its stages). P2P seconds
+    per stage boundary: `p2p_act[s]` carries stage s-1's activation to stage s, `p2p_grad[s]`
+    stage s's input gradient back to s-1 (entry 0 of both is 0), and `occ_act[s]` /
+    `occ_grad[s]` how long each holds its link (the P2P time less the link's latency).
+    """
+
+    f: np.ndarray
+    i: np.ndarray
+    w: np.ndarray
+    b: np.ndarray
+    act: np.ndarray
+    act_w: np.ndarray
+    static: np.ndarray
+    p2p_act: np.ndarray
+    p2p_grad: np.ndarray
+    occ_act: np.ndarray
+    occ_grad: np.ndarray
+
+    def durations(self) -> np.ndarray:
+        """[num_stages, 4] seconds per op, columns in `core.OPS` order (F, B, I, W)."""
+        out = np.empty((len(self.f), len(OPS)))
+        out[:, _F], out[:, _B], out[:, _I], out[:, _W] = self.f, self.b, self.i, self.w
+        return out
+
+
+def stage_costs(layout: Layout, costs: CostTable) -> StageCosts:
+    """The `StageCosts` of `layout` on `costs` (raises InputError when the table does not cover it)."""
+    _check_costs(layout, costs)
+    n = layout.num_stages
+    f, i, w, b, act, act_w = (np.zeros(n) for _ in range(6))
+    static = np.zeros(layout.num_devices)
+    for s, d in enumerate(layout.stage_device):
+        lo, hi = layout.bounds[s], layout.bounds[s + 1]
+        t = costs.stage_op_seconds(d, lo, hi)
+        f[s], i[s], w[s], b[s] = t["F"], t["I"], t["W"], t["B"]
+        act[s] = float(np.sum(costs.act_bytes[lo:hi]))
+        act_w[s] = float(np.sum(costs.act_w_bytes[lo:hi]))
+        static[d] += float(np.sum(costs.static_bytes[lo:hi]))
+    p2p_act, p2p_grad, occ_act, occ_grad = (np.zeros(n) for _ in range(4))
+    for s in range(1, n):
+        a, c = layout.stage_device[s - 1], layout.stage_device[s]
+        nbytes = float(costs.out_bytes[layout.bounds[s] - 1])
+        p2p_act[s] = costs.p2p_s(a, c, nbytes)
+        p2p_grad[s] = costs.p2p_s(c, a, nbytes)
+        if a != c:
+            # a message holds its link for bytes / bandwidth; the latency is flight time, not occupancy
+            occ_act[s] = max(p2p_act[s] - float(costs.link_latency_s[a, c]), 0.0)
+            occ_grad[s] = max(p2p_grad[s] - float(costs.link_latency_s[c, a]), 0.0)
+    return StageCosts(f, i, w, b, act, act_w, static, p2p_act, p2p_grad, occ_act, occ_grad)
+
+
+def _check_costs(layout: Layout, costs: CostTable) -> None:
+    if costs.num_layers != layout.num_layers:
+        raise InputError(
+            f"cost table: num_layers = {costs.num_layers}, but the layout covers {layout.num_layers} layers; "
+            "use the cost table of the same model"
+        )
+    if costs.num_devices < layout.num_devices:
+        raise InputError(
+            f"cost table: num_devices = {costs.num_devices}, but the layout uses {layout.num_devices} devices; "
+            "profile at least as many devices as the pipeline has"
+        )
+
+
+# ----------------------------------------------------------------------------- replay
+@dataclass(frozen=True)
+class Replay:
+    """The outcome of `replay`: per device, the (start, end) of each program step, and when each
+    step's outgoing off-device transfer took its link (-1.0 when it sends nothing off-device);
+    `order` lists every action as (device, step) in one global execution order."""
+
+    flat: Flat
+    starts: list[list[float]]
+    ends: list[list[float]]
+    xfer_starts: list[list[float]]
+    order: list[tuple[int, int]]
+
+
+def replay(
+    layout: Layout,
+    programs: Programs,
+    num_microbatches: int,
+    durations: np.ndarray | None = None,
+    p2p: tuple[np.ndarray, np.ndarray] | None = None,
+    occupancy: tuple[np.ndarray, np.ndarray] | None = None,
+    *,
+    flat: Flat | None = None,
+) -> Replay:
+    """Run `programs` as soon as possible (module docstring, 3).
+
+    `durations` [num_stages, 4] seconds per op (columns in `core.OPS` order; None: all zero, the
+    order only), `p2p` = (activation, gradient) seconds per boundary as in `StageCosts` (None:
+    zero), `occupancy` the same shape for the link-holding time (None: links never queue).
+    Pass `flat` when `check_programs` already ran; otherwise it runs here. Raises ProgramError
+    on a contract violation and DeadlockError when the programs can never finish.
+    """
+    if flat is None:
+        flat = check_programs(layout, programs, num_microbatches)
+    dev_a, _, stage_a, op_a, mb_a = flat
+    num_devices, num_stages, m = layout.num_devices, layout.num_stages, num_microbatches
+    last = num_stages - 1
+    sm = num_stages * m
+    zero = np.zeros(num_stages)
+    act_p2p, grad_p2p = p2p if p2p is not None else (zero, zero)
+    act_occ, grad_occ = occupancy if occupancy is not None else (zero, zero)
+
+    # `ready` index space: [0, sm) activation of (stage, mb) arrived at the stage; [sm, 2 sm)
+    # gradient of (stage, mb) arrived at the stage.
+    stage_device = np.asarray(layout.stage_device, dtype=np.int64)
+    is_f = op_a == _F
+    is_bwd = (op_a == _I) | (op_a == _B)
+    dur = np.zeros(len(op_a)) if durations is None else np.asarray(durations, dtype=float)[stage_a, op_a]
+    wait = np.full(dur.shape, -1, dtype=np.int64)
+    wf = is_f & (stage_a > 0)
+    wait[wf] = stage_a[wf] * m + mb_a[wf]
+    wb = is_bwd & (stage_a < last)
+    wait[wb] = sm + stage_a[wb] * m + mb_a[wb]
+    out = np.full(dur.shape, -1, dtype=np.int64)
+    odev = np.full(dur.shape, -1, dtype=np.int64)
+    pdur = np.zeros(dur.shape)
+    occ = np.zeros(dur.shape)
+    of = is_f & (stage_a < last)
+    nxt = np.minimum(stage_a[of] + 1, last)
+    out[of] = (stage_a[of] + 1) * m + mb_a[of]
+    odev[of] = stage_device[nxt]
+    pdur[of] = act_p2p[nxt]
+    occ[of] = act_occ[nxt]
+    ob = is_bwd & (stage_a > 0)
+    out[ob] = sm + (stage_a[ob] - 1) * m + mb_a[ob]
+    odev[ob] = stage_device[np.maximum(stage_a[ob] - 1, 0)]
+    pdur[ob] = grad_p2p[stage_a[ob]]
+    occ[ob] = grad_occ[stage_a[ob]]
+
+    lengths = [len(p) for p in programs]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def split(arr: np.ndarray) -> list[list]:
+        lst = arr.tolist()
+        return [lst[offsets[d] : offsets[d + 1]] for d in range(num_devices)]
+
+    wait_l, dur_l, out_l, odev_l, pdur_l, occ_l = (split(x) for x in (wait, dur, out, odev, pdur, occ))
+    starts_l = [[0.0] * n for n in lengths]
+    ends_l = [[0.0] * n for n in lengths]
+    xfer_l = [[-1.0] * n for n in lengths]
+    order: list[tuple[int, int]] = []
+
+    ready = [-1.0] * (2 * sm)
+    waiter = [-1] * (2 * sm)
+    link_free = [[0.0] * num_devices for _ in range(num_devices)]
+    ptr = [0] * num_devices
+    clock = [0.0] * num_devices
+    work = list(range(num_devices - 1, -1, -1))
+    while work:
+        d = work.pop()
+        k0 = k = ptr[d]
+        t_dev, n = clock[d], lengths[d]
+        wait_d, dur_d, out_d, odev_d, pdur_d, occ_d = wait_l[d], dur_l[d], out_l[d], odev_l[d], pdur_l[d], occ_l[d]
+        st_d, en_d, xf_d, lf_d = starts_l[d], ends_l[d], xfer_l[d], link_free[d]
+        while k < n:
+            w = wait_d[k]
+            t = t_dev
+            if w >= 0:
+                r = ready[w]
+                if r < 0.0:
+                    waiter[w] = d
+                    break
+                if r > t:
+                    t = r
+            t_dev = t + dur_d[k]
+            st_d[k] = t
+            en_d[k] = t_dev
+            o = out_d[k]
+            if o >= 0:
+                dd = odev_d[k]
+                if dd == d:
+                    ready[o] = t_dev
+                else:
+                    x0 = lf_d[dd]
+                    if t_dev > x0:
+                        x0 = t_dev
+                    lf_d[dd] = x0 + occ_d[k]
+                    xf_d[k] = x0
+                    ready[o] = x0 + pdur_d[k]
+                wk = waiter[o]
+                if wk >= 0:
+                    work.append(wk)
+            k += 1
+        order.extend((d, j) for j in range(k0, k))
+        ptr[d], clock[d] = k, t_dev
+
+    if any(ptr[d] < lengths[d] for d in range(num_devices)):
+        _raise_deadlock(layout, programs, ptr, lengths)
+    return Replay(flat, starts_l, ends_l, xfer_l, order)
+
+
+def _raise_deadlock(layout: Layout, programs: Programs, ptr: list[int], lengths: list[int]) -> None:
+    """Every unfinished device is parked on an input whose producer sits on an unfinished device,
+    so following "waits for" from any stuck device must close a cycle; report it."""
+    where: dict[tuple[int, str, int], tuple[int, int]] = {}
+    for d, prog in enumerate(programs):
+        for k, a in enumerate(prog):
+            where[(a[0], a[1], a[2])] = (d, k)
+    stuck = [d for d in range(layout.num_devices) if ptr[d] < lengths[d]]
+
+    def producer(d: int) -> tuple[Action, int, int]:
+        stage, op, mb = programs[d][ptr[d]]
+        if op == "F":
+            dep = Action(stage - 1, "F", mb)
+        else:
+            dep = Action(stage + 1, "B", mb) if (stage + 1, "B", mb) in where else Action(stage + 1, "I", mb)
+        dd, kk = where[tuple(dep)]  # type: ignore[index]
+        return dep, dd, kk
+
+    first = stuck[0]
+    dep, dd, kk = producer(first)
+    head = f"device {first} waits at step {ptr[first]} for {dep}, which never runs: "
+    if dd == first:
+        msg = (
+            head + f"it comes later in device {first}'s own program (step {kk}); "
+            f"move {dep} before step {ptr[first]} of device {first}"
+        )
+    else:
+        chain, seen, d = [first], {first}, dd
+        while d not in seen:
+            chain.append(d)
+            seen.add(d)
+            d = producer(d)[1]
+        cycle = chain[chain.index(d) :] + [d]
+        nxt_dep, _, _ = producer(dd)
+        msg = (
+            head + f"device {dd} is stuck at step {ptr[dd]} on {programs[dd][ptr[dd]]} waiting for {nxt_dep} "
+            f"(circular wait {' -> '.join(f'device {x}' for x in cycle)}); reorder the programs, "
+            f"e.g. move {dep} (device {dd} step {kk}) before step {ptr[dd]} of device {dd}"
+        )
+    grid = format_grid(programs, {d: {ptr[d]} for d in stuck}, window=_ERROR_WINDOW)
+    raise DeadlockError(msg, grid)

@@ -28,7 +28,7 @@ stage durations and P2P delays rounded to nearest; bytes to a power-of-two unit,
 rounded up and capacities down (conservative).
 
 Hint: the caller's programs and a memory-aware greedy list scheduler (`_greedy_programs`),
-each timed by `_time_programs` (the order + the model's precedences, as soon as possible, in
+each timed by `judge.semantics.replay` (the order + the model's precedences, as soon as possible, in
 the model's integer units, so a hint is exactly feasible under the model when its order keeps
 mb order per (stage, op) and its peak memory fits). The best feasible one (smallest makespan)
 is passed to CP-SAT as a complete hint and also caps the horizon. The greedy runs twice when
@@ -53,13 +53,15 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from adaptis_plan.core import Action, CostTable, Layout, Programs
+from adaptis_plan.core import OPS, Action, CostTable, Layout, Programs
+from adaptis_plan.errors import InputError
+from adaptis_plan.judge.semantics import check_programs, replay, stage_costs
 from adaptis_plan.search._cpsat import new_solver
 from adaptis_plan.search.result import (
     SolveResult,
@@ -71,7 +73,7 @@ from adaptis_plan.search.result import (
 )
 
 Key = tuple[int, str, int]  # (stage, op, mb)
-Number = float  # int in the model, float (seconds) in `list_timing`
+Number = float  # whole model units in the model, seconds in `list_timing`
 
 _OP_RANK = {"F": 0, "I": 1, "B": 1, "W": 2}
 
@@ -84,69 +86,13 @@ def _backward(split_backward: bool) -> str:
     return "I" if split_backward else "B"
 
 
-def program_errors(layout: Layout, programs: Programs, num_microbatches: int, split_backward: bool) -> list[str]:
-    """What makes `programs` incomplete for the layout: a missing, repeated, foreign or misplaced action."""
-    errors: list[str] = []
-    if len(programs) != layout.num_devices:
-        return [f"{len(programs)} programs for {layout.num_devices} devices"]
-    ops = _ops(split_backward)
-    expected = {(s, op, m) for s in range(layout.num_stages) for op in ops for m in range(num_microbatches)}
-    seen: set[Key] = set()
-    for device, program in enumerate(programs):
-        for action in program:
-            key = (action.stage, action.op, action.mb)
-            if key not in expected:
-                errors.append(f"device {device}: {action} is not an action of this layout")
-            elif layout.stage_device[action.stage] != device:
-                errors.append(f"device {device}: {action} belongs on device {layout.stage_device[action.stage]}")
-            elif key in seen:
-                errors.append(f"device {device}: {action} appears twice")
-            seen.add(key)
-    errors += [f"{Action(*key)} is missing" for key in sorted(expected - seen)]
-    return errors
-
-
-def _time_programs(
-    programs: Programs,
-    num_stages: int,
-    duration: Callable[[int, str], Number],
-    delay: Sequence[Number],
-) -> dict[Key, tuple[Number, Number]] | None:
-    """Each action as soon as its device's previous action and its precedences allow.
-
-    `delay[s]` is the P2P time between stage s-1 and s (delay[0] unused). Returns
-    {(stage, op, mb): (start, end)}, or None when the orders deadlock.
-    """
-    timed: dict[Key, tuple[Number, Number]] = {}
-    pos = [0] * len(programs)
-    free: list[Number] = [0] * len(programs)
-    backward = "I" if any(a.op == "I" for p in programs for a in p) else "B"
-    progress = True
-    while progress:
-        progress = False
-        for d, program in enumerate(programs):
-            while pos[d] < len(program):
-                s, op, m = program[pos[d]]
-                deps: list[tuple[Key, Number]]
-                if op == "F":
-                    deps = [((s - 1, "F", m), delay[s])] if s > 0 else []
-                elif op in ("I", "B"):
-                    deps = [((s, "F", m), 0)]
-                    if s + 1 < num_stages:
-                        deps.append(((s + 1, op, m), delay[s + 1]))
-                else:
-                    deps = [((s, backward, m), 0)]
-                if any(key not in timed for key, _ in deps):
-                    break
-                start = max([free[d]] + [timed[key][1] + lag for key, lag in deps])
-                end = start + duration(s, op)
-                timed[(s, op, m)] = (start, end)
-                free[d] = end
-                pos[d] += 1
-                progress = True
-    if any(p < len(program) for p, program in zip(pos, programs, strict=True)):
-        return None
-    return timed
+def _complete(layout: Layout, programs: Programs, num_microbatches: int, split_backward: bool) -> bool:
+    """Whether `programs` obey the action contract with this model's one kind of backward."""
+    try:
+        check_programs(layout, programs, num_microbatches, backward="split" if split_backward else "fused")
+    except InputError:
+        return False
+    return True
 
 
 def list_timing(layout: Layout, costs: CostTable, programs: Programs) -> dict[Action, tuple[float, float]] | None:
@@ -156,8 +102,9 @@ def list_timing(layout: Layout, costs: CostTable, programs: Programs) -> dict[Ac
     The model's own semantics in seconds, unrounded: a quick re-timing for tests and hints, not
     the simulator.
     """
-    sc = _Scaled.build(layout, costs, 1, True, None, unit_s=1.0, integer=False)
-    timed = _time_programs(programs, layout.num_stages, sc.duration, sc.delay)
+    num_microbatches = 1 + max((a.mb for program in programs for a in program), default=0)
+    sc = _Scaled.build(layout, costs, num_microbatches, True, None, unit_s=1.0, integer=False)
+    timed = sc.time_programs(programs)
     return None if timed is None else {Action(*key): value for key, value in timed.items()}
 
 
@@ -165,8 +112,10 @@ def list_timing(layout: Layout, costs: CostTable, programs: Programs) -> dict[Ac
 class _Scaled:
     """The instance in model units, computed once.
 
-    `dur[s][op]` stage durations and `delay[s]` P2P delays in time units; `act[s]`, `act_w[s]`
-    activation demands and `capacity[d]` (None: unlimited) in memory units.
+    `dur[s][op]` stage durations, `delay_act[s]` (stage s-1's activation to s) and
+    `delay_grad[s]` (stage s's gradient back to s-1) P2P delays in time units, all from
+    `judge.semantics.stage_costs`; `act[s]`, `act_w[s]` activation demands and `capacity[d]`
+    (None: unlimited) in memory units.
     """
 
     layout: Layout
@@ -174,7 +123,8 @@ class _Scaled:
     split_backward: bool
     unit_s: float
     dur: tuple[dict[str, Number], ...]
-    delay: tuple[Number, ...]
+    delay_act: tuple[Number, ...]
+    delay_grad: tuple[Number, ...]
     act: tuple[int, ...]
     act_w: tuple[int, ...]
     capacity: tuple[int | None, ...]
@@ -191,21 +141,20 @@ class _Scaled:
         integer: bool = True,
     ) -> _Scaled:
         sd = layout.stage_device
-        secs = []
-        for s, d in enumerate(sd):
-            secs.append(costs.stage_op_seconds(d, layout.bounds[s], layout.bounds[s + 1]))
-        delay_s = [0.0] + [
-            costs.p2p_s(sd[s - 1], sd[s], float(costs.out_bytes[layout.bounds[s] - 1])) for s in range(1, len(sd))
-        ]
+        st = stage_costs(layout, costs)
+        secs = [{"F": f, "I": i, "W": w, "B": b} for f, i, w, b in zip(st.f, st.i, st.w, st.b, strict=True)]
+        secs = [{op: float(x) for op, x in row.items()} for row in secs]
+        act_s, grad_s = [float(x) for x in st.p2p_act], [float(x) for x in st.p2p_grad]
         if unit_s is None:
-            serial = num_microbatches * (sum(x["F"] + x["B"] for x in secs) + 2 * sum(delay_s))
-            positive = [x for row in secs for x in row.values() if x > 0] + [x for x in delay_s if x > 0]
+            serial = num_microbatches * (sum(x["F"] + x["B"] for x in secs) + sum(act_s) + sum(grad_s))
+            positive = [x for row in secs for x in row.values() if x > 0] + [x for x in act_s + grad_s if x > 0]
             unit_s = time_unit_s(serial, min(positive, default=0.0))
         if integer:
             dur = tuple({op: to_time_units(x, unit_s) for op, x in row.items()} for row in secs)
-            delay: tuple[Number, ...] = tuple(to_time_units(x, unit_s) for x in delay_s)
+            delay_act: tuple[Number, ...] = tuple(to_time_units(x, unit_s) for x in act_s)
+            delay_grad: tuple[Number, ...] = tuple(to_time_units(x, unit_s) for x in grad_s)
         else:
-            dur, delay = tuple(secs), tuple(delay_s)
+            dur, delay_act, delay_grad = tuple(secs), tuple(act_s), tuple(grad_s)
 
         given = costs.mem_limit_bytes[: layout.num_devices] if mem_limit_bytes is None else mem_limit_bytes
         limits = [float(x) for x in given]
@@ -213,8 +162,7 @@ class _Scaled:
             raise ValueError(f"mem_limit_bytes has {len(limits)} entries for {layout.num_devices} devices")
         finite = [x for x in limits if math.isfinite(x)]
         unit_b = mem_unit_bytes(max(finite) if finite else 0.0)
-        act_b = [float(np.sum(costs.act_bytes[list(layout.layers(s))])) for s in range(len(sd))]
-        act_w_b = [float(np.sum(costs.act_w_bytes[list(layout.layers(s))])) for s in range(len(sd))]
+        act_b, act_w_b = [float(x) for x in st.act], [float(x) for x in st.act_w]
         if split_backward:
             # two spans: rounded up separately, so together they cover act_bytes
             act_w = tuple(demand_units(x, unit_b) for x in act_w_b)
@@ -223,9 +171,10 @@ class _Scaled:
             act, act_w = tuple(demand_units(a, unit_b) for a in act_b), (0,) * len(sd)
         capacity = []
         for d, limit in enumerate(limits):
-            static = float(sum(np.sum(costs.static_bytes[list(layout.layers(s))]) for s in layout.stages_of(d)))
-            capacity.append(capacity_units(limit - static, unit_b))
-        return cls(layout, num_microbatches, split_backward, unit_s, dur, delay, act, act_w, tuple(capacity))
+            capacity.append(capacity_units(limit - float(st.static[d]), unit_b))
+        return cls(
+            layout, num_microbatches, split_backward, unit_s, dur, delay_act, delay_grad, act, act_w, tuple(capacity)
+        )
 
     def duration(self, stage: int, op: str) -> Number:
         return self.dur[stage][op]
@@ -237,7 +186,24 @@ class _Scaled:
         return None if cap is None or cap >= total else cap
 
     def time_programs(self, programs: Programs) -> dict[Key, tuple[Number, Number]] | None:
-        return _time_programs(programs, self.layout.num_stages, self.duration, self.delay)
+        """Each action as soon as its device's previous action and its precedences allow (the
+        dependency replay of `judge.semantics`, in model units, links never queueing); None when
+        the programs break the action contract or deadlock."""
+        num_stages = self.layout.num_stages
+        durations = np.zeros((num_stages, len(OPS)))
+        for s, row in enumerate(self.dur):
+            for op, x in row.items():
+                durations[s, OPS.index(op)] = x
+        p2p = (np.asarray(self.delay_act, dtype=float), np.asarray(self.delay_grad, dtype=float))
+        try:
+            run = replay(self.layout, programs, self.num_microbatches, durations, p2p)
+        except InputError:
+            return None
+        timed: dict[Key, tuple[Number, Number]] = {}
+        for d, program in enumerate(programs):
+            for a, start, end in zip(program, run.starts[d], run.ends[d], strict=True):
+                timed[(a.stage, a.op, a.mb)] = (start, end)
+        return timed
 
     def spans(self, timed: dict[Key, tuple[Number, Number]], device: int) -> list[tuple[Number, Number, int]]:
         """Memory spans (start, end, demand) of the device under the model's semantics."""
@@ -308,9 +274,9 @@ def _greedy_programs(sc: _Scaled, reserve_ahead: bool = True) -> Programs:
 
     def ready(s: int, op: str, m: int) -> Number | None:
         if op == "F":
-            deps = [((s - 1, "F", m), sc.delay[s])] if s > 0 else []
+            deps = [((s - 1, "F", m), sc.delay_act[s])] if s > 0 else []
         elif op == bwd:
-            deps = [((s, "F", m), 0)] + ([((s + 1, bwd, m), sc.delay[s + 1])] if s + 1 < num_stages else [])
+            deps = [((s, "F", m), 0)] + ([((s + 1, bwd, m), sc.delay_grad[s + 1])] if s + 1 < num_stages else [])
         else:
             deps = [((s, bwd, m), 0)]
         if any(k not in end for k, _ in deps):
@@ -418,10 +384,10 @@ class OrderModel:
         for m in range(sc.num_microbatches):
             for s in range(num_stages):
                 if s > 0:
-                    self.model.add(self.start[(s, "F", m)] >= self._end((s - 1, "F", m)) + int(sc.delay[s]))
+                    self.model.add(self.start[(s, "F", m)] >= self._end((s - 1, "F", m)) + int(sc.delay_act[s]))
                 self.model.add(self.start[(s, bwd, m)] >= self._end((s, "F", m)))
                 if s + 1 < num_stages:
-                    self.model.add(self.start[(s, bwd, m)] >= self._end((s + 1, bwd, m)) + int(sc.delay[s + 1]))
+                    self.model.add(self.start[(s, bwd, m)] >= self._end((s + 1, bwd, m)) + int(sc.delay_grad[s + 1]))
                 if sc.split_backward:
                     self.model.add(self.start[(s, "W", m)] >= self._end((s, "I", m)))
 
@@ -484,7 +450,7 @@ class OrderModel:
             stages = sc.layout.stages_of(d)
             if not stages:
                 continue
-            head = int(sum(sc.dur[s]["F"] + sc.delay[s + 1] for s in range(stages[0])))
+            head = int(sum(sc.dur[s]["F"] + sc.delay_act[s + 1] for s in range(stages[0])))
             work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
             tail = 0 if sc.split_backward else min(self._backward_tail(s) for s in stages)
             best = max(best, head + work + tail)
@@ -492,7 +458,7 @@ class OrderModel:
 
     def _backward_tail(self, stage: int) -> int:
         """Least time from B(stage)'s end to B(0)'s end: the B chain below it with its P2P delays."""
-        return int(sum(self.sc.dur[s]["B"] + self.sc.delay[s + 1] for s in range(stage)))
+        return int(sum(self.sc.dur[s]["B"] + self.sc.delay_grad[s + 1] for s in range(stage)))
 
     def add_hint(self, timed: dict[Key, tuple[Number, Number]]) -> None:
         """A complete hint: every start, span size and the makespan."""
@@ -564,7 +530,7 @@ def solve_order(
         return SolveResult("INFEASIBLE", None, None, time.perf_counter() - t0, None)
 
     candidates = []
-    if hint is not None and not program_errors(layout, hint, num_microbatches, split_backward):
+    if hint is not None and _complete(layout, hint, num_microbatches, split_backward):
         candidates.append(hint)
     candidates.append(_greedy_programs(sc, reserve_ahead=True))
     if any(sc.binding_capacity(d) is not None for d in range(layout.num_devices)):
@@ -572,7 +538,7 @@ def solve_order(
     timed_hints = [t for t in (sc.time_programs(p) for p in candidates) if t is not None]
     feasible = [t for t in timed_hints if sc.hint_feasible(t)]
     serial = num_microbatches * (sum(sum(row[op] for op in _ops(split_backward)) for row in sc.dur))
-    serial += num_microbatches * 2 * sum(sc.delay)
+    serial += num_microbatches * (sum(sc.delay_act) + sum(sc.delay_grad))
     chosen, hint_objective, horizon = None, None, int(serial)
     if feasible:
         chosen = min(feasible, key=lambda t: max(e for _, e in t.values()))

@@ -26,12 +26,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from adaptis_plan.core import CostTable, Layout, Programs
+from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InputError
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
@@ -67,9 +67,6 @@ class SearchOutcome:
     solver: dict = field(default_factory=dict)
     evaluated: int = 0
     wall_s: float = 0.0
-
-
-ProgressFn = Callable[[str, float], None]
 
 
 def classic_candidate(
@@ -211,7 +208,7 @@ class _Search:
     def consider(self, cand: Candidate) -> None:
         if cand.result is None:
             return
-        if self.best is None or _better(cand, self.best):
+        if self.best is None or better(cand, self.best):
             self.best = cand
 
     def bounds_for(self, stage_device: tuple[int, ...]) -> tuple[int, ...]:
@@ -344,7 +341,7 @@ class _Search:
                 tried.add(b)
                 layout = Layout(bounds=b, stage_device=sd, num_devices=self.p)
                 cand = self.judge(self.schedule(layout, pol, base + " refined"))
-                if _better(cand, best):
+                if better(cand, best):
                     best, improved = cand, True
             if not improved:
                 break
@@ -381,7 +378,7 @@ class _Search:
                     continue
                 layout = Layout(bounds=self.bounds_for(msd), stage_device=msd, num_devices=self.p)
                 cand = self.judge(self.schedule(layout, pol, "irregular"))
-                if _better(cand, best):
+                if better(cand, best):
                     best, improved = cand, True
             if not improved:
                 break
@@ -431,7 +428,7 @@ def _solve_summary(res) -> dict:
     }
 
 
-def _better(a: Candidate, b: Candidate) -> bool:
+def better(a: Candidate, b: Candidate) -> bool:
     """Feasible beats infeasible; then shorter step; then lower peak memory."""
     if a.feasible != b.feasible:
         return a.feasible

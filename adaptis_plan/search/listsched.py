@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs
+from adaptis_plan.judge.semantics import stage_costs
 
 
 @dataclass(frozen=True)
@@ -35,52 +36,11 @@ class ListPolicy:
     label: str = "adaptive"
 
 
-@dataclass(frozen=True)
-class StageTimes:
-    """Per-stage durations on the stage's device and boundary transfer times."""
-
-    f: np.ndarray
-    i: np.ndarray
-    w: np.ndarray
-    b: np.ndarray
-    act: np.ndarray
-    act_w: np.ndarray
-    p2p_fwd: np.ndarray  # [s]: from stage s-1 to s (0 for s = 0)
-    p2p_bwd: np.ndarray  # [s]: from stage s+1 to s (0 for the last stage)
-    static: np.ndarray  # per device
-
-
-def stage_times(layout: Layout, costs: CostTable) -> StageTimes:
-    n = layout.num_stages
-    f = np.zeros(n)
-    i = np.zeros(n)
-    w = np.zeros(n)
-    b = np.zeros(n)
-    act = np.zeros(n)
-    act_w = np.zeros(n)
-    static = np.zeros(layout.num_devices)
-    for s in range(n):
-        d = layout.stage_device[s]
-        lo, hi = layout.bounds[s], layout.bounds[s + 1]
-        t = costs.stage_op_seconds(d, lo, hi)
-        f[s], i[s], w[s], b[s] = t["F"], t["I"], t["W"], t["B"]
-        act[s] = costs.act_bytes[lo:hi].sum()
-        act_w[s] = costs.act_w_bytes[lo:hi].sum()
-        static[d] += costs.static_bytes[lo:hi].sum()
-    p2p_fwd = np.zeros(n)
-    p2p_bwd = np.zeros(n)
-    for s in range(1, n):
-        nbytes = costs.out_bytes[layout.bounds[s] - 1]
-        p2p_fwd[s] = costs.p2p_s(layout.stage_device[s - 1], layout.stage_device[s], nbytes)
-        p2p_bwd[s - 1] = costs.p2p_s(layout.stage_device[s], layout.stage_device[s - 1], nbytes)
-    return StageTimes(f, i, w, b, act, act_w, p2p_fwd, p2p_bwd, static)
-
-
 def list_schedule(
     layout: Layout, costs: CostTable, num_microbatches: int, policy: ListPolicy = ListPolicy()
 ) -> tuple[Programs, float]:
     """Per-device orders and the scheduler's own makespan estimate."""
-    st = stage_times(layout, costs)
+    st = stage_costs(layout, costs)
     n_stage = layout.num_stages
     n_dev = layout.num_devices
     last = n_stage - 1
@@ -121,7 +81,7 @@ def list_schedule(
             fe = f_end[s, m]
             if fe == inf:
                 continue
-            ready = fe if s == last else b_end[s + 1, m] + st.p2p_bwd[s]
+            ready = fe if s == last else b_end[s + 1, m] + st.p2p_grad[s + 1]
             ready = max(ready, fe)
             if ready <= t:
                 key = (m, -s)
@@ -140,7 +100,7 @@ def list_schedule(
                 m = next_f[s]
                 if m >= m_total:
                     continue
-                ready = 0.0 if s == 0 else f_end[s - 1, m] + st.p2p_fwd[s]
+                ready = 0.0 if s == 0 else f_end[s - 1, m] + st.p2p_act[s]
                 if ready == inf:
                     continue
                 if ready > t:
@@ -194,9 +154,9 @@ def list_schedule(
             heapq.heappush(heap, (end, d))
         # only the neighbour this action feeds can have gained a ready action: wake it on arrival
         if op == "F" and s < last:
-            target, arrival = layout.stage_device[s + 1], end + st.p2p_fwd[s + 1]
+            target, arrival = layout.stage_device[s + 1], end + st.p2p_act[s + 1]
         elif op in ("I", "B") and s > 0:
-            target, arrival = layout.stage_device[s - 1], end + st.p2p_bwd[s - 1]
+            target, arrival = layout.stage_device[s - 1], end + st.p2p_grad[s]
         else:
             target = -1
         if target in parked and arrival < free_at[target]:

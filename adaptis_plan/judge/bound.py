@@ -1,0 +1,115 @@
+"""Lower bound on the step time of any plan of a layer list: how far a plan is from the best possible.
+
+Data flow: `CostTable` + device and micro-batch counts -> `lower_bound` -> the simulator's
+`SimResult.lower_bound_s`, the plan report and the benchmarks. Independent of partition,
+placement and schedule. Imports only `core` and `errors` (numpy inside).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from adaptis_plan.core import CostTable
+from adaptis_plan.errors import InputError
+
+
+def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> float:
+    """A lower bound on the step time of ANY plan with these costs on devices 0..num_devices-1.
+
+    It is independent of partition, placement and schedule. With f, i, w the per-layer minima
+    over devices (so any placement costs at least that much), H_l = sum_{l'<l} f_l' and
+    I_l = sum_{l'<l} i_l', it is the max of:
+
+    (a) total work / capacity: M * sum_l min_d (f+i+w)_dl / sum_d 1/r_d — every (layer, mb) runs
+        F, I and W (or B = I+W) on the one device holding the layer; device d is at least
+        r_d = min_l (f+i+w)_dl / min_d' (f+i+w)_d'l times slower than the fastest on every layer,
+        so in time T it does at most T / r_d of fastest-device work (r_d = 1 on a homogeneous
+        cluster: total work / P).
+    (b) one micro-batch's chain: sum_l f_l + sum_l i_l + w_0 — F through all layers, then I
+        back through all layers, then W of the stage holding layer 0 (P2P may be zero, so omitted).
+    (c) per layer l: H_l + M * min_d (f+i)_dl + I_l + w_0 — take the stage S = [a, b) holding l;
+        no action of S starts before H_a; its device runs all M F and I of S one at a time, so the
+        last I of S ends at >= H_a + M * sum_{S}(f+i); that micro-batch then still needs I of the
+        layers < a and a W holding layer 0 (>= I_a + w_0). Since M * min(f+i) >= f + i per layer,
+        the expression only shrinks as a grows to l, so a = l is the worst case and still valid.
+    (d) per layer l: H_l + M * min_d (f+i+w)_dl — as (c), counting all of S's work and no tail.
+    (e) layer granularity: every layer's M * min_d (f+i+w)_dl lands on one device, so some device
+        carries at least the optimal makespan of packing these indivisible jobs onto P devices
+        (P||Cmax). `_packing_bound` gives a valid lower bound on it: a capacity C for which the
+        Martello-Toth L2 bound proves that more than P bins are needed cannot be reached.
+    """
+    if num_devices < 1 or num_microbatches < 1:
+        raise InputError(
+            f"lower_bound: num_devices = {num_devices}, num_microbatches = {num_microbatches}: both must be >= 1"
+        )
+    if num_devices > costs.num_devices:
+        raise InputError(
+            f"lower_bound: num_devices = {num_devices}, but the cost table has {costs.num_devices} devices; "
+            "profile at least as many devices as the pipeline has"
+        )
+    n = num_devices
+    f_s, i_s, w_s = costs.f_s[:n], costs.i_s[:n], costs.w_s[:n]
+    if f_s.shape[1] == 0:
+        return 0.0
+    m = num_microbatches
+    f = f_s.min(axis=0)
+    i = i_s.min(axis=0)
+    w0 = float(w_s[:, 0].min())
+    fiw = (f_s + i_s + w_s).min(axis=0)
+    fi = (f_s + i_s).min(axis=0)
+    head = np.concatenate([[0.0], np.cumsum(f)[:-1]])
+    head_i = np.concatenate([[0.0], np.cumsum(i)[:-1]])
+    # a device slower than the fastest by at least r_d on every layer does 1 / r_d of its share
+    slowdown = (f_s + i_s + w_s).astype(float) / np.maximum(fiw, 1e-300)
+    capacity = float((1.0 / np.maximum(slowdown.min(axis=1), 1.0)).sum())
+    work = m * float(fiw.sum()) / capacity
+    chain = float(f.sum() + i.sum()) + w0
+    per_layer_tail = float(np.max(head + m * fi + head_i)) + w0
+    per_layer = float(np.max(head + m * fiw))
+    packing = m * _packing_bound(fiw, num_devices)
+    return max(work, chain, per_layer_tail, per_layer, packing)
+
+
+def _bins_l2(sizes: np.ndarray, capacity: float) -> int:
+    """A lower bound on the bins of `capacity` needed to pack `sizes` (all <= capacity): the max of
+    Martello-Toth L2 and the cardinality bound (a bin holds at most as many items as the smallest
+    ones that fit in it)."""
+    total = len(sizes)
+    fit = int(np.searchsorted(np.cumsum(np.sort(sizes)), capacity * (1 + 1e-12), side="right"))
+    best = -(-total // max(fit, 1))
+    half = capacity / 2
+    for k in np.unique(np.concatenate([[0.0], sizes[sizes <= half]])):
+        n1 = sizes > capacity - k
+        n2 = (sizes <= capacity - k) & (sizes > half)
+        n3 = (sizes <= half) & (sizes >= k)
+        free2 = int(n2.sum()) * capacity - float(sizes[n2].sum())
+        extra = max(0.0, float(sizes[n3].sum()) - free2)
+        best = max(best, int(n1.sum()) + int(n2.sum()) + int(np.ceil(extra / capacity - 1e-12)))
+        if best > total:
+            break
+    return best
+
+
+def _packing_bound(job: np.ndarray, num_devices: int) -> float:
+    """A lower bound on P||Cmax: the pigeonhole bound over the largest jobs, raised to the largest
+    capacity for which L2 / cardinality prove that `num_devices` bins do not suffice."""
+    sizes = np.sort(np.asarray(job, dtype=float))[::-1]
+    lo = max(float(sizes.max()), float(sizes.sum()) / num_devices)
+    if num_devices == 1 or len(sizes) <= num_devices or lo <= 0:
+        return lo
+    # pigeonhole: of the j*P + 1 largest jobs some device gets j + 1, at least the j + 1 smallest of them
+    for j in range(1, (len(sizes) - 1) // num_devices + 1):
+        top = j * num_devices
+        lo = max(lo, float(sizes[top - j : top + 1].sum()))
+    hi = float(sizes.sum())
+    proven = lo
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if _bins_l2(sizes, mid) > num_devices:
+            proven = max(proven, mid)
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-9 * hi:
+            break
+    return proven
