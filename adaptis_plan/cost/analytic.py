@@ -63,7 +63,7 @@ collectives apart (their latency is in the link model); F / I / W:
   embedding: mask + gather 4 in F, zero-fill + sort + scatter-add + accumulate 4 in W.
 
 Calibration. With the built-in H100 / H200 / A100 parameters the forward ratios at the paper's
-scaled models and TP degrees (research/paper.md Sec. 2.3 / 5.1; tests/test_costmodel.py) land
+scaled models and TP degrees (research/paper.md Sec. 2.3 / 5.1; tests/cost/test_costmodel.py) land
 within ~20% of the profiled ones for head / decoder (Gemma), MoE / dense and head / dense
 (DeepSeek) and head / Mamba (Nemotron-H). Two are not reconciled:
 - Attention / Mamba (Nemotron-H, 3.12 at 4K): ours is ~0.6 for the paper-shaped attention-only

@@ -21,7 +21,7 @@ from adaptis_plan.schedules import (
 from adaptis_plan.schedules.registry import canonical_name
 
 
-def check_programs(programs: Programs, stage_device: tuple[int, ...], num_microbatches: int) -> None:
+def assert_schedule_invariants(programs: Programs, stage_device: tuple[int, ...], num_microbatches: int) -> None:
     """Every (stage, mb) has one F and one B or one I + one W, on the stage's device, F < I/B < W."""
     num_devices = len(programs)
     assert max(stage_device) < num_devices
@@ -113,7 +113,7 @@ def test_grid_invariants_and_no_deadlock(name: str) -> None:
                 stage_device, programs = build(name, num_devices, num_microbatches, k)
                 assert len(stage_device) == num_devices * k, case
                 try:
-                    check_programs(programs, stage_device, num_microbatches)
+                    assert_schedule_invariants(programs, stage_device, num_microbatches)
                     simulate_steps(programs, len(stage_device))
                 except AssertionError as exc:
                     raise AssertionError(f"{case}: {exc}") from exc
@@ -124,7 +124,7 @@ def test_many_devices(name: str) -> None:
     num_devices = 64
     num_microbatches = 128 if name == "DualPipeV" else 64
     stage_device, programs = build(name, num_devices, num_microbatches)
-    check_programs(programs, stage_device, num_microbatches)
+    assert_schedule_invariants(programs, stage_device, num_microbatches)
     simulate_steps(programs, len(stage_device))
 
 
@@ -137,7 +137,7 @@ def test_many_devices(name: str) -> None:
 )
 def test_loop_schedules_property(name: str, num_devices: int, num_microbatches: int, k: int) -> None:
     stage_device, programs = build(name, num_devices, num_microbatches, k)
-    check_programs(programs, stage_device, num_microbatches)
+    assert_schedule_invariants(programs, stage_device, num_microbatches)
     simulate_steps(programs, len(stage_device))
 
 
@@ -147,7 +147,7 @@ def test_all_schedules_property(name: str, num_devices: int, extra: int) -> None
     k = get_spec(name).default_stages_per_device
     num_microbatches = (num_devices * k if name == "DualPipeV" else 1) + extra
     stage_device, programs = build(name, num_devices, num_microbatches)
-    check_programs(programs, stage_device, num_microbatches)
+    assert_schedule_invariants(programs, stage_device, num_microbatches)
     simulate_steps(programs, len(stage_device))
 
 

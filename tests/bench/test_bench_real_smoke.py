@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers_common import table_after as _table_after
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not an installed package
     sys.path.insert(0, str(ROOT))
 

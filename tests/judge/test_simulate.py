@@ -17,6 +17,7 @@ from helpers_common import one_f_one_b
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adaptis_plan import schedules
 from adaptis_plan.core import Action, CostTable, Layout, Programs, uniform_costs
 from adaptis_plan.errors import DeadlockError, InputError
 from adaptis_plan.judge.bound import lower_bound
@@ -423,12 +424,11 @@ def test_lower_bound_below_classic_schedules(num_devices: int, m: int) -> None:
             assert r.lower_bound_s <= r.step_time_s + 1e-12
 
 
-# --- the classic builders, judged (optional: only when adaptis_plan.schedules is present) ----
+# --- the classic builders, judged ----
 
 
 @pytest.mark.parametrize("num_devices,m", [(2, 4), (4, 8), (3, 6)])
 def test_classic_builders_run_without_deadlock(num_devices: int, m: int) -> None:
-    schedules = pytest.importorskip("adaptis_plan.schedules")
     for name in schedules.STRATEGIES:
         spec = schedules.get_spec(name)
         try:

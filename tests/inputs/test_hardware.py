@@ -12,7 +12,7 @@ import pytest
 from adaptis_plan.errors import InputError
 from adaptis_plan.inputs.hardware import builtin_hardware_names, list_hardware, load_hardware
 
-PROFILES = Path(__file__).resolve().parents[1] / "profiles"
+PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 REQUIRED = ("a100", "h100", "h200", "cpu", "h100-a100-mixed")
 
 

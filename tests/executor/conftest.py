@@ -1,0 +1,15 @@
+"""Executor tests run torch in-process with one intra-op thread, as the workers do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread, like the workers: on a busy 2-core machine OpenMP spinning makes tiny ops 100x slower."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(prev)

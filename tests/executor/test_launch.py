@@ -1,0 +1,166 @@
+"""Real runs under torchrun (gloo, 2-3 CPU processes): verification, timing, failures named.
+
+Run: `pytest tests/executor/test_launch.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers_executor import (
+    FAMILIES,
+    PLAN_SHAPES,
+    even_bounds,
+    greedy_programs,
+    layout_for,
+    tiny_family,
+    write_plan_file,
+)
+
+from adaptis_plan.core import Action, Layout
+from adaptis_plan.errors import AdaptisError, InputError
+from adaptis_plan.executor.launch import PlanJob, run_plan, run_plans
+from adaptis_plan.executor.verify import compare
+from adaptis_plan.spec.model import ModelSpec
+
+M = 4  # micro-batches in the executor runs
+
+# ---------------------------------------------------------------- real runs (torchrun, gloo, 2 processes)
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[Path, ModelSpec]]:
+    d = tmp_path_factory.mktemp("plans")
+    out = {}
+    for fam in FAMILIES:
+        model = tiny_family(fam)
+        for name, stage_device, style in PLAN_SHAPES:
+            layout = layout_for(model, name, stage_device)
+            programs = greedy_programs(layout, M, style, seed=1)
+            out[(fam, name)] = (
+                write_plan_file(d / f"{fam}-{name}.json", model, layout, programs, M, predicted_s=0.05),
+                model,
+            )
+    return out
+
+
+def test_pipelined_step_matches_single_process_for_every_family_and_plan_shape(plans: dict, tmp_path: Path) -> None:
+    keys = sorted(plans)
+    trace = tmp_path / "trace.json"
+    jobs = [PlanJob(plans[k][0], plans[k][1], trace if k == ("gemma", "irregular") else None) for k in keys]
+    results = run_plans(jobs, steps=1, warmup=0, verify=True)
+    failed = {
+        k: (r["worst_param"], r["max_abs_grad_diff"], r["mismatched_params"][:3])
+        for k, r in zip(keys, results, strict=True)
+        if not r["verified"]
+    }
+    assert not failed
+    for r in results:
+        assert r["steps"] == 1 and len(r["step_times_s"]) == 1 and r["measured_step_time_s"] > 0
+        assert r["predicted_step_time_s"] == 0.05
+        assert r["loss_diff"] <= 1e-5 * r["reference_loss"] and r["max_abs_grad_diff"] < 1e-6
+    events = json.loads(trace.read_text())["traceEvents"]
+    xs = [e for e in events if e["ph"] == "X"]
+    assert {e["pid"] for e in xs} == {0, 1}
+    assert {e["args"]["op"] for e in xs} <= {"F", "B", "I", "W"} and all(e["dur"] >= 0 for e in xs)
+    assert sum(e["args"]["op"] == "F" for e in xs) == 5 * M  # 5 stages x M micro-batches
+
+
+@pytest.mark.parametrize("p2p_order", ["peer", "global"])
+def test_three_ranks_with_crossing_placements_in_both_p2p_orders(p2p_order: str, tmp_path: Path) -> None:
+    cases = [  # (family, stage -> device, style): traffic between every pair of ranks, in both directions
+        ("nemotron", (0, 1, 2, 0, 2, 1), "random"),
+        ("llama", (2, 1, 0, 1, 2), "zb"),
+        ("deepseek", (1, 2, 0), "1f1b"),
+    ]
+    jobs = []
+    for fam, stage_device, style in cases:
+        model = tiny_family(fam)
+        layout = Layout(
+            bounds=even_bounds(model.num_layers, len(stage_device)), stage_device=stage_device, num_devices=3
+        )
+        programs = greedy_programs(layout, 3, style, seed=7)
+        jobs.append(PlanJob(write_plan_file(tmp_path / f"{fam}.json", model, layout, programs, 3), model))
+    results = run_plans(jobs, steps=1, warmup=0, verify=True, p2p_order=p2p_order)
+    assert [r["verified"] for r in results] == [True] * len(cases), [r["mismatched_params"][:3] for r in results]
+
+
+def test_verification_catches_a_wrong_gradient(plans: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, model = plans[("deepseek", "interleaved-zb")]
+    monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "skipw:1")  # rank 1 drops one micro-batch's weight gradients
+    r = run_plan(path, model, steps=1, warmup=0, verify=True)
+    assert r["verified"] is False and r["mismatched_params"]
+
+
+def test_compare_flags_a_changed_tensor() -> None:
+    ref = {"a": torch.linspace(-1, 1, 10), "b": None, "c": torch.ones(3)}
+    same = {k: (None if v is None else v.clone()) for k, v in ref.items()}
+    assert compare(1.0, same, 1.0, ref, rtol=1e-5, atol=1e-8).verified
+    bumped = dict(same, c=torch.tensor([1.0, 1.0 + 1e-4, 1.0]))
+    c = compare(1.0, bumped, 1.0, ref, rtol=1e-5, atol=1e-8)
+    assert not c.verified and c.mismatched == ["c"] and c.worst_param == "c"
+    assert not compare(1.0, {"a": ref["a"], "b": None}, 1.0, ref, rtol=1e-5, atol=1e-8).verified  # missing param
+    assert not compare(1.1, same, 1.0, ref, rtol=1e-5, atol=1e-8).verified  # loss
+    assert not compare(
+        1.0, dict(same, b=torch.ones(2)), 1.0, dict(ref, b=torch.zeros(2)), rtol=1e-5, atol=1e-8
+    ).verified
+
+
+def test_run_reports_median_step_time_and_trains(plans: dict, tmp_path: Path) -> None:
+    path, model = plans[("gemma", "gpipe")]  # tied embeddings on two different devices
+    r = run_plan(path, model, steps=3, warmup=1, optimizer="sgd", lr=0.5, trace_path=tmp_path / "t.json")
+    assert r["steps"] == 3 and len(r["step_times_s"]) == 3
+    assert r["measured_step_time_s"] == sorted(r["step_times_s"])[1]
+    assert r["predicted_step_time_s"] == 0.05 and "verified" not in r
+    assert len(r["losses"]) == 4 and r["losses"][0] != r["losses"][1]
+    assert (tmp_path / "t.json").is_file()
+
+
+def test_killed_rank_ends_the_run_quickly_naming_it(plans: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, model = plans[("llama", "1f1b-unequal")]
+    monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "exit:1:1")  # rank 1 calls os._exit(1) during step 1
+    t0 = time.monotonic()
+    with pytest.raises(AdaptisError, match=r"^rank 1 failed: the process died") as e:
+        run_plan(path, model, steps=2, warmup=1, timeout_s=60)
+    assert time.monotonic() - t0 < 20
+    assert not isinstance(e.value, InputError)
+
+
+def test_hung_rank_times_out_and_is_named(plans: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, model = plans[("llama", "gpipe")]
+    monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "hang:1:0")  # rank 1 sleeps after its first action
+    t0 = time.monotonic()
+    with pytest.raises(AdaptisError, match=r"^rank 1 failed: .*hung.*rank 0 saw: .*Timed out"):
+        run_plan(path, model, steps=1, warmup=0, timeout_s=3)
+    assert time.monotonic() - t0 < 20
+
+
+def test_rank_error_is_reported_with_its_last_line(plans: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, model = plans[("nemotron", "v-shape")]
+    monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "raise:0:0")
+    with pytest.raises(AdaptisError, match=r"^rank 0 failed: RuntimeError: injected failure on rank 0"):
+        run_plan(path, model, steps=1, warmup=0)
+
+
+def test_plan_for_another_model_is_refused(plans: dict) -> None:
+    path, _ = plans[("llama", "gpipe")]
+    with pytest.raises(InputError, match="fingerprint"):
+        run_plan(path, tiny_family("nemotron"))
+
+
+def test_deadlocking_plan_is_refused_before_launch(tmp_path: Path) -> None:
+    model = tiny_family("llama")
+    layout = Layout(bounds=(0, 3, 6), stage_device=(0, 1), num_devices=2)
+    programs = [
+        [Action(0, "F", 0), Action(0, "B", 1), Action(0, "F", 1), Action(0, "B", 0)],
+        [Action(1, "F", 0), Action(1, "F", 1), Action(1, "B", 0), Action(1, "B", 1)],
+    ]
+    path = write_plan_file(tmp_path / "dead.json", model, layout, programs, 2)
+    t0 = time.monotonic()
+    with pytest.raises(InputError, match="dead.json"):
+        run_plan(path, model)
+    assert time.monotonic() - t0 < 5

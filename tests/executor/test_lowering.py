@@ -1,0 +1,41 @@
+"""Lowering: the transfers of a plan and its global order, deadlocks refused.
+
+Run: `pytest tests/executor/test_lowering.py`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers_executor import (
+    greedy_programs,
+)
+
+from adaptis_plan.core import Action, Layout
+from adaptis_plan.errors import DeadlockError
+from adaptis_plan.executor.lowering import lower
+
+M = 4  # micro-batches in the executor runs
+
+# ---------------------------------------------------------------- lowering
+
+
+def test_lowering_lists_only_cross_device_transfers_in_a_consistent_order() -> None:
+    layout = Layout(bounds=(0, 1, 2, 3, 4, 5), stage_device=(0, 0, 1, 0, 1), num_devices=2)
+    low = lower(layout, greedy_programs(layout, 3, "random", seed=4), 3)
+    kinds = {(t.kind, t.stage) for t in low.transfers}
+    assert ("act", 0) not in kinds and ("grad", 1) not in kinds  # stages 0 and 1 share device 0
+    assert {("act", 1), ("act", 2), ("act", 3), ("grad", 2), ("grad", 3), ("grad", 4)} == kinds
+    assert len({t.tag for t in low.transfers}) == len(low.transfers)
+    q0, q1 = low.peer_queues(0)[1], low.peer_queues(1)[0]
+    assert [t.seq for t in q0] == [t.seq for t in q1] == sorted(t.seq for t in q0)
+
+
+def test_lowering_refuses_a_deadlocking_order() -> None:
+    layout = Layout(bounds=(0, 3, 6), stage_device=(0, 1), num_devices=2)
+    programs = [
+        [Action(0, "F", 0), Action(0, "B", 0), Action(0, "F", 1), Action(0, "B", 1)],
+        [Action(1, "F", 1), Action(1, "F", 0), Action(1, "B", 0), Action(1, "B", 1)],
+    ]
+    with pytest.raises(DeadlockError, match="circular wait") as e:
+        lower(layout, programs, 2)
+    assert "[0B0]" in e.value.grid and "[1F1]" in e.value.grid

@@ -1,0 +1,34 @@
+"""`adaptis profile`'s measurements: per-layer F / I / W, head chunks, the gloo link.
+
+Run: `pytest tests/executor/test_profile.py`.
+"""
+
+from __future__ import annotations
+
+from helpers_executor import (
+    tiny_family,
+)
+
+from adaptis_plan.executor.profile import distinct_layers, measure_link, profile_model
+from adaptis_plan.spec.cost_profile import CostProfile
+
+M = 4  # micro-batches in the executor runs
+
+# ---------------------------------------------------------------- profiling
+
+
+def test_profile_groups_identical_layers_and_measures_every_op() -> None:
+    model = tiny_family("nemotron")
+    prof = profile_model(model, seq_len=16, micro_batch_size=1, repeats=2, warmup=1)
+    assert [e.layers for e in prof.entries] == distinct_layers(model) == [[0], [1, 4], [2, 5], [3], [6]]
+    for e in prof.entries:
+        assert e.kind == model.layers[e.layers[0]].kind
+        assert min(e.f_s, e.i_s, e.w_s, e.b_s) > 0
+        assert 0 < e.act_w_bytes <= e.act_bytes
+    assert prof.num_threads == 1 and prof.link is None
+    assert CostProfile.model_validate_json(prof.model_dump_json()) == prof
+
+
+def test_measure_link_between_two_local_processes() -> None:
+    link = measure_link(repeats=3, large_bytes=2**20)
+    assert link.backend == "gloo" and link.latency_s > 0 and link.bandwidth_gbps > 0
