@@ -48,7 +48,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from bench.common import REPO
+
 CLASSIC = ("GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble")
 STRATEGIES = (*CLASSIC, "adaptive")
 HEADING = "## Real execution (CPU, gloo)"
@@ -991,7 +992,8 @@ def cli(argv: Sequence[str] | None = None) -> int:
         cfg = RealConfig(**{**cfg.__dict__, "rounds": args.rounds})
     if args.default_malloc:
         cfg = RealConfig(**{**cfg.__dict__, "keep_memory": False})
-    from bench import paper, run
+    from bench import paper
+    from bench.common import git_commit, machine
 
     # the command that reproduces the section (an extra `--out` copy is left out when `--update` names the file)
     command = "python -m bench.real" + "".join(
@@ -1009,7 +1011,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     body = main(config=cfg)
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    prov = paper.Provenance(command, run.machine(), now, run.git_commit())
+    prov = paper.Provenance(command, machine(), now, git_commit())
     section = "\n".join([HEADING, "", prov.line(None, time.perf_counter() - t0), "", body.rstrip(), ""])
     if args.out:
         Path(args.out).write_text(section)

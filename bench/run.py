@@ -23,47 +23,15 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import datetime as dt  # noqa: E402
 import importlib.util  # noqa: E402
-import platform  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from bench import charts, paper  # noqa: E402
+from bench.common import git_commit, machine  # noqa: E402
 
 SECTIONS = ("paper", "bubbles", "seq", "ablation", "plantime", "real")
-REPO = Path(__file__).resolve().parent.parent
-
-
-def git_commit(repo: Path = REPO) -> str:
-    """Short HEAD, plus '+dirty' when tracked or untracked files differ (the generated report excluded)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--", ".", ":!BENCHMARKS.md", ":!docs/img"],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return head + ("+dirty" if status.strip() else "")
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{platform.platform()}, {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
 def provenance(out: str, quick: bool) -> paper.Provenance:

@@ -191,3 +191,89 @@ def _imports_of(module: str) -> list[tuple[str, int, bool]]:
     path = PKG.parent / Path(*module.split("."))
     path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
     return _imports(path)
+
+
+# ----------------------------------------------------------------------------- downhill
+# The data-flow stages of DESIGN.md's diagram, bottom to top: a module may import its own stage
+# and the stages below it, never one above (lazy imports included).
+STAGES = {
+    "core": 0, "errors": 0, "units": 0,
+    "spec": 1,
+    "inputs": 2,
+    "cost": 3,
+    "judge": 4,
+    "schedules": 5,
+    "search": 6,
+    "planfile": 7,
+    "render": 8,
+    "executor": 9,
+    "usecases": 10,
+    "cli": 11,
+}  # fmt: skip
+
+
+def _stage(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "adaptis_plan" or len(parts) < 2:
+        return None
+    if not ((PKG / parts[1]).is_dir() or (PKG / f"{parts[1]}.py").is_file()):
+        return 0  # a name defined by the package's __init__ (its version)
+    return STAGES[parts[1]]
+
+
+def test_every_top_level_module_has_a_stage() -> None:
+    top = {p.relative_to(PKG).parts[0].removesuffix(".py") for p in SOURCES} - {"__init__"}
+    assert sorted(top - set(STAGES)) == []
+
+
+def test_imports_only_go_downhill() -> None:
+    uphill = []
+    for path in SOURCES:
+        here = _stage(_module_name(path))
+        if here is None:
+            continue
+        for mod, line, _ in _imports(path):
+            there = _stage(mod)
+            if there is not None and there > here:
+                uphill.append(f"{_rel(path)}:{line} imports {mod}")
+    assert uphill == []
+
+
+def _module_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Imports (module-level or lazy) between the modules of `package` (a folder under `root`)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.parts[-1] == "__init__" else rel.parts)
+        deps = set()
+        for mod, _, _ in _imports_at(path, root):
+            if mod.startswith(package) and mod != name:
+                deps.add(mod)
+        graph[name] = deps
+    return graph
+
+
+def _imports_at(path: Path, root: Path) -> list[tuple[str, int, bool]]:
+    if root == PKG.parent and path.is_relative_to(PKG):
+        return _imports(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((a.name, node.lineno, node.col_offset == 0) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.module, node.lineno, node.col_offset == 0))
+            found.extend((f"{node.module}.{a.name}", node.lineno, node.col_offset == 0) for a in node.names)
+    return found
+
+
+@pytest.mark.parametrize("package", ["adaptis_plan", "bench"])
+def test_no_import_cycles(package: str) -> None:
+    import networkx as nx
+
+    graph = _module_graph(PKG.parent, package)
+    g = nx.DiGraph([(a, b) for a, deps in graph.items() for b in deps if b in graph])
+    cycles = [c for c in nx.simple_cycles(g) if len(c) > 1 or g.has_edge(c[0], c[0])]
+    # a package's __init__ importing its own submodules is not a cycle of the data flow
+    cycles = [c for c in cycles if not any(c[i].startswith(c[(i + 1) % len(c)] + ".") for i in range(len(c)))]
+    assert cycles == []
