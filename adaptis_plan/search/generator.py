@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +39,10 @@ from adaptis_plan.search.listsched import ListPolicy, list_schedule
 from adaptis_plan.search.partition import device_balanced_bounds, min_max_stage_bounds
 
 ALL_COMPONENTS = ("partition", "placement", "schedule")
+
+# Which stage -> device maps the plan may use (`plan --target`: what the runtime can execute);
+# every candidate the search builds or takes from the classic baselines passes it.
+PlacementFilter = Callable[[tuple[int, ...]], bool]
 
 
 @dataclass
@@ -156,7 +160,9 @@ class _Search:
         time_limit_s: float,
         seed: int,
         progress: ProgressFn | None,
+        placement_ok: PlacementFilter | None = None,
     ) -> None:
+        self.placement_ok = placement_ok or (lambda _sd: True)
         self.costs = costs
         self.num_layers = num_layers
         self.m = num_microbatches
@@ -245,6 +251,7 @@ class _Search:
         else:
             k = 2 if 2 * self.p <= self.num_layers - 2 else 1
             placements = [("loop x2" if k == 2 else "sequential", placement("loop", self.p, k))]
+        placements = [(label, sd) for label, sd in placements if self.placement_ok(sd)]
         base_policy = _policies(self.p)[0]
         cands = []
         # presets first, mixtures after; stop when this phase's share of the time is spent
@@ -374,7 +381,7 @@ class _Search:
                             moves.append(tuple(sw))
             improved = False
             for msd in moves[:8]:
-                if len(set(msd)) < self.p:
+                if len(set(msd)) < self.p or not self.placement_ok(msd):
                     continue
                 layout = Layout(bounds=self.bounds_for(msd), stage_device=msd, num_devices=self.p)
                 cand = self.judge(self.schedule(layout, pol, "irregular"))
@@ -449,6 +456,7 @@ def search_plan(
     seed: int = 0,
     progress: ProgressFn | None = None,
     baselines: dict[str, Candidate] | None = None,
+    placement_ok: PlacementFilter | None = None,
 ) -> SearchOutcome:
     """Find the best plan for `costs` (P devices = costs.num_devices)."""
     unknown = set(components) - set(ALL_COMPONENTS)
@@ -460,7 +468,7 @@ def search_plan(
     if costs.num_devices > num_layers:
         raise InputError(f"--pp = {costs.num_devices}: more devices than the model's {num_layers} layers; lower --pp")
     t_start = time.perf_counter()
-    s = _Search(costs, num_layers, num_microbatches, components, time_limit_s, seed, progress)
+    s = _Search(costs, num_layers, num_microbatches, components, time_limit_s, seed, progress, placement_ok)
     s.progress("classic baselines", 0.05)
     if baselines is None:
         baselines = classic_baselines(costs, num_layers, num_microbatches)
@@ -477,7 +485,8 @@ def search_plan(
     # every classic plan is a candidate too, so adaptive is never worse than a feasible one
     if set(components) == set(ALL_COMPONENTS):
         for cand in baselines.values():
-            s.consider(cand)
+            if s.placement_ok(cand.layout.stage_device):
+                s.consider(cand)
     s.progress("done", 1.0)
     assert s.best is not None
     return SearchOutcome(

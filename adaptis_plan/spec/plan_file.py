@@ -32,10 +32,21 @@ class PlanHardwareRef(_Strict):
     fingerprint: str
 
 
+Recompute = Literal["none", "selective", "full"]
+
+
 class PlanStage(_Strict):
     stage: NonNegativeInt
     device: NonNegativeInt
     layers: tuple[NonNegativeInt, NonNegativeInt] = Field(description="half-open [start, stop) layer indices")
+    recompute: Recompute = Field(
+        "none",
+        description=(
+            "activation recomputation of the stage's decoder blocks: none (keep every activation until the"
+            " backward), selective (keep all but the attention core's, recomputed in the backward) or full"
+            " (keep only each block's input; the backward reruns the block's forward first)"
+        ),
+    )
 
 
 class PlanAction(_Strict):

@@ -43,7 +43,7 @@ def test_plan_file_carries_the_contract_core(tiny_plan: Path) -> None:
     assert {"name", "fingerprint"} <= set(data["hardware"])
     assert {"num_microbatches", "micro_batch_size", "seq_len", "pp", "tp"} <= set(data["training"])
     assert {"step_time_s", "bubble_ratio_per_device", "peak_memory_bytes"} <= set(data["predicted"])
-    assert all(set(s) == {"stage", "device", "layers"} for s in data["stages"])
+    assert all(set(s) == {"stage", "device", "layers", "recompute"} for s in data["stages"])
     for dev in data["devices"]:
         assert all({"op", "stage", "mb", "start_s", "end_s"} <= set(a) for a in dev["actions"])
         assert all(a["start_s"] <= a["end_s"] for a in dev["actions"])
