@@ -14,6 +14,7 @@ well under a second.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -114,6 +115,18 @@ def read_plan(path: str | Path) -> PlanFile:
         raise InputError(f"{p}: a folder, not a plan file; pass the JSON file `adaptis plan -o` wrote")
     if not p.is_file():
         raise InputError(f"{p}: no such plan file; write one with `adaptis plan ... -o {p.name}`")
+    # a plan holds up to hundreds of thousands of small objects, none of them in a reference cycle:
+    # the cycle collector would rescan them all again and again while they are built
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_plan(p)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_plan(p: Path) -> PlanFile:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
@@ -217,7 +230,8 @@ def plan_layout(plan: PlanFile) -> Layout:
 
 
 def plan_programs(plan: PlanFile) -> Programs:
-    return [[Action(a.stage, a.op, a.mb) for a in dev.actions] for dev in plan.devices]
+    new = tuple.__new__  # Action(stage, op, mb) without the per-call overhead: plans hold many actions
+    return [[new(Action, (a[1], a[0], a[2])) for a in dev.actions] for dev in plan.devices]
 
 
 def plan_costs(layout: Layout, costs: CostTable, profile: CostProfile | None, source: str | None = None) -> PlanCosts:

@@ -145,23 +145,35 @@ class PlanActionRecord(_Strict):
     end_s: NonNegativeFloat = 0.0
 
 
-def _parse_actions(value: Any) -> list[PlanAction]:
-    """Action strings (`"7I3"`), action records or `PlanAction`s -> `PlanAction`s (times 0 for strings)."""
+_ACTIONS_RE = re.compile(r"(?:\d{1,9}[FBIW]\d{1,9},)*\d{1,9}[FBIW]\d{1,9}")
+_new_tuple = tuple.__new__
+
+
+def _parse_strings(value: list[str]) -> list[tuple[str, int, int]]:
+    """Action strings -> (op, stage, mb); one regex pass over the joined program (a plan can hold
+    hundreds of thousands of actions), falling back to item by item to name a bad one."""
+    if all(type(a) is str for a in value):
+        joined = ",".join(value)
+        if _ACTIONS_RE.fullmatch(joined):
+            return [(op, int(st), int(mb)) for st, op, mb in _ACTION_RE.findall(joined)]
+    for k, item in enumerate(value):
+        if not isinstance(item, str) or not _ACTION_RE.fullmatch(item):
+            shown = repr(item[:30]) if isinstance(item, str) else type(item).__name__
+            raise ValueError(f"[{k}] = {shown}: not an action like '2F0' or '7I3' (stage, op F/B/I/W, micro-batch)")
+    raise AssertionError("unreachable: every item matched")
+
+
+def _parse_actions(value: Any) -> list:
+    """Action strings (`"7I3"`, kept as (op, stage, mb) until their times are attached), action
+    records or `PlanAction`s -> the device's actions."""
     if not isinstance(value, list):
         raise ValueError("must be a list of actions like '2F0' or {op, stage, mb} objects")
+    if not value or isinstance(value[0], str):
+        return _parse_strings(value)
     out: list[PlanAction] = []
-    append = out.append
-    match = _ACTION_RE.fullmatch
     for k, item in enumerate(value):
-        if isinstance(item, str):
-            m = match(item)
-            if m is None:
-                raise ValueError(
-                    f"[{k}] = {item[:30]!r}: not an action like '2F0' or '7I3' (stage, op F/B/I/W, micro-batch)"
-                )
-            append(PlanAction(m.group(2), int(m.group(1)), int(m.group(3))))
-        elif isinstance(item, PlanAction):
-            append(item)
+        if isinstance(item, PlanAction):
+            out.append(item)
         elif isinstance(item, dict):
             try:
                 rec = PlanActionRecord.model_validate(item)
@@ -170,7 +182,7 @@ def _parse_actions(value: Any) -> list[PlanAction]:
                 field = ".".join(str(p) for p in err["loc"])
                 shown = json.dumps(err.get("input")) if err["type"] != "missing" else "missing"
                 raise ValueError(f"[{k}].{field} = {shown[:40]}: {err['msg']}") from None
-            append(PlanAction(rec.op, rec.stage, rec.mb, rec.start_s, rec.end_s))
+            out.append(PlanAction(rec.op, rec.stage, rec.mb, rec.start_s, rec.end_s))
         else:
             raise ValueError(f"[{k}] = {type(item).__name__}: use an action string like '2F0'")
     return out
@@ -200,17 +212,19 @@ class PlanDevice(_Strict):
 
     @model_validator(mode="after")
     def _merge_times(self) -> PlanDevice:
-        """Fold the parallel time arrays into the actions (in memory every action carries its times)."""
-        starts, ends = self.start_s, self.end_s
+        """Attach the parallel time arrays to the actions (in memory every action carries its times)."""
+        starts, ends, acts = self.start_s, self.end_s, self.actions
         if starts is None and ends is None:
+            if acts and type(acts[0]) is tuple:  # action strings without times
+                self.actions = [_new_tuple(PlanAction, (op, st, mb, 0.0, 0.0)) for op, st, mb in acts]
             return self
-        n = len(self.actions)
+        n = len(acts)
         for name, times in (("start_s", starts), ("end_s", ends)):
             if times is None or len(times) != n:
                 got = "missing" if times is None else f"{len(times)} entries"
                 raise ValueError(f"devices[{self.device}].{name}: {got} for {n} actions; give one time per action")
         self.actions = [
-            PlanAction(a.op, a.stage, a.mb, t0, t1) for a, t0, t1 in zip(self.actions, starts, ends, strict=True)
+            _new_tuple(PlanAction, (a[0], a[1], a[2], t0, t1)) for a, t0, t1 in zip(acts, starts, ends, strict=True)
         ]
         self.start_s = self.end_s = None
         return self
