@@ -166,6 +166,7 @@ def adaptis_pipeline():
         setattr(config.parallelism, key, value)
     config.training.local_batch_size = LOCAL_BATCH_SIZE
     config.training.seq_len = SEQ_LEN
+    config.training.disable_cuda_graphs = True  # torchtitan does not run CUDA graphs with pipeline parallelism
     return config
 '''
 
