@@ -160,7 +160,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             " use --head-chunks 1 or --target adaptis"
         )
     baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
-    unrestricted = None
+    unrestricted, unrestricted_info = None, {}
     if classic is None:
         if req.partition is not None or req.stages_per_device is not None:
             raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
@@ -180,6 +180,10 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             unrestricted = outcome.best.result or simulate(
                 outcome.best.layout, options[k_best][1], outcome.best.programs, req.num_microbatches
             )
+            unrestricted_info = {
+                "stage_device": list(outcome.best.layout.stage_device),
+                "head_chunks": options[k_best][0].num_head_chunks,
+            }
             fits = target.problem(outcome.best.layout.stage_device, req.pp, options[k_best][0].num_head_chunks)
             if fits is not None:  # the best plan needs what the target cannot run: search within its rules
                 runnable = [k for k, (m, _) in enumerate(options) if target.head_problem(m.num_head_chunks) is None]
@@ -220,6 +224,8 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         }
     if target.name != "adaptis":
         search_info["target"] = target.name
+        if unrestricted is not None:
+            search_info["unrestricted"] = {"step_time_s": unrestricted.step_time_s, **unrestricted_info}
     result = (
         best.result if best.result is not None else simulate(best.layout, costs, best.programs, req.num_microbatches)
     )
