@@ -193,6 +193,8 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
                 k_best = runnable[k_run]
         model, costs = options[k_best]
         best = outcome.best
+        if target.runtime_schedule(best.layout.num_stages // req.pp) is not None:
+            best = _with_runtime_order(target, best, costs, baselines, req.num_microbatches)
         strategy = "adaptive"
         search_info = {
             "source": best.source if best.source != "adaptive" else best.label,
@@ -257,6 +259,27 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         search_info=search_info,
         unrestricted=unrestricted,
     )
+
+
+def _with_runtime_order(target, best, costs: CostTable, baselines: dict, num_microbatches: int):  # noqa: ANN001, ANN202
+    """For a runtime that runs its own schedule (Megatron): the searched layout with that schedule's
+    order, or that schedule's classic plans (uniform / balanced partition) when one of them is
+    better; the prediction is then what the runtime runs."""
+    from adaptis_plan.schedules import get_spec
+    from adaptis_plan.search.generator import Candidate, better
+
+    pp = best.layout.num_devices
+    name = target.runtime_schedule(best.layout.num_stages // pp)
+    programs = get_spec(name).build(best.layout.stage_device, pp, num_microbatches)
+    result = simulate(best.layout, costs, programs, num_microbatches)
+    label = f"{best.label} with {target.runtime}'s {name} order"
+    chosen = Candidate(label, best.layout, programs, result.step_time_s, result, source=label)
+    for key, cand in baselines.items():
+        ok = target.placement_problem(cand.layout.stage_device, pp) is None
+        same = target.runtime_schedule(cand.layout.num_stages // pp) == key.split("/")[0]
+        if ok and same and cand.result is not None and better(cand, chosen):
+            chosen = cand
+    return chosen
 
 
 def _search_options(req: PlanRequest, options, baselines, progress, placement_ok):  # noqa: ANN001, ANN202

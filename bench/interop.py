@@ -129,8 +129,9 @@ def targets_markdown(rows: list[dict], time_limit_s: float) -> str:
         " the restriction beside the restricted one and reports both (`unrestricted` in `--json`); a restricted"
         " plan is an unrestricted plan too, so the best unrestricted figure here is the best of all of a case's"
         " searches. torch's runtime takes any placement but not a vocabulary-split head; torchtitan a loop or a V"
-        " of 2 stages per rank; Megatron a loop. Megatron runs its own schedule on the exported layout, so its"
-        " figure is our order on that layout. 'exports' says whether each plan exported to its runtime's format"
+        " of 2 stages per rank; Megatron a loop. Megatron runs its own schedule on the exported layout, so a"
+        " Megatron plan carries that order (1F1B, interleaved with more than one stage per rank) and its figure"
+        " is that order's. 'exports' says whether each plan exported to its runtime's format"
         f" without refusal. Search time limit {time_limit_s:g} s per search, on a shared 2-core machine: a search"
         " cut short by the limit can miss a better plan.",
         "",

@@ -19,7 +19,8 @@ The runtimes:
   on every rank) or, for the V schedules, a V with exactly 2 stages per rank. No split head.
 - `megatron`: megatron-core's `--pipeline-model-parallel-layout`: virtual stage s runs on
   rank s % pp, the same number of stages on every rank (a loop). No split head. Megatron runs
-  its own schedule on that layout; the plan's per-device orders do not travel there.
+  its own schedule on that layout (`runtime_schedule`: 1F1B, interleaved with more than one
+  stage per rank), not the plan's per-device orders.
 """
 
 from __future__ import annotations
@@ -107,6 +108,17 @@ class Target:
             f"the LM head is split into {head_chunks} vocabulary chunks, and {self.runtime} cannot run a split head"
             " (only its last stage sees the labels)"
         )
+
+    def runtime_schedule(self, stages_per_device: int) -> str | None:
+        """The classic schedule the runtime runs on the plan's layout whatever order the plan holds
+        (None: it runs the plan's own per-device orders, from the exported CSV or the plan file).
+
+        Megatron-LM runs its own 1F1B (interleaved with more than one stage per rank), so a plan for
+        it carries that order and its prediction is what Megatron runs.
+        """
+        if self.name != "megatron":
+            return None
+        return "1F1B" if stages_per_device == 1 else "Interleaved1F1B"
 
     def problem(self, stage_device: Sequence[int], num_devices: int, head_chunks: int) -> str | None:
         return self.head_problem(head_chunks) or self.placement_problem(stage_device, num_devices)
