@@ -299,6 +299,13 @@ class PlanFile(_Strict):
     def _check_action_bounds(self) -> None:
         """Stage and micro-batch indices within the plan's own sizes (before anything indexes by them)."""
         num_stages, m = len(self.stages), self.training.num_microbatches
+        num_actions = sum(len(dev.actions) for dev in self.devices)
+        if num_actions < 2 * num_stages * m:  # before anything sized by stages x micro-batches is allocated
+            raise ValueError(
+                f"training.num_microbatches = {m}: {num_stages} stages x {m} micro-batches need at least"
+                f" {2 * num_stages * m} actions (an F and a B, or an I and a W, each), the programs hold {num_actions};"
+                " fix num_microbatches or re-plan"
+            )
         for i, dev in enumerate(self.devices):
             for k, a in enumerate(dev.actions):
                 if a.stage >= num_stages or a.mb >= m:

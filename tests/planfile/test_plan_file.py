@@ -268,6 +268,7 @@ STRUCTURE = [
     ("older schema", _set("schema_version", 1), ("schema_version = 1", "re-plan with this version")),
     ("no schema version", lambda d: d.pop("schema_version"), ("schema_version: field required",)),
     ("micro-batch out of range", _mb_out_of_range, ("mb 3 is outside 0..2",)),
+    ("absurd micro-batch count", _set("training.num_microbatches", 10**12), ("need at least", "actions")),
     ("stage out of range", _set("devices.0.actions.0.stage", 2**63), ("stage 9223372036854775808 is outside",)),
     ("bad action string", lambda d: d["devices"][0].update(actions=["0F0", "0X1"]), ("actions[1] = '0X1'",)),
     ("times not parallel", lambda d: d["devices"][0].update(actions=["0F0"], start_s=[0.0], end_s=[]), ("end_s",)),
