@@ -180,17 +180,19 @@ def test_a_big_plan_stays_small_and_loads_fast(tmp_path: Path) -> None:
     size_mb = path.stat().st_size / 1e6
     num_actions = sum(len(d.actions) for d in outcome.plan.devices)
     assert num_actions == 128 * 512 * 2
-    times = []
+    # CPU time of this process: on a shared machine other jobs stretch the wall time, not the work
+    cpu, wall = [], []
     for _ in range(3):
-        t0 = time.perf_counter()
+        c0, w0 = time.process_time(), time.perf_counter()
         plan, _model = load_plan_and_model(str(path))
-        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - w0)
     assert plan == outcome.plan
-    print(f"\nbig plan: {size_mb:.1f} MB, {num_actions} actions, load {min(times):.3f} s (best of 3)")
+    print(f"\nbig plan: {size_mb:.1f} MB, {num_actions} actions, load {min(cpu):.3f} s CPU, {min(wall):.3f} s wall")
     assert size_mb < 8
-    assert min(times) < 1.0
-    t0 = time.perf_counter()
+    assert min(cpu) < 1.0
+    c0 = time.process_time()
     read_plan(path)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.process_time() - c0 < 1.0
     sim = simulate_plan_file(str(path))
     assert sim.result.step_time_s == pytest.approx(outcome.plan.predicted.step_time_s, rel=1e-9)
