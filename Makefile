@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_TORCH := torch==2.13.0
 
-.PHONY: install demo test lint format schemas bench clean
+.PHONY: install interop demo test lint format schemas bench clean
 
 $(BIN)/adaptis: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,11 +15,20 @@ $(BIN)/adaptis: pyproject.toml
 
 install: $(BIN)/adaptis  ## virtual environment with adaptis, torch (CPU) and the dev tools
 
+# Test-only framework packages (megatron-core, torchtitan), installed into the same venv once per
+# pyproject change; torch stays the CPU build installed above (a constraint keeps pip from swapping it).
+$(VENV)/.interop: pyproject.toml $(BIN)/adaptis
+	echo "$(PIP_TORCH)" > $(VENV)/constraints.txt
+	$(BIN)/pip install -q -c $(VENV)/constraints.txt -e ".[dev,torch,interop]"
+	@touch $@
+
+interop: $(VENV)/.interop  ## the test-only interop extras (megatron-core, torchtitan)
+
 demo: install  ## plan a built-in model on a built-in profile and show the result
 	$(BIN)/adaptis plan --model gemma-s --hardware h200 --pp 4 --microbatches 16 --seq-len 4096 -o out/demo-plan.json
 	$(BIN)/adaptis simulate out/demo-plan.json --svg out/demo-timeline.svg
 
-test: install  ## the whole test suite (exit 5 = no tests collected counts as a failure)
+test: install interop  ## the whole test suite (exit 5 = no tests collected counts as a failure)
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
 
 lint: install
@@ -33,7 +42,7 @@ format: install
 schemas: install  ## regenerate schemas/ from the pydantic models
 	$(BIN)/adaptis schema
 
-bench: install  ## regenerate BENCHMARKS.md (simulated paper cases + real CPU runs)
+bench: install interop  ## regenerate BENCHMARKS.md (simulated paper cases + real CPU runs)
 	$(BIN)/python -m bench.run --out BENCHMARKS.md
 
 clean:

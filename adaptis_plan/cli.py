@@ -224,6 +224,13 @@ def _check_positive(**values: int | float | None) -> None:
 )
 @click.option("--recompute", is_flag=True, help="full activation recompute")
 @click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile from `adaptis profile`")
+@click.option(
+    "--target",
+    type=click.Choice(["adaptis", "torch", "torchtitan", "megatron"], case_sensitive=False),
+    default="adaptis",
+    show_default=True,
+    help="the runtime that will execute the plan: search only what it can run (and show what that costs)",
+)
 @click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
@@ -243,6 +250,7 @@ def plan_cmd(
     head_chunks,
     recompute,
     costs_arg,
+    target,
     time_limit,
     seed,
     output,
@@ -283,6 +291,7 @@ def plan_cmd(
         head_chunks=chunks,
         time_limit_s=time_limit,
         seed=seed,
+        target=target.lower(),
     )
     if not as_json and console().is_terminal:
         from adaptis_plan.render.progress import progress_bar
@@ -305,9 +314,11 @@ def plan_cmd(
 # ----------------------------------------------------------------------------- simulate
 @cli.command("simulate")
 @click.argument("plan_path", type=click.Path())
-@click.option("--model", "model_arg", default=None, help="model (default: the plan's built-in model name)")
-@click.option("--hardware", "hardware_arg", default=None, help="hardware (default: the plan's built-in profile)")
-@click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile to simulate with")
+@click.option("--model", "model_arg", default=None, help="model (default: the one embedded in the plan)")
+@click.option("--hardware", "hardware_arg", default=None, help="hardware (default: the profile embedded in the plan)")
+@click.option(
+    "--costs", "costs_arg", default=None, type=click.Path(), help="measured profile (default: the plan's own costs)"
+)
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 @click.option("--trace", "trace_path", default=None, type=click.Path(), help="write a Chrome/Perfetto trace")
 @click.option("--svg", "svg_path", default=None, type=click.Path(), help="write an SVG timeline")
@@ -344,24 +355,32 @@ def _write_text_atomic(path: str, text: str) -> None:
 @cli.command("export")
 @click.argument("plan_path", type=click.Path())
 @click.option("--format", "fmt", required=True, type=click.Choice(["torch-csv", "megatron-layout", "torchtitan"]))
-@click.option("--model", "model_arg", default=None, help="model (for layer kinds; default: the plan's model name)")
-@click.option("-o", "--output", default=None, type=click.Path(), help="file to write (default: stdout)")
-def export_cmd(plan_path, fmt, model_arg, output) -> None:
-    """Export PLAN to another framework's format."""
+@click.option("--model", "model_arg", default=None, help="model (default: the one embedded in the plan)")
+@click.option(
+    "-o", "--output", default=None, type=click.Path(), help="file to write (default: stdout; torchtitan: CONFIG.py)"
+)
+@click.option(
+    "--torchtitan-config",
+    default=None,
+    help="torchtitan: the planned model's torchtitan config, MODULE:CONFIG (e.g. llama3:llama3_8b)",
+)
+def export_cmd(plan_path, fmt, model_arg, output, torchtitan_config) -> None:
+    """Export PLAN to another framework's format (checked by the simulator and the runtime's rules first)."""
     from adaptis_plan.usecases import export_plan_file
 
-    text = export_plan_file(plan_path, fmt, model_arg=model_arg)
-    if output:
-        _write_text_atomic(output, text)
-        console().print(f"wrote {output}")
-    else:
-        click.echo(text, nl=not text.endswith("\n"))
+    files = export_plan_file(plan_path, fmt, model_arg=model_arg, output=output, torchtitan_config=torchtitan_config)
+    for path, text in files:
+        if path:
+            _write_text_atomic(path, text)
+            console().print(f"wrote {path}")
+        else:
+            click.echo(text, nl=not text.endswith("\n"))
 
 
 # ----------------------------------------------------------------------------- run
 @cli.command("run", context_settings={"ignore_unknown_options": False})
 @click.argument("plan_path", type=click.Path())
-@click.option("--model", "model_arg", default=None, help="model (default: the plan's built-in model name)")
+@click.option("--model", "model_arg", default=None, help="model (default: the one embedded in the plan)")
 @click.option("--steps", default=3, show_default=True, type=int, help="measured steps after warm-up")
 @click.option("--warmup", default=1, show_default=True, type=int, help="warm-up steps (not measured)")
 @click.option("--verify", is_flag=True, help="compare loss and every gradient with a single-process step")
@@ -394,9 +413,9 @@ def run_cmd(
 ) -> None:
     """Execute PLAN for real under torchrun (gloo on CPU, NCCL on GPUs)."""
     _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes)
-    from adaptis_plan.usecases import load_plan_and_model
+    from adaptis_plan.usecases import load_plan_for_run
 
-    plan, model = load_plan_and_model(plan_path, model_arg)
+    plan, model = load_plan_for_run(plan_path, model_arg)
     from adaptis_plan.executor.launch import run_plan
 
     out = run_plan(

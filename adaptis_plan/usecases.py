@@ -43,6 +43,7 @@ class PlanRequest:
     head_chunks: int | None = None  # None = adaptive decides (classic: 1)
     time_limit_s: float = 5.0
     seed: int = 0
+    target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
 
 
 @dataclass
@@ -56,9 +57,19 @@ class PlanOutcome:
     baselines: dict[str, SimResult]
     plan_time_s: float
     search_info: dict = field(default_factory=dict)
+    # with a --target other than adaptis: the best plan without the target's restriction
+    unrestricted: SimResult | None = None
 
     def json_summary(self) -> dict:
         out = {"strategy": self.plan.strategy, **self.result.summary(), "plan_time_s": self.plan_time_s}
+        out["target"] = self.plan.target
+        if self.unrestricted is not None:
+            u = self.unrestricted
+            out["unrestricted"] = {
+                "step_time_s": u.step_time_s,
+                "bubble_ratio": u.bubble_ratio,
+                "restriction_cost": self.result.step_time_s / u.step_time_s - 1 if u.step_time_s > 0 else 0.0,
+            }
 
         def row(r: SimResult) -> dict:
             return {
@@ -139,10 +150,17 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         if req.pp > forced.num_layers:
             raise InputError(f"--pp = {req.pp}: more devices than the {forced.num_layers} layers; lower --pp")
 
+    from adaptis_plan.schedules.targets import get_target
     from adaptis_plan.search.generator import classic_baselines, classic_candidate
-    from adaptis_plan.search.head_chunks import head_split_options, search_head_options
 
+    target = get_target(req.target)
+    if forced is not None and target.head_problem(forced.num_head_chunks):
+        raise InputError(
+            f"--head-chunks = {req.head_chunks} with --target {target.name}: {target.head_problem(forced.num_head_chunks)};"
+            " use --head-chunks 1 or --target adaptis"
+        )
     baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
+    unrestricted, unrestricted_info = None, {}
     if classic is None:
         if req.partition is not None or req.stages_per_device is not None:
             raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
@@ -153,19 +171,30 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         else:
             options = [(model, costs)]
             if req.head_chunks is None and "partition" in req.search:
+                from adaptis_plan.search.head_chunks import head_split_options
+
                 options += [(m, cost_table_for(m, hw, training, profile)) for m in head_split_options(model, costs)]
-        k_best, outcome = search_head_options(
-            [c for _, c in options],
-            [m.num_layers for m, _ in options],
-            req.num_microbatches,
-            components=req.search,
-            time_limit_s=req.time_limit_s,
-            seed=req.seed,
-            progress=progress,
-            baselines=baselines,
-        )
+        k_best, outcome = _search_options(req, options, baselines, progress, None)
+        if target.name != "adaptis":
+            # what the restriction costs: the same search without it, beside the restricted one
+            unrestricted = outcome.best.result or simulate(
+                outcome.best.layout, options[k_best][1], outcome.best.programs, req.num_microbatches
+            )
+            unrestricted_info = {
+                "stage_device": list(outcome.best.layout.stage_device),
+                "head_chunks": options[k_best][0].num_head_chunks,
+            }
+            fits = target.problem(outcome.best.layout.stage_device, req.pp, options[k_best][0].num_head_chunks)
+            if fits is not None:  # the best plan needs what the target cannot run: search within its rules
+                runnable = [k for k, (m, _) in enumerate(options) if target.head_problem(m.num_head_chunks) is None]
+                k_run, outcome = _search_options(
+                    req, [options[k] for k in runnable], baselines, progress, target.placement_filter(req.pp)
+                )
+                k_best = runnable[k_run]
         model, costs = options[k_best]
         best = outcome.best
+        if target.runtime_schedule(best.layout.num_stages // req.pp) is not None:
+            best = _with_runtime_order(target, best, costs, baselines, req.num_microbatches)
         strategy = "adaptive"
         search_info = {
             "source": best.source if best.source != "adaptive" else best.label,
@@ -183,12 +212,22 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         best = classic_candidate(
             costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform", req.stages_per_device
         )
+        why = target.placement_problem(best.layout.stage_device, req.pp)
+        if why is not None:
+            raise InputError(
+                f"--strategy {classic} with --target {target.name}: {why}; choose a strategy {target.runtime} can"
+                " run, or --strategy adaptive"
+            )
         strategy = classic
         search_info = {
             "source": best.label,
             "partition": req.partition or "uniform",
             "head_chunks": model.num_head_chunks,
         }
+    if target.name != "adaptis":
+        search_info["target"] = target.name
+        if unrestricted is not None:
+            search_info["unrestricted"] = {"step_time_s": unrestricted.step_time_s, **unrestricted_info}
     result = (
         best.result if best.result is not None else simulate(best.layout, costs, best.programs, req.num_microbatches)
     )
@@ -202,7 +241,10 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         layout=best.layout,
         programs=best.programs,
         result=result,
+        costs=costs,
+        profile=profile,
         search=search_info,
+        target=target.name,
     )
     base_results = {k: c.result for k, c in baselines.items() if c.result is not None}
     return PlanOutcome(
@@ -215,6 +257,45 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         baselines=base_results,
         plan_time_s=time.perf_counter() - t0,
         search_info=search_info,
+        unrestricted=unrestricted,
+    )
+
+
+def _with_runtime_order(target, best, costs: CostTable, baselines: dict, num_microbatches: int):  # noqa: ANN001, ANN202
+    """For a runtime that runs its own schedule (Megatron): the searched layout with that schedule's
+    order, or that schedule's classic plans (uniform / balanced partition) when one of them is
+    better; the prediction is then what the runtime runs."""
+    from adaptis_plan.schedules import get_spec
+    from adaptis_plan.search.generator import Candidate, better
+
+    pp = best.layout.num_devices
+    name = target.runtime_schedule(best.layout.num_stages // pp)
+    programs = get_spec(name).build(best.layout.stage_device, pp, num_microbatches)
+    result = simulate(best.layout, costs, programs, num_microbatches)
+    label = f"{best.label} with {target.runtime}'s {name} order"
+    chosen = Candidate(label, best.layout, programs, result.step_time_s, result, source=label)
+    for key, cand in baselines.items():
+        ok = target.placement_problem(cand.layout.stage_device, pp) is None
+        same = target.runtime_schedule(cand.layout.num_stages // pp) == key.split("/")[0]
+        if ok and same and cand.result is not None and better(cand, chosen):
+            chosen = cand
+    return chosen
+
+
+def _search_options(req: PlanRequest, options, baselines, progress, placement_ok):  # noqa: ANN001, ANN202
+    """The generator over the head-chunk options (each a (model, cost table)); (best index, outcome)."""
+    from adaptis_plan.search.head_chunks import search_head_options
+
+    return search_head_options(
+        [c for _, c in options],
+        [m.num_layers for m, _ in options],
+        req.num_microbatches,
+        components=req.search,
+        time_limit_s=req.time_limit_s,
+        seed=req.seed,
+        progress=progress,
+        baselines=baselines,
+        placement_ok=placement_ok,
     )
 
 
@@ -256,35 +337,106 @@ def _gib(n: float) -> str:
 
 
 # ----------------------------------------------------------------------------- plan files
-def _load_for_plan(load, arg: str | None, stored_name: str, plan_path: str, field: str, what: str, file_kind: str):
-    """Load the given `--{field}`, or the plan's own built-in name, with a clear line when it is not built in."""
-    try:
-        return load(arg or stored_name)
-    except InputError as e:
-        if arg is None:
-            raise InputError(
-                f"{plan_path}: {field}.name = '{stored_name}' is not a built-in {what}; pass --{field}"
-                f" with the {file_kind} the plan was made for"
-            ) from e
-        raise
+@dataclass(frozen=True)
+class PlanInputs:
+    """A plan file and everything it was made from: embedded in it, or given on the command line instead.
+
+    `model` is the model as planned (the head in the plan's vocabulary chunks); `overrides` names
+    what came from the command line (`model`, `hardware`, `costs`).
+    """
+
+    path: str
+    plan: PlanFile
+    model: ModelSpec
+    hardware: HardwareProfile
+    profile: CostProfile | None
+    overrides: tuple[str, ...] = ()
+
+    def cost_table(self) -> CostTable:
+        return plan_cost_table(self.plan, self.model, self.hardware, self.profile)
+
+    @property
+    def cost_source(self) -> str:
+        """The setting the figures are computed in: cost source, hardware, TP, memory limit."""
+        tr = self.plan.training
+        what = "measured profile" if self.profile is not None else "analytic cost model"
+        frac = self.hardware.memory_fraction
+        return f"{what}, {self.hardware.name}, tp {tr.tp}, memory limit {frac:.0%} of HBM"
 
 
-def load_plan_and_model(plan_path: str, model_arg: str | None) -> tuple[PlanFile, ModelSpec]:
-    from adaptis_plan.inputs.models.load import load_model
+def plan_cost_table(
+    plan: PlanFile, model: ModelSpec, hardware: HardwareProfile, profile: CostProfile | None
+) -> CostTable:
+    """The cost table of a plan file's inputs: the one place a plan's costs are rebuilt.
 
+    The plan's training settings and its stages' recomputation (`plan.layer_recompute()`, one
+    mode per layer) are what the costs depend on beside the model, hardware and profile. The
+    cost table models one recomputation switch per step (`training.recompute`), which is what
+    the stages record today.
+    """
+    return cost_table_for(model, hardware, plan.training, profile)
+
+
+def load_plan_inputs(
+    plan_path: str, *, model_arg: str | None = None, hardware_arg: str | None = None, costs_path: str | None = None
+) -> PlanInputs:
+    """Read a plan file; its embedded model, hardware and measured profile, unless `--model`,
+    `--hardware` or `--costs` override them (a model must have the plan's fingerprint)."""
     plan = read_plan(plan_path)
-    model = _load_for_plan(load_model, model_arg, plan.model.name, plan_path, "model", "model", "model file")
-    check_model_matches(plan, model, plan_path)
-    if plan.model.head_chunks > 1:
-        from adaptis_plan.inputs.models.transform import split_head
+    model = plan.model.spec
+    hardware = plan.hardware.profile
+    profile = plan.costs.profile
+    overrides = []
+    if model_arg is not None:
+        from adaptis_plan.inputs.models.load import load_model
 
-        model = split_head(model, plan.model.head_chunks)
-    if model.num_layers != plan.model.num_layers:
-        raise InputError(
-            f"{plan_path}: model.num_layers = {plan.model.num_layers} but '{model.name}' has {model.num_layers}"
-            f" layers (head in {plan.model.head_chunks} chunk(s)); re-plan with `adaptis plan`"
-        )
-    return plan, model
+        given = load_model(model_arg)
+        check_model_matches(plan, given, plan_path)
+        if plan.model.head_chunks > 1 and given.num_head_chunks == 1:
+            from adaptis_plan.inputs.models.transform import split_head
+
+            given = split_head(given, plan.model.head_chunks)
+        if given.num_layers != plan.model.num_layers:
+            raise InputError(
+                f"{plan_path}: model.num_layers = {plan.model.num_layers} but '{given.name}' has {given.num_layers}"
+                f" layers (head in {given.num_head_chunks} chunk(s)); re-plan with `adaptis plan`"
+            )
+        model = given
+        overrides.append("model")
+    if hardware_arg is not None:
+        from adaptis_plan.inputs.hardware import load_hardware
+
+        hardware = load_hardware(hardware_arg)
+        overrides.append("hardware")
+    if costs_path is not None:
+        profile = load_costs_profile(costs_path)
+        overrides.append("costs")
+    return PlanInputs(plan_path, plan, model, hardware, profile, tuple(overrides))
+
+
+def load_plan_and_model(plan_path: str, model_arg: str | None = None) -> tuple[PlanFile, ModelSpec]:
+    """The plan and the model it was made for (as planned: the head in the plan's vocabulary chunks)."""
+    inputs = load_plan_inputs(plan_path, model_arg=model_arg)
+    return inputs.plan, inputs.model
+
+
+def judge_plan(inputs: PlanInputs) -> SimResult:
+    """The simulator's verdict on a plan file's programs on its costs; a plan whose programs can
+    never finish is refused (DeadlockError naming the file, with the device x step grid)."""
+    plan = inputs.plan
+    try:
+        return simulate(plan_layout(plan), inputs.cost_table(), plan_programs(plan), plan.training.num_microbatches)
+    except InputError as e:
+        from adaptis_plan.errors import located
+
+        raise located(e, inputs.path) from None
+
+
+def load_plan_for_run(plan_path: str, model_arg: str | None = None) -> tuple[PlanFile, ModelSpec]:
+    """`adaptis run`'s loading: the plan, its model, and the judge's check that its programs finish."""
+    inputs = load_plan_inputs(plan_path, model_arg=model_arg)
+    judge_plan(inputs)
+    return inputs.plan, inputs.model
 
 
 @dataclass
@@ -295,6 +447,7 @@ class SimOutcome:
     result: SimResult
     title: str
     stored_differs: bool
+    cost_source: str = ""
 
     def json_summary(self) -> dict:
         return {
@@ -302,46 +455,84 @@ class SimOutcome:
             **self.result.summary(),
             "stored_step_time_s": self.plan.predicted.step_time_s,
             "stored_differs": self.stored_differs,
+            "cost_source": self.cost_source,
         }
 
 
 def simulate_plan_file(
     plan_path: str, *, model_arg: str | None = None, hardware_arg: str | None = None, costs_path: str | None = None
 ) -> SimOutcome:
-    from adaptis_plan.inputs.hardware import load_hardware
-
-    plan, model = load_plan_and_model(plan_path, model_arg)
-    hw = _load_for_plan(load_hardware, hardware_arg, plan.hardware.name, plan_path, "hardware", "profile", "profile")
-    if hardware_arg is None and hw.fingerprint() != plan.hardware.fingerprint:
-        raise InputError(
-            f"{plan_path}: hardware.fingerprint: the built-in profile '{hw.name}' changed since the plan"
-            " was made; re-plan or pass --hardware with the original profile file"
-        )
-    costs = cost_table_for(model, hw, plan.training, load_costs_profile(costs_path))
+    inputs = load_plan_inputs(plan_path, model_arg=model_arg, hardware_arg=hardware_arg, costs_path=costs_path)
+    plan = inputs.plan
     layout, programs = plan_layout(plan), plan_programs(plan)
-    result = simulate(layout, costs, programs, plan.training.num_microbatches)
+    result = judge_plan(inputs)
     stored = plan.predicted.step_time_s
     differs = abs(stored - result.step_time_s) > 1e-6 * max(stored, result.step_time_s, 1e-12)
     title = (
         f"{plan.model.name} · {plan.strategy} · pp {plan.training.pp} · {plan.training.num_microbatches} mb"
         f" · seq {plan.training.seq_len}"
     )
-    return SimOutcome(plan, layout, programs, result, title, differs)
+    return SimOutcome(plan, layout, programs, result, title, differs, inputs.cost_source)
 
 
-def export_plan_file(plan_path: str, fmt: str, *, model_arg: str | None = None) -> str:
-    from adaptis_plan.planfile.export import megatron_layout, to_torch_csv, torchtitan_fqns
+EXPORT_FORMATS = ("torch-csv", "megatron-layout", "torchtitan")
 
-    plan, model = load_plan_and_model(plan_path, model_arg)
+
+def export_plan_file(
+    plan_path: str,
+    fmt: str,
+    *,
+    model_arg: str | None = None,
+    output: str | None = None,
+    torchtitan_config: str | None = None,
+) -> list[tuple[str | None, str]]:
+    """The files an export writes, as (path, text) in writing order; path None = stdout.
+
+    The plan is judged first (a plan whose programs deadlock or miss actions is refused), then
+    checked against what the format's runtime can run (`schedules.targets`): nothing is
+    written that the runtime would reject later.
+    """
+    from adaptis_plan.planfile.export import megatron_layout, to_torch_csv, torchtitan_config_module
+    from adaptis_plan.schedules.targets import check_exportable
+
+    if fmt not in EXPORT_FORMATS:
+        raise InputError(f"--format = {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
+    inputs = load_plan_inputs(plan_path, model_arg=model_arg)
+    plan, model = inputs.plan, inputs.model
+    judge_plan(inputs)
     layout, programs = plan_layout(plan), plan_programs(plan)
+    try:
+        check_exportable(fmt, layout.stage_device, layout.num_devices, plan.model.head_chunks)
+    except InputError as e:
+        raise InputError(f"{plan_path}: {e}") from None
     kinds = [layer.kind for layer in model.layers]
-    if fmt != "torch-csv" and plan.model.head_chunks > 1:
-        raise InputError(
-            f"{plan_path}: model.head_chunks = {plan.model.head_chunks}: this plan splits the LM head into vocabulary"
-            f" chunks, which {fmt} cannot express; export torch-csv, or re-plan with --head-chunks 1"
-        )
     if fmt == "torch-csv":
-        return to_torch_csv(programs)
+        return [(output, to_torch_csv(programs))]
     if fmt == "megatron-layout":
-        return megatron_layout(layout, kinds) + "\n"
-    return json.dumps({"module_fqns_per_model_part": torchtitan_fqns(layout, kinds)}, indent=1) + "\n"
+        return [(output, megatron_layout(layout, kinds) + "\n")]
+    if output is None:
+        raise InputError("--format torchtitan writes a config module and the schedule CSV beside it; pass -o CONFIG.py")
+    if torchtitan_config is None:
+        raise InputError(
+            "--format torchtitan needs --torchtitan-config MODULE:CONFIG: the torchtitan config of the planned model"
+            " (e.g. llama3:llama3_8b), whose pipeline settings the export replaces"
+        )
+    config_path = Path(output)
+    if config_path.suffix != ".py" or not config_path.stem.isidentifier():
+        raise InputError(
+            f"-o {output}: torchtitan loads its config from a Python module (`--module NAME --config ...`);"
+            " name the output like adaptis_pipeline.py"
+        )
+    csv_path = config_path.with_suffix(".csv")
+    module = torchtitan_config_module(
+        layout,
+        kinds,
+        csv_name=csv_path.name,
+        base=torchtitan_config,
+        num_microbatches=plan.training.num_microbatches,
+        micro_batch_size=plan.training.micro_batch_size,
+        seq_len=plan.training.seq_len,
+        title=f"{plan.model.name}, {plan.strategy} plan, pp {plan.training.pp},"
+        f" {plan.training.num_microbatches} micro-batches",
+    )
+    return [(str(csv_path), to_torch_csv(programs)), (str(config_path), module)]

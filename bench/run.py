@@ -1,6 +1,6 @@
 """Regenerate BENCHMARKS.md (and docs/img/*.svg) from scratch.
 
-Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections paper,bubbles,seq,ablation,plantime,real]
+Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections paper,bubbles,seq,ablation,plantime,real,targets,torchcsv]
 [--workers 2]` (`make bench` = the full run, about 5-10 minutes on 2 cores; `--quick` < 1 minute).
 
 Data flow: `bench.paper.default_config` says which cases each selected section needs ->
@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 from bench import charts, paper  # noqa: E402
 from bench.common import git_commit, machine  # noqa: E402
 
-SECTIONS = ("paper", "bubbles", "seq", "ablation", "plantime", "real")
+SECTIONS = ("paper", "bubbles", "seq", "ablation", "plantime", "real", "targets", "torchcsv")
 
 
 def provenance(out: str, quick: bool) -> paper.Provenance:
@@ -148,6 +148,11 @@ def build_report(
         text, real_ok = real_section(prov, cfg.quick)
         parts.append(text)
         ok = ok and real_ok
+    for name in ("targets", "torchcsv"):  # bench/interop.py: planning for other runtimes, torch's runtime vs ours
+        if name in sections:
+            from bench import interop
+
+            parts.append(interop.section(name, cfg.quick, 1.0 if cfg.quick else 2.0, workers, prov.command))
     wall = time.perf_counter() - t0
     skipped = [s for s in SECTIONS if s not in sections]
     head = [

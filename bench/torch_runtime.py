@@ -5,12 +5,16 @@ Run (`bench/real.py` writes the config and launches this for you):
     python -m torch.distributed.run --standalone --nproc-per-node 2 --max-restarts 0 \
         -m bench.torch_runtime --config CONFIG.json --out RESULTS/
 
-Data flow: config (model spec file, a list of runs: `{"name", "runtime": "torch" | "ours",
-"plan", "schedule"?}`, warm-up and measured rounds) -> per run, this rank's part of
+Data flow: config (model spec file, a list of runs: `{"name", "runtime": "torch" | "torch-csv" |
+"ours", "plan", "schedule"?, "csv"?}`, warm-up and measured rounds, `save_grads`) -> per run,
+this rank's part of
 - "torch": `PipelineStage`s over the plan's own stages (same layers, same rank: the plan's
   `stages[*].device` is checked against torch's loop / V stage-to-rank mapping) and torch's
   schedule class (`ScheduleGPipe`, `Schedule1F1B`, `ScheduleInterleaved1F1B`,
   `ScheduleZBVZeroBubble`), stepped by torch's runtime;
+- "torch-csv": the same `PipelineStage`s under torch's `_PipelineScheduleRuntime`, whose
+  per-rank orders come from the plan's exported CSV (`adaptis export --format torch-csv`): any
+  plan torch can express, adaptive ones included, run by torch's own runtime;
 - "ours": the executor's `RankRuntime` on the plan file (`adaptis run`'s interpreter).
 Then rounds: every run takes one step per round, in config order on even rounds and in reverse
 order on odd rounds (A B C C B A ...), so slow drift of the machine's load hits every run
@@ -18,8 +22,10 @@ alike; rank 0 also records, per round, the share of the machine's CPU time that 
 other than the two ranks used (`bench.real.others_share`), so the parent can drop rounds that
 other jobs disturbed. Output: `<out>/rank{r}.json` with per-run step times (rank 0's wall time
 from a barrier to a barrier), the per-round loss on the rank that holds the last stage, and
-for "ours" the busy time per rank and op letter (summed action spans). On failure
-`<out>/error.rank{r}.json` and exit 1.
+for "ours" the busy time per rank and op letter (summed action spans); with `save_grads`, the
+first round's gradients of every run as `<out>/grads.{run index}.rank{r}.pt` (names
+`{layer index}.{name in layer}` in both runtimes). On failure `<out>/error.rank{r}.json` and
+exit 1.
 
 Same math in both runtimes: every layer is `adaptis_plan.executor.layers.build_layer(model,
 i, seed)` (weights from (seed, i) alone), the same seeded token batch per round
@@ -125,44 +131,26 @@ def head_loss(num_microbatches: int):  # noqa: ANN201
     return loss_fn
 
 
-class TorchRun:
-    """This rank's stages of one classic plan under torch's own schedule class."""
+class _TorchRuntimeRun:
+    """This rank's stages under one of torch's schedule objects (set up by the subclasses)."""
 
-    def __init__(self, plan: PlanFile, model: ModelSpec, strategy: str, seed: int) -> None:
-        from torch.distributed.pipelining import PipelineStage, schedules
-        from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
-
-        cls_name, style = TORCH_SCHEDULES[strategy]
-        rank, world = dist.get_rank(), dist.get_world_size()
-        num_stages = len(plan.stages)
-        mapping = generate_stage_to_rank_mapping(world, num_stages, style=style)
-        ours = {st.stage: st.device for st in plan.stages}
-        if ours != mapping:
-            raise RuntimeError(f"{strategy}: plan stage->device {ours} differs from torch's {style} mapping {mapping}")
-        self.rank, self.num_microbatches = rank, plan.training.num_microbatches
-        self.first = plan.stages[0].device == rank
-        self.last = plan.stages[-1].device == rank
-        self.modules: list[TorchStage] = []
-        stages = []
-        for st in plan.stages:
-            if st.device != rank:
-                continue
-            mod = TorchStage(model, st.layers[0], st.layers[1], seed=seed)
-            self.modules.append(mod)
-            stages.append(PipelineStage(mod, st.stage, num_stages, torch.device("cpu")))
-        cls = getattr(schedules, cls_name)
-        single = issubclass(cls, schedules.PipelineScheduleSingle)
-        self.schedule = cls(
-            stages[0] if single else stages,
-            self.num_microbatches,
-            loss_fn=head_loss(self.num_microbatches),
-            scale_grads=False,
-        )
+    modules: list[TorchStage]
+    schedule: object
+    first: bool
+    last: bool
 
     def zero_grad(self) -> None:
         for mod in self.modules:
             for p in mod.parameters():
                 p.grad = None
+
+    def named_grads(self) -> dict[str, torch.Tensor | None]:
+        """`{layer index}.{name in layer}` -> gradient, the executor's naming (`Stage.named_layer_parameters`)."""
+        return {
+            name.removeprefix("layers."): (None if p.grad is None else p.grad.detach().clone())
+            for mod in self.modules
+            for name, p in mod.named_parameters()
+        }
 
     def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> float | None:
         """One step over [M, B, S] inputs / labels; the summed scaled loss on the last stage's rank."""
@@ -178,6 +166,62 @@ class TorchRun:
         for loss in losses[1:]:  # in micro-batch order, as our runtime sums them
             total = total + loss.detach()
         return float(total)
+
+    def _build_stages(self, plan: PlanFile, model: ModelSpec, seed: int) -> list:
+        from torch.distributed.pipelining import PipelineStage
+
+        rank = dist.get_rank()
+        num_stages = len(plan.stages)
+        self.num_microbatches = plan.training.num_microbatches
+        self.first = plan.stages[0].device == rank
+        self.last = plan.stages[-1].device == rank
+        self.modules = []
+        stages = []
+        for st in plan.stages:
+            if st.device != rank:
+                continue
+            mod = TorchStage(model, st.layers[0], st.layers[1], seed=seed)
+            self.modules.append(mod)
+            stages.append(PipelineStage(mod, st.stage, num_stages, torch.device("cpu")))
+        return stages
+
+
+class TorchRun(_TorchRuntimeRun):
+    """This rank's stages of one classic plan under torch's own schedule class."""
+
+    def __init__(self, plan: PlanFile, model: ModelSpec, strategy: str, seed: int) -> None:
+        from torch.distributed.pipelining import schedules
+        from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
+
+        cls_name, style = TORCH_SCHEDULES[strategy]
+        mapping = generate_stage_to_rank_mapping(dist.get_world_size(), len(plan.stages), style=style)
+        ours = {st.stage: st.device for st in plan.stages}
+        if ours != mapping:
+            raise RuntimeError(f"{strategy}: plan stage->device {ours} differs from torch's {style} mapping {mapping}")
+        stages = self._build_stages(plan, model, seed)
+        cls = getattr(schedules, cls_name)
+        single = issubclass(cls, schedules.PipelineScheduleSingle)
+        self.schedule = cls(
+            stages[0] if single else stages,
+            self.num_microbatches,
+            loss_fn=head_loss(self.num_microbatches),
+            scale_grads=False,
+        )
+
+
+class TorchCsvRun(_TorchRuntimeRun):
+    """This rank's stages of any plan under torch's `_PipelineScheduleRuntime`, the per-device orders
+    loaded from the CSV `adaptis export --format torch-csv` wrote for the plan (torch infers the
+    stage -> rank map from it)."""
+
+    def __init__(self, plan: PlanFile, model: ModelSpec, csv_path: str, seed: int) -> None:
+        from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+        stages = self._build_stages(plan, model, seed)
+        self.schedule = _PipelineScheduleRuntime(
+            stages, self.num_microbatches, loss_fn=head_loss(self.num_microbatches), scale_grads=False
+        )
+        self.schedule._load_csv(csv_path)
 
 
 class OursRun:
@@ -203,6 +247,9 @@ class OursRun:
 
     def zero_grad(self) -> None:
         self.rt.zero_grad()
+
+    def named_grads(self) -> dict[str, torch.Tensor | None]:
+        return {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in self.rt.named_parameters()}
 
     def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> float | None:
         res = self.rt.run_step(inputs, labels)
@@ -246,6 +293,8 @@ def run(cfg: dict, out: Path) -> None:
             raise RuntimeError(f"{r['plan']}: every run of one launch needs the same training shape")
         if r["runtime"] == "torch":
             runs[r["name"]] = TorchRun(plan, model, r["schedule"], seed)
+        elif r["runtime"] == "torch-csv":
+            runs[r["name"]] = TorchCsvRun(plan, model, r["csv"], seed)
         else:
             runs[r["name"]] = OursRun(plan, model, seed, timeout_s)
     assert tr is not None
@@ -274,6 +323,8 @@ def run(cfg: dict, out: Path) -> None:
             dist.barrier()
             times[name].append(time.perf_counter() - t0)
             losses[name].append(loss)
+            if rnd == 0 and cfg.get("save_grads"):
+                torch.save(job.named_grads(), out / f"grads.{names.index(name)}.rank{rank}.pt")
         if before is not None:
             shares.append(others_share(before, sample()))
     _write_json(

@@ -13,7 +13,9 @@ import random
 from pathlib import Path
 
 from adaptis_plan.core import Action, Layout, Programs
-from adaptis_plan.planfile.io import write_plan
+from adaptis_plan.cost.table import build_cost_table
+from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.planfile.io import plan_costs, write_plan
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 from adaptis_plan.spec.plan_file import PlanDevice, PlanFile, PlanHardwareRef, PlanModelRef, PlanStage, Predicted
 from adaptis_plan.spec.training import TrainingConfig
@@ -151,22 +153,27 @@ def write_plan_file(
     strategy: str = "handmade",
     predicted_s: float = 0.0,
 ) -> Path:
+    training = TrainingConfig(
+        num_microbatches=num_microbatches,
+        micro_batch_size=micro_batch_size,
+        seq_len=seq_len,
+        pp=layout.num_devices,
+        dtype="fp32",
+    )
+    hardware = load_hardware("cpu")
     plan = PlanFile(
+        schema_version=2,
         strategy=strategy,
         model=PlanModelRef(
             name=model.name,
             fingerprint=model.fingerprint(),
             num_layers=model.num_layers,
             head_chunks=model.num_head_chunks,
+            spec=model,
         ),
-        hardware=PlanHardwareRef(name="cpu", fingerprint="none"),
-        training=TrainingConfig(
-            num_microbatches=num_microbatches,
-            micro_batch_size=micro_batch_size,
-            seq_len=seq_len,
-            pp=layout.num_devices,
-            dtype="fp32",
-        ),
+        hardware=PlanHardwareRef(name=hardware.name, fingerprint=hardware.fingerprint(), profile=hardware),
+        training=training,
+        costs=plan_costs(layout, build_cost_table(model, hardware, training), None),
         stages=[
             PlanStage(stage=s, device=layout.stage_device[s], layers=(layout.bounds[s], layout.bounds[s + 1]))
             for s in range(layout.num_stages)

@@ -349,7 +349,7 @@ def measure_action_overhead(*, num_microbatches: int = 16, steps: int = 5, timeo
     with tempfile.TemporaryDirectory(prefix="adaptis-overhead-") as tmp:
         path = Path(tmp) / "probe.json"
         write_plan(make_plan(strategy=spec.name, model=model, hardware=hw, training=training, layout=layout,
-                             programs=programs, result=critical), path)  # fmt: skip
+                             programs=programs, result=critical, costs=unit), path)  # fmt: skip
         out = run_plans([PlanJob(path, model)], steps=steps, warmup=2, timeout_s=timeout_s)[0]
     return float(out["measured_step_time_s"]) / critical.step_time_s
 

@@ -1,12 +1,20 @@
 """Plan IO: read (with validation), write (atomic), and convert between the file and the
 internal `Layout` / `Programs`.
 
-Data flow: search / classic builders + simulator -> `make_plan` -> `write_plan`;
-`read_plan` -> simulate / export / run. Imports the spec, core, validate; never a solver or torch.
+Data flow: search / classic builders + simulator -> `make_plan` (embeds the model spec, the
+hardware profile, the training settings and the costs as planned) -> `write_plan`;
+`read_plan` -> simulate / export / run. Imports the spec, core, errors and the judge's
+program semantics; never a solver or torch.
+
+Files are written as JSON with one level of indentation per object and every list of plain
+values (a device's action strings, its start / end times) on one line: readable with any
+JSON tool, and a 500-layer model with 512 micro-batches at PP 64 stays a few MB and loads in
+well under a second.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import tempfile
@@ -14,17 +22,21 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from adaptis_plan.core import Action, Layout, Programs
+from adaptis_plan.core import Action, CostTable, Layout, Programs
 from adaptis_plan.errors import InputError, located
+from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import (
+    PLAN_SCHEMA_VERSION,
     PlanAction,
+    PlanCosts,
     PlanDevice,
     PlanFile,
     PlanHardwareRef,
     PlanModelRef,
     PlanStage,
+    PlanStageCosts,
     Predicted,
 )
 from adaptis_plan.spec.training import TrainingConfig
@@ -35,24 +47,86 @@ def pydantic_error_line(path: object, err: ValidationError) -> str:
     e = err.errors()[0]
     loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in e["loc"]).replace(".[", "[")
     value = e.get("input")
-    shown = json.dumps(value)[:60] if not isinstance(value, dict) else "{...}"
+    shown = (
+        json.dumps(value)[:60]
+        if not isinstance(value, dict | list)
+        else ("{...}" if isinstance(value, dict) else "[...]")
+    )
     # model validators' messages come prefixed by pydantic ("Value error, ..."): keep ours only
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] == "missing":
         return f"{path}: {loc}: field required; add it"
     if e["type"] == "extra_forbidden":
         return f"{path}: {loc}: unknown field; remove it or check its spelling"
+    if isinstance(value, list) and msg.startswith("["):  # an item of a list, located by its validator
+        return f"{path}: {loc}{msg}"
     where = f"{path}: {loc} = {shown}" if loc else f"{path}"
     return f"{where}: {msg}"
 
 
+def _check_version(data: object, p: Path) -> None:
+    """One clear line for a plan of another format version (before any field is looked at)."""
+    if not isinstance(data, dict):
+        return
+    replan = "re-plan with this version (`adaptis plan ... -o FILE`)"
+    if "schema_version" not in data:
+        raise InputError(f"{p}: schema_version: field required: not an adaptis plan file, or an edited one; {replan}")
+    version = data["schema_version"]
+    if version == PLAN_SCHEMA_VERSION:
+        return
+    if isinstance(version, int) and not isinstance(version, bool) and 1 <= version < PLAN_SCHEMA_VERSION:
+        raise InputError(
+            f"{p}: schema_version = {version}: written by an older adaptis, without the model, hardware and costs"
+            f" it was planned with (this version reads {PLAN_SCHEMA_VERSION}); {replan}"
+        )
+    if isinstance(version, int) and not isinstance(version, bool) and version > PLAN_SCHEMA_VERSION:
+        raise InputError(
+            f"{p}: schema_version = {version}: written by a newer adaptis (this version reads"
+            f" {PLAN_SCHEMA_VERSION}); upgrade adaptis or {replan}"
+        )
+    raise InputError(f"{p}: schema_version = {json.dumps(version)[:40]}: must be {PLAN_SCHEMA_VERSION}; {replan}")
+
+
+def _check_embedded(plan: PlanFile, p: Path) -> None:
+    """The embedded model spec and hardware profile are the ones the fingerprints name."""
+    spec = plan.model.spec
+    if spec.fingerprint() != plan.model.fingerprint:
+        raise InputError(
+            f"{p}: model.spec does not match model.fingerprint ({plan.model.fingerprint[:12]}): the embedded model"
+            " was edited; re-plan with `adaptis plan`"
+        )
+    if spec.num_layers != plan.model.num_layers or spec.num_head_chunks != plan.model.head_chunks:
+        raise InputError(
+            f"{p}: model.spec has {spec.num_layers} layers with the head in {spec.num_head_chunks} chunk(s), but"
+            f" model.num_layers = {plan.model.num_layers} and model.head_chunks = {plan.model.head_chunks};"
+            " re-plan with `adaptis plan`"
+        )
+    if plan.hardware.profile.fingerprint() != plan.hardware.fingerprint:
+        raise InputError(
+            f"{p}: hardware.profile does not match hardware.fingerprint ({plan.hardware.fingerprint[:12]}): the"
+            " embedded profile was edited; re-plan with `adaptis plan`"
+        )
+
+
 def read_plan(path: str | Path) -> PlanFile:
-    """Read and validate a plan file (structure and action orders)."""
+    """Read and validate a plan file (format version, structure, embedded inputs, action orders)."""
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{p}: a folder, not a plan file; pass the JSON file `adaptis plan -o` wrote")
     if not p.is_file():
         raise InputError(f"{p}: no such plan file; write one with `adaptis plan ... -o {p.name}`")
+    # a plan holds up to hundreds of thousands of small objects, none of them in a reference cycle:
+    # the cycle collector would rescan them all again and again while they are built
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_plan(p)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_plan(p: Path) -> PlanFile:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
@@ -63,10 +137,12 @@ def read_plan(path: str | Path) -> PlanFile:
         raise InputError(
             f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); the file may be truncated — re-run `adaptis plan`"
         ) from None
+    _check_version(data, p)
     try:
         plan = PlanFile.model_validate(data)
     except ValidationError as e:
         raise InputError(pydantic_error_line(p, e)) from None
+    _check_embedded(plan, p)
     from adaptis_plan.judge.semantics import check_programs
 
     try:
@@ -81,11 +157,40 @@ def write_plan(plan: PlanFile, path: str | Path) -> None:
     write_json_atomic(plan.model_dump(mode="json", exclude_none=True), path)
 
 
+def dumps(data: object) -> str:
+    """JSON text: objects indented one space per level, lists of plain values on one line."""
+    parts: list[str] = []
+    _dump(data, 0, parts)
+    return "".join(parts)
+
+
+def _dump(value: object, level: int, out: list[str]) -> None:
+    if isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        pad = "\n" + " " * (level + 1)
+        out.append("{")
+        for k, (key, item) in enumerate(value.items()):
+            out.append(("," if k else "") + pad + json.dumps(str(key)) + ": ")
+            _dump(item, level + 1, out)
+        out.append("\n" + " " * level + "}")
+    elif isinstance(value, list | tuple) and any(isinstance(v, dict | list | tuple) for v in value):
+        pad = "\n" + " " * (level + 1)
+        out.append("[")
+        for k, item in enumerate(value):
+            out.append(("," if k else "") + pad)
+            _dump(item, level + 1, out)
+        out.append("\n" + " " * level + "]")
+    else:
+        out.append(json.dumps(value, separators=(", ", ": ")))
+
+
 def write_json_atomic(data: object, path: str | Path) -> None:
-    """Write `data` as JSON atomically (see `write_text_atomic`)."""
+    """Write `data` as JSON atomically (see `write_text_atomic`); lists of plain values on one line."""
 
     def dump(f) -> None:
-        json.dump(data, f, indent=1)
+        f.write(dumps(data))
         f.write("\n")
 
     _write_atomic(path, dump)
@@ -125,7 +230,37 @@ def plan_layout(plan: PlanFile) -> Layout:
 
 
 def plan_programs(plan: PlanFile) -> Programs:
-    return [[Action(a.stage, a.op, a.mb) for a in dev.actions] for dev in plan.devices]
+    new = tuple.__new__  # Action(stage, op, mb) without the per-call overhead: plans hold many actions
+    return [[new(Action, (a[1], a[0], a[2])) for a in dev.actions] for dev in plan.devices]
+
+
+def plan_costs(layout: Layout, costs: CostTable, profile: CostProfile | None, source: str | None = None) -> PlanCosts:
+    """The `costs` section: what every action of every stage costs on `costs` (as planned)."""
+    from adaptis_plan.judge.semantics import stage_costs
+
+    sc = stage_costs(layout, costs)
+    stages = [
+        PlanStageCosts(
+            stage=s,
+            f_s=float(sc.f[s]),
+            i_s=float(sc.i[s]),
+            w_s=float(sc.w[s]),
+            b_s=float(sc.b[s]),
+            act_bytes=float(sc.act[s]),
+            act_w_bytes=float(sc.act_w[s]),
+            recv_act_s=float(sc.p2p_act[s]),
+            send_grad_s=float(sc.p2p_grad[s]),
+        )
+        for s in range(layout.num_stages)
+    ]
+    return PlanCosts(
+        source=source or ("measured" if profile is not None else "analytic"),
+        profile=profile,
+        action_overhead_s=float(costs.action_overhead_s),
+        static_bytes=[float(x) for x in sc.static],
+        mem_limit_bytes=[float(x) for x in costs.mem_limit_bytes[: layout.num_devices]],
+        stages=stages,
+    )
 
 
 def make_plan(
@@ -137,18 +272,26 @@ def make_plan(
     layout: Layout,
     programs: Programs,
     result,  # simulate.SimResult
+    costs: CostTable,
+    profile: CostProfile | None = None,
     search: dict | None = None,
+    target: str = "adaptis",
 ) -> PlanFile:
-    """Assemble a plan file from a layout, orders and the simulator's verdict on them."""
+    """Assemble a self-contained plan file from a layout, orders, the inputs they were made from and the
+    simulator's verdict on them."""
     devices = []
     for d, prog in enumerate(programs):
         acts = [
-            PlanAction(op=a.op, stage=a.stage, mb=a.mb, start_s=round(t0, 9), end_s=round(t1, 9))
+            PlanAction(a.op, a.stage, a.mb, round(t0, 9), round(t1, 9))
             for a, (t0, t1) in zip(prog, result.times[d], strict=True)
         ]
         devices.append(PlanDevice(device=d, actions=acts))
+    # the cost table models one recomputation switch for the whole step (training.recompute)
+    recompute = "full" if training.recompute else "none"
     stages = [
-        PlanStage(stage=s, device=layout.stage_device[s], layers=(layout.bounds[s], layout.bounds[s + 1]))
+        PlanStage(
+            stage=s, device=layout.stage_device[s], layers=(layout.bounds[s], layout.bounds[s + 1]), recompute=recompute
+        )
         for s in range(layout.num_stages)
     ]
     predicted = Predicted(
@@ -161,15 +304,19 @@ def make_plan(
     from adaptis_plan import __version__
 
     return PlanFile(
+        schema_version=PLAN_SCHEMA_VERSION,
         strategy=strategy,
+        target=target,
         model=PlanModelRef(
             name=model.name,
             fingerprint=model.fingerprint(),
             num_layers=model.num_layers,
             head_chunks=model.num_head_chunks,
+            spec=model,
         ),
-        hardware=PlanHardwareRef(name=hardware.name, fingerprint=hardware.fingerprint()),
+        hardware=PlanHardwareRef(name=hardware.name, fingerprint=hardware.fingerprint(), profile=hardware),
         training=training,
+        costs=plan_costs(layout, costs, profile),
         stages=stages,
         devices=devices,
         predicted=predicted,
@@ -185,5 +332,5 @@ def check_model_matches(plan: PlanFile, model: ModelSpec, plan_path: object) -> 
         raise InputError(
             f"{plan_path}: model.fingerprint: the plan was made for model '{plan.model.name}'"
             f" ({plan.model.fingerprint[:12]}), not '{model.name}' ({fp[:12]}); re-plan with"
-            f" `adaptis plan --model {model.name} ...` or pass --model {plan.model.name}"
+            f" `adaptis plan --model {model.name} ...` or leave --model out to use the plan's own model"
         )

@@ -81,6 +81,12 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         f"lower bound {_ms(r.lower_bound_s)} ms; this plan is {gap:.1%} above it."
         f" planned in {outcome.plan_time_s:.2f} s."
     )
+    if outcome.unrestricted is not None:
+        u = outcome.unrestricted
+        console.print(
+            f"target {plan.target}: restricted to what it can run; the best unrestricted plan takes"
+            f" {_ms(u.step_time_s)} ms, so the restriction costs {r.step_time_s / u.step_time_s - 1:.1%}."
+        )
     if classic:
         adaptive_hint = "`--strategy adaptive` searches partition, placement and schedule for this input"
         console.print(
@@ -136,6 +142,8 @@ def print_simulation_report(
         )
     console.print(t)
     gap = r.step_time_s / r.lower_bound_s - 1 if r.lower_bound_s > 0 else float("nan")
+    if sim.cost_source:
+        console.print(f"costs: {sim.cost_source}")
     console.print(
         f"step {_ms(r.step_time_s)} ms, mean bubble {r.bubble_ratio:.1%}, lower bound"
         f" {_ms(r.lower_bound_s)} ms ({gap:.1%} above), fits memory: {r.fits_memory}"

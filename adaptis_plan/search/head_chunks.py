@@ -14,7 +14,14 @@ import numpy as np
 
 from adaptis_plan.core import CostTable
 from adaptis_plan.inputs.models.transform import split_head
-from adaptis_plan.search.generator import Candidate, ProgressFn, SearchOutcome, better, search_plan
+from adaptis_plan.search.generator import (
+    Candidate,
+    PlacementFilter,
+    ProgressFn,
+    SearchOutcome,
+    better,
+    search_plan,
+)
 from adaptis_plan.spec.model import ModelSpec
 
 
@@ -40,9 +47,11 @@ def search_head_options(
     seed: int,
     progress: ProgressFn | None,
     baselines: dict[str, Candidate],
+    placement_ok: PlacementFilter | None = None,
 ) -> tuple[int, SearchOutcome]:
     """(index of the best option, its search outcome): the generator on each cost table in turn,
-    each with an equal share of the time; the classic baselines go with the first (unsplit) one."""
+    each with an equal share of the time; the classic baselines go with the first (unsplit) one.
+    `placement_ok` restricts every candidate layout (`plan --target`)."""
     best_k, outcome = 0, None
     for k, (c, n) in enumerate(zip(costs, num_layers, strict=True)):
         got = search_plan(
@@ -54,6 +63,7 @@ def search_head_options(
             seed=seed,
             progress=progress,
             baselines=baselines if k == 0 else {},
+            placement_ok=placement_ok,
         )
         if outcome is None or better(got.best, outcome.best):
             best_k, outcome = k, got

@@ -1,19 +1,54 @@
 """The plan file (pydantic boundary model): the one artifact `plan` writes and `simulate`,
 `export` and `run` read.
 
-Core fields are a contract (DESIGN.md "The plan file"). Structural checks that need only the
-file itself live here (stages cover every layer once, in order, non-empty; devices in range);
-order checks (every (stage, mb) has its F and B or I + W on the right device) are done by
-`adaptis_plan.judge.semantics` when the plan is read. Imports only `spec.training`.
+Core fields are a contract (DESIGN.md "The plan file"). A plan stands alone: beside the core
+fields it embeds the model spec as planned (`model.spec`: layers with kinds and shapes, the
+head in its vocabulary chunks, no weights), the hardware profile (`hardware.profile`), the
+training settings (`training`) and the costs it was planned with (`costs`: the cost source,
+the measured profile when one was used, and what every action of every stage cost), so no
+other file is needed to simulate, export or run it.
+
+Schema version 2. Each device's program is stored compactly: `actions` is a list of action
+strings in torch's notation (`"7I3"` = stage 7, op I, micro-batch 3) and `start_s` / `end_s`
+are parallel arrays of the simulated times. The documented object form
+(`{"op", "stage", "mb", "start_s", "end_s"}` per action) is still read, so hand-written plans
+keep working; in memory every action is a `PlanAction` with those five fields either way.
+
+Structural checks that need only the file itself live here (stages cover every layer once, in
+order, non-empty; devices in range; action indices within the plan's own sizes, checked before
+anything is allocated by them); order checks (every (stage, mb) has its F and B or I + W on
+the right device) are done by `adaptis_plan.judge.semantics` when the plan is read. Imports
+only the other boundary models in `spec/`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+import re
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PlainValidator,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
+from adaptis_plan.spec.cost_profile import CostProfile
+from adaptis_plan.spec.hardware import HardwareProfile
+from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
+
+#: The plan format this version writes and reads.
+PLAN_SCHEMA_VERSION = 2
+
+_ACTION_RE = re.compile(r"(\d{1,9})([FBIW])(\d{1,9})")
+_OPS = ("F", "B", "I", "W")
 
 
 class _Strict(BaseModel):
@@ -25,11 +60,15 @@ class PlanModelRef(_Strict):
     fingerprint: str = Field(description="sha256 of the normalized model spec")
     num_layers: int = Field(ge=2, description="layers as planned (with the head's vocabulary chunks)")
     head_chunks: int = Field(1, ge=1, description="the LM head is split into this many vocabulary chunks")
+    spec: ModelSpec = Field(
+        description="the model as planned: layers with kinds and shapes, the head in its vocabulary chunks; no weights"
+    )
 
 
 class PlanHardwareRef(_Strict):
     name: str
     fingerprint: str
+    profile: HardwareProfile = Field(description="the hardware profile the plan was made for")
 
 
 Recompute = Literal["none", "selective", "full"]
@@ -49,7 +88,56 @@ class PlanStage(_Strict):
     )
 
 
-class PlanAction(_Strict):
+class PlanStageCosts(_Strict):
+    """What every action of one stage cost as planned, on the stage's device."""
+
+    stage: NonNegativeInt
+    f_s: NonNegativeFloat = Field(description="one forward (F), seconds, the runtime's per-action overhead included")
+    i_s: NonNegativeFloat = Field(description="one backward for inputs (I), seconds")
+    w_s: NonNegativeFloat = Field(description="one backward for weights (W), seconds")
+    b_s: NonNegativeFloat = Field(description="one full backward (B), seconds")
+    act_bytes: NonNegativeFloat = Field(description="activation bytes one F allocates until its I / B")
+    act_w_bytes: NonNegativeFloat = Field(description="of act_bytes, what W still needs after I")
+    recv_act_s: NonNegativeFloat = Field(
+        description="moving the previous stage's activation here, seconds (0 on the same device)"
+    )
+    send_grad_s: NonNegativeFloat = Field(
+        description="moving this stage's input gradient back to the previous stage, seconds (0 on the same device)"
+    )
+
+
+class PlanCosts(_Strict):
+    """The costs the plan was made with."""
+
+    source: Literal["analytic", "measured"] = Field(
+        description="analytic: adaptis' cost model on the hardware profile; measured: `profile` replaced the"
+        " per-layer times and activation bytes it lists"
+    )
+    profile: CostProfile | None = Field(None, description="the measured layer-cost profile, when one was used")
+    action_overhead_s: NonNegativeFloat = Field(0.0, description="the runtime's host time charged per action")
+    static_bytes: list[NonNegativeFloat] = Field(
+        description="per device: weights, gradients and optimizer state of its stages"
+    )
+    mem_limit_bytes: list[NonNegativeFloat] = Field(description="per device: the memory the plan had to fit in")
+    stages: list[PlanStageCosts] = Field(description="per stage, in stage order: what each of its actions cost")
+
+
+class PlanAction(NamedTuple):
+    """One action of a device's program with its simulated start and end (seconds)."""
+
+    op: str
+    stage: int
+    mb: int
+    start_s: float = 0.0
+    end_s: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.op}{self.mb}"
+
+
+class PlanActionRecord(_Strict):
+    """The documented object form of one action (read; written as the compact string form)."""
+
     op: Literal["F", "B", "I", "W"]
     stage: NonNegativeInt
     mb: NonNegativeInt
@@ -57,9 +145,99 @@ class PlanAction(_Strict):
     end_s: NonNegativeFloat = 0.0
 
 
+_ACTIONS_RE = re.compile(r"(?:\d{1,9}[FBIW]\d{1,9},)*\d{1,9}[FBIW]\d{1,9}")
+_new_tuple = tuple.__new__
+
+
+def _parse_strings(value: list[str]) -> list[tuple[str, int, int]]:
+    """Action strings -> (op, stage, mb); one regex pass over the joined program (a plan can hold
+    hundreds of thousands of actions), falling back to item by item to name a bad one."""
+    if all(type(a) is str for a in value):
+        joined = ",".join(value)
+        if _ACTIONS_RE.fullmatch(joined):
+            return [(op, int(st), int(mb)) for st, op, mb in _ACTION_RE.findall(joined)]
+    for k, item in enumerate(value):
+        if not isinstance(item, str) or not _ACTION_RE.fullmatch(item):
+            shown = repr(item[:30]) if isinstance(item, str) else type(item).__name__
+            raise ValueError(f"[{k}] = {shown}: not an action like '2F0' or '7I3' (stage, op F/B/I/W, micro-batch)")
+    raise AssertionError("unreachable: every item matched")
+
+
+def _parse_actions(value: Any) -> list:
+    """Action strings (`"7I3"`, kept as (op, stage, mb) until their times are attached), action
+    records or `PlanAction`s -> the device's actions."""
+    if not isinstance(value, list):
+        raise ValueError("must be a list of actions like '2F0' or {op, stage, mb} objects")
+    if not value or isinstance(value[0], str):
+        return _parse_strings(value)
+    out: list[PlanAction] = []
+    for k, item in enumerate(value):
+        if isinstance(item, PlanAction):
+            out.append(item)
+        elif isinstance(item, dict):
+            try:
+                rec = PlanActionRecord.model_validate(item)
+            except ValidationError as e:
+                err = e.errors(include_url=False)[0]
+                field = ".".join(str(p) for p in err["loc"])
+                shown = json.dumps(err.get("input")) if err["type"] != "missing" else "missing"
+                raise ValueError(f"[{k}].{field} = {shown[:40]}: {err['msg']}") from None
+            out.append(PlanAction(rec.op, rec.stage, rec.mb, rec.start_s, rec.end_s))
+        else:
+            raise ValueError(f"[{k}] = {type(item).__name__}: use an action string like '2F0'")
+    return out
+
+
+_ActionList = Annotated[
+    list[PlanAction],
+    PlainValidator(_parse_actions, json_schema_input_type=list[Annotated[str, Field(pattern=r"^\d+[FBIW]\d+$")]]),
+]
+
+
 class PlanDevice(_Strict):
+    """One device's program in execution order.
+
+    Written as `{"device", "actions": ["0F0", ...], "start_s": [...], "end_s": [...]}`; the
+    object form of each action (DESIGN.md) is read too.
+    """
+
     device: NonNegativeInt
-    actions: list[PlanAction]
+    actions: _ActionList = Field(description="the program: action strings like '7I3' in execution order")
+    start_s: list[NonNegativeFloat] | None = Field(
+        None, description="simulated start of each action, seconds (parallel to actions)"
+    )
+    end_s: list[NonNegativeFloat] | None = Field(
+        None, description="simulated end of each action, seconds (parallel to actions)"
+    )
+
+    @model_validator(mode="after")
+    def _merge_times(self) -> PlanDevice:
+        """Attach the parallel time arrays to the actions (in memory every action carries its times)."""
+        starts, ends, acts = self.start_s, self.end_s, self.actions
+        if starts is None and ends is None:
+            if acts and type(acts[0]) is tuple:  # action strings without times
+                self.actions = [_new_tuple(PlanAction, (op, st, mb, 0.0, 0.0)) for op, st, mb in acts]
+            return self
+        n = len(acts)
+        for name, times in (("start_s", starts), ("end_s", ends)):
+            if times is None or len(times) != n:
+                got = "missing" if times is None else f"{len(times)} entries"
+                raise ValueError(f"devices[{self.device}].{name}: {got} for {n} actions; give one time per action")
+        self.actions = [
+            _new_tuple(PlanAction, (a[0], a[1], a[2], t0, t1)) for a, t0, t1 in zip(acts, starts, ends, strict=True)
+        ]
+        self.start_s = self.end_s = None
+        return self
+
+    @model_serializer(mode="plain")
+    def _compact(self) -> dict[str, Any]:
+        acts = self.actions
+        return {
+            "device": self.device,
+            "actions": [f"{a.stage}{a.op}{a.mb}" for a in acts],
+            "start_s": [a.start_s for a in acts],
+            "end_s": [a.end_s for a in acts],
+        }
 
 
 class Predicted(_Strict):
@@ -71,11 +249,15 @@ class Predicted(_Strict):
 
 
 class PlanFile(_Strict):
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = Field(description="the plan format; this version writes and reads 2")
     strategy: str
+    target: Literal["adaptis", "torch", "torchtitan", "megatron"] = Field(
+        "adaptis", description="the runtime the plan was restricted to (`adaptis plan --target`)"
+    )
     model: PlanModelRef
     hardware: PlanHardwareRef
     training: TrainingConfig
+    costs: PlanCosts
     stages: list[PlanStage] = Field(min_length=1)
     devices: list[PlanDevice] = Field(min_length=1)
     predicted: Predicted
@@ -110,4 +292,42 @@ class PlanFile(_Strict):
         for i, dev in enumerate(self.devices):
             if dev.device != i:
                 raise ValueError(f"devices[{i}].device is {dev.device}; devices must be listed in order 0..{pp - 1}")
+        self._check_action_bounds()
+        self._check_costs_shape()
         return self
+
+    def _check_action_bounds(self) -> None:
+        """Stage and micro-batch indices within the plan's own sizes (before anything indexes by them)."""
+        num_stages, m = len(self.stages), self.training.num_microbatches
+        num_actions = sum(len(dev.actions) for dev in self.devices)
+        if num_actions < 2 * num_stages * m:  # before anything sized by stages x micro-batches is allocated
+            raise ValueError(
+                f"training.num_microbatches = {m}: {num_stages} stages x {m} micro-batches need at least"
+                f" {2 * num_stages * m} actions (an F and a B, or an I and a W, each), the programs hold {num_actions};"
+                " fix num_microbatches or re-plan"
+            )
+        for i, dev in enumerate(self.devices):
+            for k, a in enumerate(dev.actions):
+                if a.stage >= num_stages or a.mb >= m:
+                    field, value, top = ("stage", a.stage, num_stages) if a.stage >= num_stages else ("mb", a.mb, m)
+                    raise ValueError(
+                        f"devices[{i}].actions[{k}] = '{a.stage}{a.op}{a.mb}': {field} {value} is outside"
+                        f" 0..{top - 1} (the plan has {num_stages} stages and {m} micro-batches); fix or re-plan"
+                    )
+
+    def _check_costs_shape(self) -> None:
+        num_stages, pp = len(self.stages), self.training.pp
+        if [c.stage for c in self.costs.stages] != list(range(num_stages)):
+            raise ValueError(f"costs.stages must list stages 0..{num_stages - 1} in order, one entry each")
+        for name in ("static_bytes", "mem_limit_bytes"):
+            if len(getattr(self.costs, name)) != pp:
+                raise ValueError(
+                    f"costs.{name} has {len(getattr(self.costs, name))} entries; give one per device ({pp})"
+                )
+
+    def layer_recompute(self) -> list[str]:
+        """Each layer's recomputation mode, from its stage."""
+        out: list[str] = []
+        for st in self.stages:
+            out += [st.recompute] * (st.layers[1] - st.layers[0])
+        return out

@@ -171,7 +171,7 @@ def test_plan_and_simulate_json(adaptis, tmp_path: Path, strategy: str) -> None:
     plan = load(plan_path)
     assert plan["strategy"] == expected
     assert plan["predicted"]["step_time_s"] == pytest.approx(out["step_time_s"], rel=1e-12)
-    last_end = max(a["end_s"] for d in plan["devices"] for a in d["actions"])
+    last_end = max(t for d in plan["devices"] for t in d["end_s"])
     assert plan["predicted"]["step_time_s"] == pytest.approx(last_end, rel=1e-6)
 
     s = adaptis("simulate", plan_path, "--json")
@@ -242,7 +242,7 @@ def test_export_torch_csv_matches_plan(adaptis, tiny_plan: Path) -> None:
     assert len(rows) == plan["training"]["pp"]
     for row, dev in zip(rows, plan["devices"], strict=True):
         assert all(ACTION.match(a) for a in row)
-        assert row == [f"{a['stage']}{a['op']}{a['mb']}" for a in dev["actions"]]
+        assert row == dev["actions"]
 
 
 def test_export_exact_outputs(adaptis, tmp_path: Path) -> None:
@@ -254,26 +254,29 @@ def test_export_exact_outputs(adaptis, tmp_path: Path) -> None:
     assert r.stdout == "0F0,0F1,0F2,0F3,0B0,0B1,0B2,0B3\n1F0,1F1,1F2,1F3,1B0,1B1,1B2,1B3\n"
     r = adaptis("export", i1f1b, "--format", "megatron-layout")
     assert (r.exit_code, r.stdout) == (0, "Ett|tt|tt|ttL\n")
-    r = adaptis("export", i1f1b, "--format", "torchtitan")
-    assert r.exit_code == 0
-    assert json.loads(r.stdout) == {
-        "module_fqns_per_model_part": [
-            ["tok_embeddings", "layers.0", "layers.1"],
-            ["layers.2", "layers.3"],
-            ["layers.4", "layers.5"],
-            ["layers.6", "layers.7", "norm", "output"],
-        ]
-    }
+    config = tmp_path / "tt" / "adaptis_i1f1b.py"
+    r = adaptis("export", i1f1b, "--format", "torchtitan", "--torchtitan-config", "llama3:llama3_8b", "-o", config)
+    assert r.exit_code == 0, r.stderr
+    assert config.with_suffix(".csv").read_text() == adaptis("export", i1f1b, "--format", "torch-csv").stdout
+    fqns = [
+        ["tok_embeddings", "layers.0", "layers.1"],
+        ["layers.2", "layers.3"],
+        ["layers.4", "layers.5"],
+        ["layers.6", "layers.7", "norm", "lm_head"],
+    ]
+    assert f'"module_fqns_per_model_part": {fqns!r}' in config.read_text()
     out = tmp_path / "sub" / "layout.txt"
     r = adaptis("export", i1f1b, "--format", "megatron-layout", "-o", out)
     assert r.exit_code == 0 and r.stdout == "" and out.read_text() == "Ett|tt|tt|ttL\n"
 
 
-def test_export_megatron_refuses_v_placement(adaptis, zbv_plan: Path) -> None:
+def test_export_megatron_refuses_v_placement(adaptis, tmp_path: Path, zbv_plan: Path) -> None:
     r = adaptis("export", zbv_plan, "--format", "megatron-layout")
-    one_line_error(r, 2, "megatron-layout", "device")
-    r = adaptis("export", zbv_plan, "--format", "torchtitan")
-    assert r.exit_code == 0 and len(json.loads(r.stdout)["module_fqns_per_model_part"]) == 4
+    one_line_error(r, 2, "megatron-layout", "rank s % 2", "--target megatron")
+    config = tmp_path / "zbv_pipeline.py"
+    r = adaptis("export", zbv_plan, "--format", "torchtitan", "--torchtitan-config", "llama3:llama3_8b", "-o", config)
+    assert r.exit_code == 0, r.stderr  # a V of 2 stages per rank: torchtitan's ZBV stage-to-rank style
+    assert "'ZBVZeroBubble'" in config.read_text()
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -372,13 +375,13 @@ def test_truncated_plan(adaptis, tmp_path: Path, tiny_plan: Path) -> None:
 
 def test_missing_plan_file(adaptis, tmp_path: Path) -> None:
     one_line_error(adaptis("simulate", tmp_path / "nope.json", "--json"), 2, "nope.json", "no such plan file")
-    one_line_error(adaptis("export", tmp_path / "nope.json", "--format", "torchtitan"), 2, "nope.json")
+    one_line_error(adaptis("export", tmp_path / "nope.json", "--format", "torch-csv"), 2, "nope.json")
 
 
 def test_plan_action_on_wrong_device(adaptis, tmp_path: Path, zbv_plan: Path) -> None:
     def move(plan: dict) -> None:
-        action = plan["devices"][0]["actions"].pop(0)
-        plan["devices"][1]["actions"].insert(0, action)
+        for key in ("actions", "start_s", "end_s"):
+            plan["devices"][1][key].insert(0, plan["devices"][0][key].pop(0))
 
     bad = edited(zbv_plan, tmp_path / "moved.json", move)
     one_line_error(adaptis("simulate", bad), 2, "moved.json", "device 1", "0F0", grid=True)
@@ -386,8 +389,10 @@ def test_plan_action_on_wrong_device(adaptis, tmp_path: Path, zbv_plan: Path) ->
 
 def test_plan_missing_w(adaptis, tmp_path: Path, zbv_plan: Path) -> None:
     def drop_w(plan: dict) -> None:
-        acts = plan["devices"][0]["actions"]
-        acts.remove(next(a for a in acts if a["op"] == "W"))
+        dev = plan["devices"][0]
+        k = next(k for k, a in enumerate(dev["actions"]) if "W" in a)
+        for key in ("actions", "start_s", "end_s"):
+            dev[key].pop(k)
 
     bad = edited(zbv_plan, tmp_path / "now.json", drop_w)
     one_line_error(adaptis("simulate", bad), 2, "now.json", "W", grid=True)
@@ -418,16 +423,19 @@ def test_plan_with_tampered_fingerprints(adaptis, tmp_path: Path, tiny_plan: Pat
 
     one_line_error(adaptis("simulate", edited(tiny_plan, tmp_path / "m.json", model_fp)), 2, "m.json", "fingerprint")
     r = adaptis("simulate", edited(tiny_plan, tmp_path / "h.json", hardware_fp))
-    one_line_error(r, 2, "h.json", "hardware.fingerprint", "cpu")
+    one_line_error(r, 2, "h.json", "hardware.profile does not match hardware.fingerprint", "re-plan")
 
 
 def test_plan_of_unknown_model_name(adaptis, tmp_path: Path, tiny_plan: Path) -> None:
-    def rename(plan: dict) -> None:
-        plan["model"]["name"] = "my-private-model"
+    """The plan carries its model: a name no catalogue knows simulates and exports from the plan alone."""
 
-    bad = edited(tiny_plan, tmp_path / "renamed.json", rename)
-    one_line_error(adaptis("simulate", bad), 2, "renamed.json", "my-private-model", "--model")
-    assert adaptis("simulate", bad, "--model", "tiny-llama", "--json").exit_code == 0
+    def rename(plan: dict) -> None:
+        plan["model"]["name"] = plan["model"]["spec"]["name"] = "my-private-model"
+
+    renamed = edited(tiny_plan, tmp_path / "renamed.json", rename)
+    assert adaptis("simulate", renamed, "--json").exit_code == 0
+    assert adaptis("export", renamed, "--format", "torch-csv").exit_code == 0
+    assert adaptis("simulate", renamed, "--model", "tiny-llama", "--json").exit_code == 0
 
 
 # ----------------------------------------------------------------------------- reproducibility
@@ -478,9 +486,9 @@ def test_head_chunks_plan_simulate_export(adaptis, tmp_path: Path) -> None:
     r = adaptis("simulate", p, "--json")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["step_time_s"] == pytest.approx(plan["predicted"]["step_time_s"])
-    assert adaptis("export", p, "--format", "torch-csv").exit_code == 0
-    r = adaptis("export", p, "--format", "megatron-layout")
-    assert r.exit_code == 2 and "vocabulary" in r.stderr
+    for fmt in ("torch-csv", "megatron-layout"):  # only the adaptis executor runs a split head
+        r = adaptis("export", p, "--format", fmt)
+        assert r.exit_code == 2 and "vocabulary chunks" in r.stderr and "--target" in r.stderr
 
 
 def test_head_chunks_bad_values(adaptis, tmp_path: Path) -> None:

@@ -143,18 +143,18 @@ def test_torchtitan_fqns() -> None:
         ["tok_embeddings", "layers.0", "layers.1"],
         ["layers.2", "layers.3", "layers.4"],
         ["layers.5", "layers.6", "layers.7"],
-        ["layers.8", "layers.9", "norm", "output"],
+        ["layers.8", "layers.9", "norm", "lm_head"],
     ]
 
 
 def test_torchtitan_fqns_single_stage_and_v() -> None:
     assert torchtitan_fqns(Layout((0, 4), (0,), 1), _kinds(4)) == [
-        ["tok_embeddings", "layers.0", "layers.1", "norm", "output"]
+        ["tok_embeddings", "layers.0", "layers.1", "norm", "lm_head"]
     ]
     parts = torchtitan_fqns(Layout(uniform_bounds(10, 4), placement("v", 2, 2), 2), _kinds(10))
     assert [name for part in parts for name in part] == ["tok_embeddings"] + [f"layers.{i}" for i in range(8)] + [
         "norm",
-        "output",
+        "lm_head",
     ]
     with pytest.raises(InputError, match="layer_kinds has 3 entries"):
         torchtitan_fqns(Layout((0, 4), (0,), 1), _kinds(3))

@@ -1,0 +1,169 @@
+"""Exports read by the frameworks' own code: megatron-core's layout parser and torchtitan's config
+manager, model split and schedule builder. Each test reads back which layers every stage holds
+and on which rank, and checks it against the plan.
+
+Needs the `interop` extras (megatron-core 0.16.1, torchtitan 0.3.0; `make test` installs them).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec, ModelSpec
+from tests.conftest import run_adaptis
+
+megatron_layout_mod = pytest.importorskip(
+    "megatron.core.transformer.pipeline_parallel_layer_layout", reason="the interop extras (pip install .[interop])"
+)
+
+
+def _plan(tmp_path: Path, model: str | Path, name: str, *args: str) -> tuple[Path, dict]:
+    path = tmp_path / f"{name}.json"
+    r = run_adaptis("plan", "--model", model, *args, "--time-limit", "1", "-o", path)
+    assert r.exit_code == 0, r.stderr
+    return path, json.loads(path.read_text())
+
+
+# ----------------------------------------------------------------------------- Megatron
+MEGATRON_CASES = [
+    # (name, model, hardware, pp, micro-batches, seq, extra options)
+    ("interleaved", "tiny-llama", "cpu", "2", "4", "64", ("--strategy", "Interleaved1F1B")),
+    ("1f1b", "tiny-deepseek", "cpu", "2", "4", "64", ("--strategy", "1F1B")),
+    ("adaptive-gemma-s", "gemma-s", "h200", "4", "16", "4096", ("--target", "megatron")),
+    ("adaptive-nemotron-h-s", "nemotron-h-s", "h200", "4", "16", "4096", ("--target", "megatron")),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "hw", "pp", "mb", "seq", "extra"), MEGATRON_CASES, ids=[c[0] for c in MEGATRON_CASES]
+)
+def test_megatron_core_parses_our_layout(tmp_path: Path, name, model, hw, pp, mb, seq, extra) -> None:
+    from megatron.core.transformer.enums import LayerType
+
+    path, plan = _plan(
+        tmp_path, model, name, "--hardware", hw, "--pp", pp, "--microbatches", mb, "--seq-len", seq, *extra
+    )
+    r = run_adaptis("export", path, "--format", "megatron-layout")
+    assert r.exit_code == 0, r.stderr
+    text = r.stdout.strip()
+    num_pp = int(pp)
+    layout = megatron_layout_mod.PipelineParallelLayerLayout(text, num_pp)
+    kinds = [layer["kind"] for layer in plan["model"]["spec"]["layers"]]
+    num_decoders = sum(k not in ("embedding", "head") for k in kinds)
+    layout.validate_layer_layout(num_layers=num_decoders, mtp_num_layers=None)
+    # read back: virtual stage v of rank r is global stage v * pp + r; its entries are its layers, in order
+    vpp = layout.virtual_pipeline_model_parallel_size
+    assert vpp * num_pp == len(plan["stages"])
+    start = 0
+    letter = {LayerType.embedding: "embedding", LayerType.loss: "head", LayerType.decoder: "block"}
+    for v in range(vpp):
+        for rank in range(num_pp):
+            stage = plan["stages"][v * num_pp + rank]
+            held = layout.layout[rank][v]
+            assert stage["device"] == rank
+            assert stage["layers"] == [start, start + len(held)]
+            for layer, lt in zip(range(start, start + len(held)), held, strict=True):
+                kind = kinds[layer]
+                assert letter[lt] == (kind if kind in ("embedding", "head") else "block")
+            start += len(held)
+    assert start == len(kinds)
+
+
+def test_megatron_export_refuses_what_it_cannot_express(tmp_path: Path) -> None:
+    path, _ = _plan(tmp_path, "tiny-llama", "zbv", *"--hardware cpu --pp 2 --microbatches 4 --seq-len 64".split(),
+                    "--strategy", "ZBVZeroBubble")  # fmt: skip
+    out = tmp_path / "layout.txt"
+    r = run_adaptis("export", path, "--format", "megatron-layout", "-o", out)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "--target megatron" in r.stderr
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- torchtitan
+def _debugmodel_spec() -> ModelSpec:
+    """A model with torchtitan's llama3 debug model's 6 blocks (the layer count is what the split reads)."""
+    block = LayerSpec(
+        kind="decoder",
+        attention=AttentionSpec(num_heads=16, num_kv_heads=16, head_dim=16),
+        mlp=MlpSpec(intermediate_size=768),
+    )
+    return ModelSpec(
+        name="llama3-debug",
+        hidden_size=256,
+        vocab_size=2048,
+        layers=[LayerSpec(kind="embedding"), *[block] * 6, LayerSpec(kind="head")],
+    )
+
+
+TORCHTITAN_CASES = [
+    ("gpipe", ("--strategy", "GPipe")),  # one stage per rank
+    ("interleaved", ("--strategy", "Interleaved1F1B")),  # loop, 2 per rank
+    ("zbv", ("--strategy", "ZBVZeroBubble")),  # V, 2 per rank
+    ("adaptive", ("--target", "torchtitan")),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "extra"), TORCHTITAN_CASES, ids=[c[0] for c in TORCHTITAN_CASES])
+def test_torchtitan_loads_and_splits_our_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name, extra) -> None:
+    pytest.importorskip("torchtitan", reason="the interop extras (pip install .[interop])")
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed.pipeline_parallel import _build_pipeline_schedule, _pipeline_module_split
+
+    spec = tmp_path / "model.json"
+    spec.write_text(json.dumps(_debugmodel_spec().model_dump(mode="json")))
+    path, plan = _plan(tmp_path, spec, name, *"--hardware cpu --pp 2 --microbatches 4 --seq-len 64".split(), *extra)
+    module = f"adaptis_tt_{name}"
+    config_file = tmp_path / "tt" / f"{module}.py"
+    r = run_adaptis(
+        "export", path, "--format", "torchtitan", "--torchtitan-config", "llama3:llama3_debugmodel", "-o", config_file
+    )
+    assert r.exit_code == 0, r.stderr
+    monkeypatch.syspath_prepend(str(config_file.parent))
+    monkeypatch.chdir(tmp_path)
+    config = ConfigManager().parse_args(["--module", module, "--config", "adaptis_pipeline"])
+    par = config.parallelism
+    assert par.pipeline_parallel_degree == 2
+    assert Path(par.pipeline_parallel_schedule_csv).read_text() == config_file.with_suffix(".csv").read_text()
+    assert config.training.local_batch_size // par.pipeline_parallel_microbatch_size == 4
+
+    expected = {s["stage"]: s for s in plan["stages"]}
+    kinds = [layer["kind"] for layer in plan["model"]["spec"]["layers"]]
+    seen = set()
+    for rank in range(2):
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=2)
+        try:
+            mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("pp",))
+            with torch.device("meta"):
+                whole = config.model_spec.model.build()
+            stages, parts = _pipeline_module_split(
+                whole, mesh, par.pipeline_parallel_schedule, torch.device("cpu"), par.module_fqns_per_model_part
+            )
+            for stage, part in zip(stages, parts, strict=True):
+                want = expected[stage.stage_index]
+                assert want["device"] == rank, (stage.stage_index, rank)
+                lo, hi = want["layers"]
+                blocks = [layer - 1 for layer in range(lo, hi) if kinds[layer] not in ("embedding", "head")]
+                assert sorted(int(k) for k in part.layers.keys()) == blocks
+                assert (part.tok_embeddings is not None) == (lo == 0)
+                assert (part.lm_head is not None) == (hi == len(kinds)) == (part.norm is not None)
+                seen.add(stage.stage_index)
+            # torchtitan's own schedule builder loads the CSV for these stages; its stage -> rank map is the plan's
+            schedule = _build_pipeline_schedule(
+                parallelism=par,
+                local_batch_size=config.training.local_batch_size,
+                stages=stages,
+                loss_fn=lambda *a, **k: (None, None),
+            )
+            assert schedule.stage_index_to_group_rank == {s: st["device"] for s, st in expected.items()}
+        finally:
+            dist.destroy_process_group()
+    assert seen == set(expected)
+    sys.modules.pop(module, None)
