@@ -9,7 +9,10 @@ computed once); pipeline rank r runs on the device type and node that
 - Times are per device row: a rank's row uses its device type's speed.
 - `mem_limit_bytes[r]` = that device's `hbm_bytes * memory_fraction`.
 - Links: ranks on the same node use `intra_node`, others `inter_node`; the bandwidth is per
-  pipeline rank pair; a rank to itself costs nothing (infinite bandwidth, zero latency).
+  pipeline rank pair; a rank to itself costs nothing (infinite bandwidth, zero latency). A
+  pipeline send/recv uses the link's `p2p_bandwidth_gbps` / `p2p_latency_s` when the profile
+  gives them (NCCL point-to-point reaches far less than NVLink's nominal rate), else its
+  `bandwidth_gbps` / `latency_s`, which the tensor-parallel collectives always use.
   With TP t, `out_bytes` is the 1/t sequence-parallel shard that each of a rank's t GPUs sends
   over its own link, so the per-GPU link bandwidth applies to it unchanged.
 - A measured profile replaces F / I / W seconds and `act_bytes` / `act_w_bytes` of the layers
@@ -76,11 +79,19 @@ def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str) 
     return out
 
 
+def _p2p(link: LinkSpec) -> tuple[float, float]:
+    """(bandwidth GB/s, latency s) of one pipeline send/recv over `link`."""
+    bw = link.p2p_bandwidth_gbps if link.p2p_bandwidth_gbps is not None else link.bandwidth_gbps
+    latency = link.p2p_latency_s if link.p2p_latency_s is not None else link.latency_s
+    return bw, latency
+
+
 def _link_matrices(nodes: list[int], intra: LinkSpec, inter: LinkSpec) -> tuple[np.ndarray, np.ndarray]:
     node = np.asarray(nodes)
     same = node[:, None] == node[None, :]
-    bw = np.where(same, intra.bandwidth_gbps, inter.bandwidth_gbps) * 1e9
-    latency = np.where(same, intra.latency_s, inter.latency_s).astype(float)
+    (intra_bw, intra_lat), (inter_bw, inter_lat) = _p2p(intra), _p2p(inter)
+    bw = np.where(same, intra_bw, inter_bw) * 1e9
+    latency = np.where(same, intra_lat, inter_lat).astype(float)
     np.fill_diagonal(bw, np.inf)
     np.fill_diagonal(latency, 0.0)
     return bw, latency
