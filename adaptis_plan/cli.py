@@ -223,7 +223,15 @@ def _check_positive(**values: int | float | None) -> None:
     help="split the LM head into N vocabulary chunks (auto: adaptive decides; classic: 1)",
 )
 @click.option("--recompute", is_flag=True, help="full activation recompute")
-@click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile from `adaptis profile`")
+@click.option(
+    "--costs",
+    "costs_arg",
+    default=None,
+    type=click.Path(),
+    help="measured profile from `adaptis profile`, or `paper`: the AdaPtis paper's own profiled layer costs"
+    " (gemma-s|m|l, deepseek-s|m|l, nemotron-h-s|m|l), for comparability with the paper, not accuracy"
+    " (real runs disagree with its head backward); default: the analytic model",
+)
 @click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
@@ -307,7 +315,13 @@ def plan_cmd(
 @click.argument("plan_path", type=click.Path())
 @click.option("--model", "model_arg", default=None, help="model (default: the plan's built-in model name)")
 @click.option("--hardware", "hardware_arg", default=None, help="hardware (default: the plan's built-in profile)")
-@click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile to simulate with")
+@click.option(
+    "--costs",
+    "costs_arg",
+    default=None,
+    type=click.Path(),
+    help="measured profile to simulate with, or `paper` (the paper's profiled costs); default: what the plan used",
+)
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 @click.option("--trace", "trace_path", default=None, type=click.Path(), help="write a Chrome/Perfetto trace")
 @click.option("--svg", "svg_path", default=None, type=click.Path(), help="write an SVG timeline")

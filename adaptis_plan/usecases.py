@@ -76,9 +76,14 @@ class PlanOutcome:
         return out
 
 
-def load_costs_profile(path: str | None) -> CostProfile | None:
+def load_costs_profile(path: str | None) -> CostProfile | str | None:
+    """The measured profile at `path`; the built-in name `paper` (the paper's profiled costs) as is."""
     if path is None:
         return None
+    from adaptis_plan.cost.paper import PAPER_COSTS
+
+    if path == PAPER_COSTS:
+        return PAPER_COSTS
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such cost profile; measure one with `adaptis profile --model MODEL -o {p.name}`")
@@ -108,11 +113,26 @@ def _training(req: PlanRequest) -> TrainingConfig:
 
 
 def cost_table_for(
-    model: ModelSpec, hw: HardwareProfile, training: TrainingConfig, profile: CostProfile | None
+    model: ModelSpec, hw: HardwareProfile, training: TrainingConfig, profile: CostProfile | str | None
 ) -> CostTable:
+    from adaptis_plan.cost.paper import PAPER_COSTS
+
+    if profile == PAPER_COSTS:
+        from adaptis_plan.cost.paper import paper_cost_table
+
+        return paper_cost_table(model, hw, training)
     from adaptis_plan.cost.table import build_cost_table
 
-    return build_cost_table(model, hw, training, profile)
+    return build_cost_table(model, hw, training, profile)  # type: ignore[arg-type]
+
+
+def cost_source(costs_path: str | None) -> str:
+    """What the costs of a plan came from, as plans and reports name it."""
+    if costs_path is None:
+        return "analytic"
+    from adaptis_plan.cost.paper import PAPER_COSTS
+
+    return "paper" if costs_path == PAPER_COSTS else f"measured profile {Path(costs_path).name}"
 
 
 def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanOutcome:
@@ -176,6 +196,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             "head_chunks": model.num_head_chunks,
             "head_chunk_options": [m.num_head_chunks for m, _ in options],
             "seed": req.seed,
+            "costs": cost_source(req.costs_path),
         }
     else:
         if forced is not None:
@@ -188,6 +209,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             "source": best.label,
             "partition": req.partition or "uniform",
             "head_chunks": model.num_head_chunks,
+            "costs": cost_source(req.costs_path),
         }
     result = (
         best.result if best.result is not None else simulate(best.layout, costs, best.programs, req.num_microbatches)
@@ -311,6 +333,8 @@ def simulate_plan_file(
     from adaptis_plan.inputs.hardware import load_hardware
 
     plan, model = load_plan_and_model(plan_path, model_arg)
+    if costs_path is None and (plan.search or {}).get("costs") == "paper":
+        costs_path = "paper"  # a plan made with the paper's costs is judged on them unless told otherwise
     hw = _load_for_plan(load_hardware, hardware_arg, plan.hardware.name, plan_path, "hardware", "profile", "profile")
     if hardware_arg is None and hw.fingerprint() != plan.hardware.fingerprint:
         raise InputError(
