@@ -320,7 +320,8 @@ def plan_cmd(
     "costs_arg",
     default=None,
     type=click.Path(),
-    help="measured profile to simulate with, or `paper` (the paper's profiled costs); default: what the plan used",
+    help="measured profile to simulate with, or `paper` (the paper's profiled costs); default: the analytic"
+    " model, or the paper's costs for a plan made with them",
 )
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 @click.option("--trace", "trace_path", default=None, type=click.Path(), help="write a Chrome/Perfetto trace")
