@@ -24,7 +24,8 @@ computed once); pipeline rank r runs on the device type and node that
   `out_bytes` stay analytic. The profile must be of this model (fingerprint) and step shape
   (sequence length, micro-batch size); its dtype and TP degree are taken as the planned ones.
 
-Imports the specs, `costmodel`, `params`, `core` and `errors` only. Never prints.
+Imports the specs, `analytic`, `params`, `core`, `errors` and (for split heads) `inputs.models.transform`
+only. Never prints.
 """
 
 from __future__ import annotations
