@@ -44,6 +44,17 @@ def provenance(out: str, quick: bool) -> paper.Provenance:
 
 
 REAL_HEADING = "## Real execution (CPU, gloo)"
+#: each section's heading (its beginning), to keep a section that is not rerun
+HEADINGS = {
+    "papertp": "## Paper cases at the paper's tensor parallelism",
+    "paper": "## Paper cases at TP 1",
+    "bubbles": "## Bubble ratios",
+    "seq": "## Sequence-length sweep",
+    "ablation": "## Ablation",
+    "plantime": "## Planning time vs micro-batches",
+    "match": "## Does the model match real runs?",
+    "real": REAL_HEADING,
+}
 
 
 def real_section(prov: paper.Provenance, quick: bool, results: list | None = None) -> tuple[str, bool]:
@@ -191,7 +202,6 @@ def build_report(
     keep = [cfg.timeline] if cfg.timeline and "paper" in sections else []
     results = paper.run_tasks(cfg.tasks(sections), workers=workers, keep_panels=keep, progress=progress)
     ok = True
-    parts: list[str] = []
     real_text, real_rows, real_note = None, [], ""
     if "real" in sections:
         got: list = []
@@ -204,29 +214,41 @@ def build_report(
         real_note = (
             "Kept from the previous run of that section (the CPU runs take minutes; rerun with --sections real)."
         )
+    made: dict[str, str] = {}
     if "papertp" in sections:
-        parts.append(paper.paper_tp_section(cfg.papertp, results, prov, quick=cfg.quick))
+        made["papertp"] = paper.paper_tp_section(cfg.papertp, results, prov, quick=cfg.quick)
     if "paper" in sections:
         speed, timeline = write_pictures(cfg, results, img_dir, out.parent)
-        parts.append(
-            paper.paper_section(cfg.paper, results, prov, speedup_img=speed, timeline_img=timeline, quick=cfg.quick)
+        made["paper"] = paper.paper_section(
+            cfg.paper, results, prov, speedup_img=speed, timeline_img=timeline, quick=cfg.quick
         )
     if "bubbles" in sections:
-        parts.append(paper.bubbles_section(cfg.bubbles, results, prov))
+        made["bubbles"] = paper.bubbles_section(cfg.bubbles, results, prov)
     if "seq" in sections:
-        parts.append(paper.seq_section(cfg.seq, results, prov, quick=cfg.quick))
+        made["seq"] = paper.seq_section(cfg.seq, results, prov, quick=cfg.quick)
     if "ablation" in sections:
-        parts.append(paper.ablation_section(cfg.ablation, results, prov))
+        made["ablation"] = paper.ablation_section(cfg.ablation, results, prov)
     if "plantime" in sections:
-        parts.append(paper.plantime_section(cfg.plantime, results, prov))
+        made["plantime"] = paper.plantime_section(cfg.plantime, results, prov)
     if "match" in sections:
         from adaptis_plan.cost.published import published_figures
 
-        parts.append(paper.match_section(published_figures(), real_rows, real_note or "Not run yet.", prov))
+        made["match"] = paper.match_section(published_figures(), real_rows, real_note or "Not run yet.", prov)
     if real_text is not None:
-        parts.append(real_text)
+        made["real"] = real_text
+    # a section not run this time keeps its text from the previous report, when it has one
+    previous = out.read_text() if out.exists() else ""
+    kept = []
+    for name in SECTIONS:
+        if name in made:
+            continue
+        text = kept_section(previous, HEADINGS[name])
+        if text is not None:
+            made[name] = text
+            kept.append(name)
+    parts = [made[name] for name in SECTIONS if name in made]
     wall = time.perf_counter() - t0
-    skipped = [s for s in SECTIONS if s not in sections and not (s == "real" and real_text is not None)]
+    skipped = [s for s in SECTIONS if s not in made]
     head = [
         "# Benchmarks",
         "",
@@ -250,7 +272,13 @@ def build_report(
     if skipped:
         head += [f"Sections not run this time: {', '.join(skipped)}.", ""]
     if real_text is not None and "real" not in sections:
-        head += ["The real-execution section is kept from its previous run (rerun it with `--sections real`).", ""]
+        kept.append("real")
+    if kept:
+        head += [
+            f"Kept from the previous report, not rerun this time (each with its own reproduce line and date):"
+            f" {', '.join(kept)}.",
+            "",
+        ]
     return "\n".join(head + parts).rstrip() + "\n", ok
 
 

@@ -183,3 +183,22 @@ def test_real_errors_read_back_from_a_kept_section() -> None:
     rows = run.real_errors_from_markdown(section)
     assert [(r.plan, r.planning, r.layers) for r in rows] == [("1F1B", 0.05, 0.05), ("adaptive", -0.15, 0.02)]
     assert run.kept_section(doc, "## Missing") is None
+
+
+def test_sections_not_rerun_are_kept_from_the_previous_report(tmp_path: Path) -> None:
+    out = tmp_path / "B.md"
+    out.write_text(
+        "# Benchmarks\n\nold header\n\n## Ablation (paper §5.6)\n\nold ablation table\n\n"
+        "## Real execution (CPU, gloo)\n\nold real runs\n"
+    )
+    cfg = paper.BenchConfig(
+        paper=(), bubbles=(), seq=(), ablation=(), plantime=(), timeline=None, quick=True, papertp=()
+    )
+    prov = run.provenance(str(out), quick=True)
+    text, ok = run.build_report(cfg, ["match"], out, tmp_path / "img", prov, workers=1)
+    assert ok and "old header" not in text
+    assert text.index("## Ablation") < text.index("## Does the model match real runs?") < text.index("## Real")
+    assert "old ablation table" in text and "old real runs" in text
+    assert "Kept from the previous report, not rerun this time (each with its own reproduce line and date):" in text
+    assert "ablation, real." in text
+    assert "Sections not run this time: papertp, paper, bubbles, seq, plantime." in text
