@@ -1093,7 +1093,7 @@ def paper_section(
 ) -> str:
     rs: list[CaseResult] = [results[c] for c in cases]  # type: ignore[misc]
     out = [
-        "## Paper cases at TP 1 (simulated, h200 profile, micro-batch size 1, micro-batches = 4 x PP)",
+        "## Paper cases at TP 1 (simulated, h200 profile, calibrated model, micro-batch size 1, micro-batches = 4 x PP)",
         "",
         prov.line("paper", wall_s),
         "",
@@ -1479,7 +1479,7 @@ def seq_section(
     rs: list[CaseResult] = [results[c] for c in cases]  # type: ignore[misc]
     c0 = cases[0]
     out = [
-        "## Sequence-length sweep (paper §5.5)",
+        "## Sequence-length sweep (paper §5.5; h200, TP 1, calibrated model)",
         "",
         prov.line("seq", wall_s),
         "",
@@ -1536,7 +1536,7 @@ def seq_section(
 def ablation_section(
     tasks: Sequence[AblationTask], results: Mapping[Task, object], prov: Provenance, wall_s: float | None = None
 ) -> str:
-    out = ["## Ablation (paper §5.6)", "", prov.line("ablation", wall_s), ""]
+    out = ["## Ablation (paper §5.6; h200, TP 1, calibrated model)", "", prov.line("ablation", wall_s), ""]
     t0 = tasks[0]
     out += [
         f"`search_plan(..., components=...)` at seq {t0.seq_len}, PP {t0.pp}, {t0.num_microbatches}"
@@ -1578,7 +1578,7 @@ def plantime_section(
     rs: list[CaseResult] = [results[c] for c in cases]  # type: ignore[misc]
     c0 = cases[0]
     out = [
-        "## Planning time vs micro-batches (paper §3.5 / §7 item 14)",
+        "## Planning time vs micro-batches (paper §3.5 / §7 item 14; h200, TP 1, calibrated model)",
         "",
         prov.line("plantime", wall_s),
         "",
