@@ -7,7 +7,8 @@ Run: `python -m bench.gpu_check [--out docs/gpu-check.md] [--device cuda] [--mod
 `cpu` with a tiny model (tests/bench/test_gpu_check.py), so the path cannot rot without a GPU.
 
 Steps, each through the command line a user would type:
-1. `adaptis profile --model M --device D --seq-len S --dtype T --no-runtime --repeats R -o WORK/M-S.json`
+1. `adaptis profile --model M --device D --seq-len S --dtype T --no-runtime --head-chunks none --repeats R
+   -o WORK/M-S.json`
    for every model M and sequence length S, at TP 1 (one process per profile);
 2. `adaptis plan --model RUN --hardware H --pp 1 --microbatches 2 --seq-len S0 -o WORK/plan.json`, then
    `adaptis run WORK/plan.json --verify --device D --steps 2 --json`: a one-device plan executed for real
@@ -84,7 +85,7 @@ def run_check(args: argparse.Namespace, log=print) -> CheckResult:  # noqa: ANN0
             proc = _adaptis(
                 [
                     "profile", "--model", model, "--device", args.device, "--seq-len", seq, "--dtype", args.dtype,
-                    "--no-runtime", "--repeats", args.repeats, "-o", out,
+                    "--no-runtime", "--head-chunks", "none", "--repeats", args.repeats, "-o", out,
                 ],
                 args.timeout,
             )  # fmt: skip
