@@ -938,13 +938,13 @@ def match_section(figures: Sequence, real: Sequence[RealError], real_note: str, 
                 ["figure", "ours", "target", "result"],
                 [
                     [
-                        f"worst |error| with the planning-time profile, {len(real)} plans",
+                        f"worst absolute error with the planning-time profile, {len(real)} plans",
                         f"{worst_p.planning:+.1%} ({worst_p.model} {worst_p.plan})",
                         f"within {REAL_TARGET_PLANNING:.0%}",
                         "PASS" if abs(worst_p.planning) <= REAL_TARGET_PLANNING else "MISS",
                     ],
                     [
-                        f"worst |error| with a profile of the layers each plan runs, {len(real)} plans",
+                        f"worst absolute error with a profile of the layers each plan runs, {len(real)} plans",
                         f"{worst_l.layers:+.1%} ({worst_l.model} {worst_l.plan})",
                         f"within {REAL_TARGET_LAYERS:.0%}",
                         "PASS" if abs(worst_l.layers) <= REAL_TARGET_LAYERS else "MISS",

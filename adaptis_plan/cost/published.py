@@ -49,7 +49,7 @@ PER_OP_TOLERANCE = 0.15
 MFU_TOLERANCE = 0.10
 MEMORY_TOLERANCE = 0.10
 
-VP = "Vocabulary Parallelism (Yeung et al. 2024), Megatron-LM, 8x A100 80GB, Table of per-layer times"
+VP = "Vocabulary Parallelism (Yeung et al. 2024), Megatron-LM on 8x A100 80GB, per-layer times"
 MPT = "MosaicML llm-foundry scripts/train/benchmarking/README.md (MPT training benchmarks)"
 CCE = "Cut Your Losses in Large-Vocabulary Language Models (Wijmans et al., ICLR 2025), Table 1 / abstract"
 ADAPTIS = "AdaPtis (arXiv 2509.23722) profiled ratios, research/paper-profiled-ratios.csv (Megatron-LM, H200)"
