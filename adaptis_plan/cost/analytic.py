@@ -143,6 +143,8 @@ Memory, per tensor-parallel rank:
   the two dropout masks. The head holds the peak of its loss computation, 12 bytes per logit:
   F ends with the bf16 logits, their fp32 copy and the fp32 log-softmax (10), I with the saved
   log-softmax and two fp32 gradients (12); PyTorch measures 12 (Cut Cross-Entropy, Table 1).
+  Megatron's in-place vocab-parallel kernel (whose bytes time the head above) peaks at e + 4;
+  we charge the PyTorch peak, which our executor and most training stacks run.
   With `recompute` a block keeps only its input (b*s*h*e / t).
 - `act_w_bytes`: the part W still needs after I: the inputs of the weight GEMMs (and the
   conv1d input for Mamba, the token ids for the embedding). The output gradients W also reads
