@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_TORCH := torch==2.13.0
 
-.PHONY: install interop demo test lint format schemas bench clean
+.PHONY: install interop demo test lint format schemas bench gpu-check clean
 
 $(BIN)/adaptis: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,9 @@ schemas: install  ## regenerate schemas/ from the pydantic models
 
 bench: install interop  ## regenerate BENCHMARKS.md (simulated paper cases + real CPU runs)
 	$(BIN)/python -m bench.run --out BENCHMARKS.md
+
+gpu-check: install  ## on one GPU (< 8 min on an H200): profile the paper's small models, run a plan, compare (docs/gpu-check.md)
+	$(BIN)/python -m bench.gpu_check --device cuda --out docs/gpu-check.md
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -223,7 +223,15 @@ def _check_positive(**values: int | float | None) -> None:
     help="split the LM head into N vocabulary chunks (auto: adaptive decides; classic: 1)",
 )
 @click.option("--recompute", is_flag=True, help="full activation recompute")
-@click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile from `adaptis profile`")
+@click.option(
+    "--costs",
+    "costs_arg",
+    default=None,
+    type=click.Path(),
+    help="measured profile from `adaptis profile`, or `paper`: the AdaPtis paper's own profiled layer costs"
+    " (gemma-s|m|l, deepseek-s|m|l, nemotron-h-s|m|l), for comparability with the paper, not accuracy"
+    " (real runs disagree with its head backward); default: the analytic model",
+)
 @click.option(
     "--target",
     type=click.Choice(["adaptis", "torch", "torchtitan", "megatron"], case_sensitive=False),
@@ -317,7 +325,12 @@ def plan_cmd(
 @click.option("--model", "model_arg", default=None, help="model (default: the one embedded in the plan)")
 @click.option("--hardware", "hardware_arg", default=None, help="hardware (default: the profile embedded in the plan)")
 @click.option(
-    "--costs", "costs_arg", default=None, type=click.Path(), help="measured profile (default: the plan's own costs)"
+    "--costs",
+    "costs_arg",
+    default=None,
+    type=click.Path(),
+    help="measured profile to simulate with, or `paper` (the paper's profiled costs); default: the costs the"
+    " plan was made with (embedded in it)",
 )
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 @click.option("--trace", "trace_path", default=None, type=click.Path(), help="write a Chrome/Perfetto trace")
@@ -463,11 +476,27 @@ def run_cmd(
     default=None,
     help="also measure the gloo link and the runtime's time per action on 2 local ranks (default: on for cpu)",
 )
+@click.option(
+    "--head-chunks",
+    "head_chunks_arg",
+    default="2,3,4",
+    show_default=True,
+    help="also measure the head split into these many vocabulary chunks (comma list, or none), so plans that"
+    " split the head are costed with the chunks' own times",
+)
 @click.option("-o", "--output", required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
-def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, output, as_json) -> None:
+def profile_cmd(
+    model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, head_chunks_arg, output, as_json
+) -> None:
     """Measure per-layer F / I / W time and activation memory on this machine."""
     _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, repeats=repeats)
+    chunk_counts: tuple[int, ...] = ()
+    if head_chunks_arg.strip().lower() != "none":
+        parts = [x.strip() for x in head_chunks_arg.split(",") if x.strip()]
+        if not parts or not all(x.isdigit() and int(x) >= 2 for x in parts):
+            raise InputError(f"--head-chunks = {head_chunks_arg!r}: use a comma list of whole numbers >= 2, or none")
+        chunk_counts = tuple(int(x) for x in parts)
     from adaptis_plan.inputs.models.load import load_model
 
     spec = load_model(model_arg)
@@ -482,6 +511,7 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ru
         dtype=dtype,
         repeats=repeats,
         runtime=(device == "cpu") if runtime is None else runtime,
+        head_chunks=chunk_counts,
     )
     write_json_atomic(prof.model_dump(mode="json", exclude_none=True), output)
     if as_json:

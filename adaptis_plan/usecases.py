@@ -87,9 +87,14 @@ class PlanOutcome:
         return out
 
 
-def load_costs_profile(path: str | None) -> CostProfile | None:
+def load_costs_profile(path: str | None) -> CostProfile | str | None:
+    """The measured profile at `path`; the built-in name `paper` (the paper's profiled costs) as is."""
     if path is None:
         return None
+    from adaptis_plan.cost.paper import PAPER_COSTS
+
+    if path == PAPER_COSTS:
+        return PAPER_COSTS
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such cost profile; measure one with `adaptis profile --model MODEL -o {p.name}`")
@@ -119,11 +124,26 @@ def _training(req: PlanRequest) -> TrainingConfig:
 
 
 def cost_table_for(
-    model: ModelSpec, hw: HardwareProfile, training: TrainingConfig, profile: CostProfile | None
+    model: ModelSpec, hw: HardwareProfile, training: TrainingConfig, profile: CostProfile | str | None
 ) -> CostTable:
+    from adaptis_plan.cost.paper import PAPER_COSTS
+
+    if profile == PAPER_COSTS:
+        from adaptis_plan.cost.paper import paper_cost_table
+
+        return paper_cost_table(model, hw, training)
     from adaptis_plan.cost.table import build_cost_table
 
-    return build_cost_table(model, hw, training, profile)
+    return build_cost_table(model, hw, training, profile)  # type: ignore[arg-type]
+
+
+def cost_source(costs_path: str | None) -> str:
+    """What the costs of a plan came from, as plans and reports name it."""
+    if costs_path is None:
+        return "analytic"
+    from adaptis_plan.cost.paper import PAPER_COSTS
+
+    return "paper" if costs_path == PAPER_COSTS else f"measured profile {Path(costs_path).name}"
 
 
 def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanOutcome:
@@ -205,6 +225,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             "head_chunks": model.num_head_chunks,
             "head_chunk_options": [m.num_head_chunks for m, _ in options],
             "seed": req.seed,
+            "costs": cost_source(req.costs_path),
         }
     else:
         if forced is not None:
@@ -223,6 +244,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             "source": best.label,
             "partition": req.partition or "uniform",
             "head_chunks": model.num_head_chunks,
+            "costs": cost_source(req.costs_path),
         }
     if target.name != "adaptis":
         search_info["target"] = target.name
@@ -242,7 +264,8 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         programs=best.programs,
         result=result,
         costs=costs,
-        profile=profile,
+        profile=None if isinstance(profile, str) else profile,
+        cost_source="paper" if isinstance(profile, str) else None,
         search=search_info,
         target=target.name,
     )
@@ -349,7 +372,7 @@ class PlanInputs:
     plan: PlanFile
     model: ModelSpec
     hardware: HardwareProfile
-    profile: CostProfile | None
+    profile: CostProfile | str | None  # a measured profile, `paper` (the paper's costs) or None (analytic)
     overrides: tuple[str, ...] = ()
 
     def cost_table(self) -> CostTable:
@@ -359,13 +382,15 @@ class PlanInputs:
     def cost_source(self) -> str:
         """The setting the figures are computed in: cost source, hardware, TP, memory limit."""
         tr = self.plan.training
-        what = "measured profile" if self.profile is not None else "analytic cost model"
+        what = {None: "analytic cost model", "paper": "the paper's profiled costs"}.get(
+            self.profile if isinstance(self.profile, str) or self.profile is None else "", "measured profile"
+        )
         frac = self.hardware.memory_fraction
         return f"{what}, {self.hardware.name}, tp {tr.tp}, memory limit {frac:.0%} of HBM"
 
 
 def plan_cost_table(
-    plan: PlanFile, model: ModelSpec, hardware: HardwareProfile, profile: CostProfile | None
+    plan: PlanFile, model: ModelSpec, hardware: HardwareProfile, profile: CostProfile | str | None
 ) -> CostTable:
     """The cost table of a plan file's inputs: the one place a plan's costs are rebuilt.
 
@@ -382,10 +407,12 @@ def load_plan_inputs(
 ) -> PlanInputs:
     """Read a plan file; its embedded model, hardware and measured profile, unless `--model`,
     `--hardware` or `--costs` override them (a model must have the plan's fingerprint)."""
+    from adaptis_plan.cost.paper import PAPER_COSTS
+
     plan = read_plan(plan_path)
     model = plan.model.spec
     hardware = plan.hardware.profile
-    profile = plan.costs.profile
+    profile: CostProfile | str | None = PAPER_COSTS if plan.costs.source == "paper" else plan.costs.profile
     overrides = []
     if model_arg is not None:
         from adaptis_plan.inputs.models.load import load_model

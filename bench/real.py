@@ -7,15 +7,16 @@ Run: `python -m bench.real --out real.md [--quick] [--models tiny-gemma,...] [--
 
 Data flow, per tiny model (`ModelCase`):
 1. measure: `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread, as each
-   rank runs), two copies at once in fresh processes with `MALLOC_ENV` as the two ranks run,
-   averaged -> a cost profile, plus the gloo link (`measure_link`, median of a few
-   measurements, once per run) -> `<work>/<model>/profile.json`;
+   rank runs; with the head also split into 2, 3 and 4 vocabulary chunks), two copies at once in
+   fresh processes with `MALLOC_ENV` as the two ranks run, averaged -> a cost profile, plus the
+   gloo link (`measure_link`, median of a few measurements, once per run) ->
+   `<work>/<model>/profile.json`;
 2. plan with it (`planning.make_plan_for`, hardware `cpu`, `costs_path` = that profile): the
    classic `GPipe`, `1F1B`, `Interleaved1F1B`, `ZBVZeroBubble` on the uniform partition, and
    `adaptive`; `plan.predicted.step_time_s` is adaptis' simulation with the measured profile.
    When adaptive splits the head into vocabulary chunks, the split model is profiled too and
-   the adaptive plan re-simulated with it (a diagnostic column: the planner itself costs chunks
-   as a share of the unsplit head);
+   the adaptive plan re-simulated with it (a diagnostic column: the planner itself costs the
+   chunks from the chunks the planning profile measured);
 3. one torchrun launch (`bench.torch_runtime`, 2 ranks, gloo, one thread each) builds torch's
    schedule classes over the classic plans' own stages (the split and stage-to-rank map are
    the plan's, checked against torch's loop / V mapping) and our `RankRuntime` on every plan,
@@ -338,6 +339,10 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
     for n, entry in enumerate(merged["entries"]):
         for key in ("f_s", "i_s", "w_s", "b_s"):
             entry[key] = statistics.fmean(c["entries"][n][key] for c in copies)
+    for h, chunks in enumerate(merged.get("head_chunks", [])):  # the head's chunks, measured alike
+        for n, entry in enumerate(chunks["entries"]):
+            for key in ("f_s", "i_s", "w_s", "b_s"):
+                entry[key] = statistics.fmean(c["head_chunks"][h]["entries"][n][key] for c in copies)
     out.write_text(json.dumps(merged, indent=1))
     return merged
 
@@ -710,7 +715,8 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
     chunked = [(m, p) for m, p in runs if p.predicted_chunks_s is not None]
     if chunked:
         why += (
-            " Head chunks are costed as a linear share of the unsplit head; with the chunks profiled as such: "
+            " The planning profile measured the head split into 2-4 chunks, and the planner costs a split head"
+            " from those; re-simulated with the split model itself profiled: "
             + ", ".join(f"{m.case.model} {_pct((p.predicted_chunks_s - p.ours) / p.ours)}" for m, p in chunked)
             + "."
         )
@@ -742,7 +748,8 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
             f"within {TARGET_ERROR * 100:.0f}%",
             ok2,
             "split heads re-profiled as their chunks (`adaptis profile` of the split model), then"
-            " `adaptis simulate --costs`; the row above uses the planning profile, which scales the unsplit head",
+            " `adaptis simulate --costs`; the row above uses the planning profile (the unsplit model's, with its"
+            " head also measured in 2-4 chunks)",
         )
     )
     rows.append(

@@ -1,15 +1,18 @@
 """Regenerate BENCHMARKS.md (and docs/img/*.svg) from scratch.
 
-Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections paper,bubbles,seq,ablation,plantime,real,targets,torchcsv]
-[--workers 2]` (`make bench` = the full run, about 5-10 minutes on 2 cores; `--quick` < 1 minute).
+Run: `python -m bench.run --out BENCHMARKS.md [--quick]
+[--sections papertp,paper,bubbles,seq,ablation,plantime,match,real,targets,torchcsv] [--workers 2]` (`make bench` =
+the full run, about 15-20 minutes on 2 cores; `--quick` a few minutes).
 
 Data flow: `bench.paper.default_config` says which cases each selected section needs ->
 `bench.paper.run_tasks` runs every distinct case once, in a process pool (results keyed by case,
 so the report is in a fixed order whatever finishes first) -> one markdown section per
 experiment + the SVG pictures (`bench.charts`) -> the output file, rewritten whole.
 
-The section "Real execution (CPU, gloo)" is filled by `bench.real.main(quick=...) -> str`
-(markdown body) when `bench/real.py` exists, else it says "not run".
+The section "Real execution (CPU, gloo)" is filled by `bench.real` (`run_bench` + `render`) when
+`bench/real.py` exists, else it says "not run"; when `real` is not among the sections and the
+output file already has that section, it is kept as it was (the CPU runs take minutes), and
+"Does the model match real runs?" quotes its predicted vs measured errors.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path  # noqa: E402
 from bench import charts, paper  # noqa: E402
 from bench.common import git_commit, machine  # noqa: E402
 
-SECTIONS = ("paper", "bubbles", "seq", "ablation", "plantime", "real", "targets", "torchcsv")
+SECTIONS = ("papertp", "paper", "bubbles", "seq", "ablation", "plantime", "match", "real", "targets", "torchcsv")
 
 
 def provenance(out: str, quick: bool) -> paper.Provenance:
@@ -40,18 +43,89 @@ def provenance(out: str, quick: bool) -> paper.Provenance:
     return paper.Provenance(cmd, machine(), now, git_commit())
 
 
-def real_section(prov: paper.Provenance, quick: bool) -> tuple[str, bool]:
-    """The placeholder for `bench/real.py` (another engineer's); (markdown, ok)."""
-    head = ["## Real execution (CPU, gloo)", "", prov.line("real"), ""]
+REAL_HEADING = "## Real execution (CPU, gloo)"
+#: each section's heading (its beginning), to keep a section that is not rerun
+HEADINGS = {
+    "papertp": "## Paper cases at the paper's tensor parallelism",
+    "paper": "## Paper cases at TP 1",
+    "bubbles": "## Bubble ratios",
+    "seq": "## Sequence-length sweep",
+    "ablation": "## Ablation",
+    "plantime": "## Planning time vs micro-batches",
+    "match": "## Does the model match real runs?",
+    "real": REAL_HEADING,
+    "targets": "## What a target runtime costs",
+    "torchcsv": "## The same adaptive plan in torch's runtime and ours",
+}
+
+
+def real_section(prov: paper.Provenance, quick: bool, results: list | None = None) -> tuple[str, bool]:
+    """The section of `bench/real.py`; (markdown, ok). `results`, when given, receives the run's
+    `RealResults` (for "Does the model match real runs?")."""
+    head = [REAL_HEADING, "", prov.line("real"), ""]
     if importlib.util.find_spec("bench.real") is None:
         return "\n".join(head + ["_not run: `bench/real.py` does not exist yet._", ""]), True
     try:
         from bench import real
 
-        body = real.main(quick=quick)
+        res = real.run_bench(
+            real.QUICK if quick else real.FULL, log=lambda m: print(f"[bench.real] {m}", file=sys.stderr, flush=True)
+        )
+        body = real.render(res)
     except Exception as e:  # report the failure in the document, not only on stderr
         return "\n".join(head + [f"_failed: `{type(e).__name__}: {e}`_", ""]), False
+    if results is not None:
+        results.append(res)
     return "\n".join(head + [str(body or "_ran; no markdown returned_").rstrip(), ""]), True
+
+
+def kept_section(document: str, heading: str) -> str | None:
+    """`heading`'s section (to the next `## ` heading) of a previous report, or None."""
+    start = document.find("\n" + heading)
+    if start < 0:
+        return None
+    nxt = document.find("\n## ", start + 1 + len(heading))
+    return document[start + 1 : len(document) if nxt < 0 else nxt].rstrip() + "\n"
+
+
+def real_errors(res) -> list[paper.RealError]:  # noqa: ANN001
+    """Predicted vs measured of every plan of a `bench.real` run."""
+    rows = []
+    for m in res.models:
+        for name, p in m.plans.items():
+            layers = p.predicted_chunks_s if p.predicted_chunks_s is not None else p.predicted_s
+            rows.append(paper.RealError(m.case.model, name, p.error, (layers - p.ours) / p.ours))
+    return rows
+
+
+def real_errors_from_markdown(section: str) -> list[paper.RealError]:
+    """The same from a kept "Real execution" section: its per-model table (plan-time error) and, for split
+    heads, the adaptive table's re-simulation with the chunks profiled."""
+    rows: list[paper.RealError] = []
+    chunks: dict[str, float] = {}
+    part = ""
+    for line in section.splitlines():
+        if line.startswith("### "):
+            part = line
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or cells[0] in ("model", "") or set(cells[0]) <= set("-"):
+            continue
+        try:
+            if part.startswith("### Per model") and len(cells) >= 9:
+                plan = cells[2].split(" ")[0]
+                err = float(cells[8].rstrip("%")) / 100
+                rows.append(paper.RealError(cells[0], plan, err, err))
+            elif part.startswith("### Adaptive vs") and "(" in cells[-1]:
+                chunks[cells[0]] = float(cells[-1].rsplit("(", 1)[1].rstrip("%)")) / 100
+        except ValueError:
+            continue
+    return [
+        paper.RealError(r.model, r.plan, r.planning, chunks[r.model])
+        if r.plan == "adaptive" and r.model in chunks
+        else r
+        for r in rows
+    ]
 
 
 def speedup_bars(results: Sequence[paper.CaseResult]) -> list[charts.SpeedupBar]:
@@ -130,37 +204,66 @@ def build_report(
     keep = [cfg.timeline] if cfg.timeline and "paper" in sections else []
     results = paper.run_tasks(cfg.tasks(sections), workers=workers, keep_panels=keep, progress=progress)
     ok = True
-    parts: list[str] = []
+    real_text, real_rows, real_note = None, [], ""
+    if "real" in sections:
+        got: list = []
+        real_text, real_ok = real_section(prov, cfg.quick, got)
+        ok = ok and real_ok
+        real_rows = real_errors(got[0]) if got else []
+        real_note = "From this run."
+    elif out.exists() and (real_text := kept_section(out.read_text(), REAL_HEADING)) is not None:
+        real_rows = real_errors_from_markdown(real_text)
+        real_note = (
+            "Kept from the previous run of that section (the CPU runs take minutes; rerun with --sections real)."
+        )
+    made: dict[str, str] = {}
+    if "papertp" in sections:
+        made["papertp"] = paper.paper_tp_section(cfg.papertp, results, prov, quick=cfg.quick)
     if "paper" in sections:
         speed, timeline = write_pictures(cfg, results, img_dir, out.parent)
-        parts.append(
-            paper.paper_section(cfg.paper, results, prov, speedup_img=speed, timeline_img=timeline, quick=cfg.quick)
+        made["paper"] = paper.paper_section(
+            cfg.paper, results, prov, speedup_img=speed, timeline_img=timeline, quick=cfg.quick
         )
     if "bubbles" in sections:
-        parts.append(paper.bubbles_section(cfg.bubbles, results, prov))
+        made["bubbles"] = paper.bubbles_section(cfg.bubbles, results, prov)
     if "seq" in sections:
-        parts.append(paper.seq_section(cfg.seq, results, prov, quick=cfg.quick))
+        made["seq"] = paper.seq_section(cfg.seq, results, prov, quick=cfg.quick)
     if "ablation" in sections:
-        parts.append(paper.ablation_section(cfg.ablation, results, prov))
+        made["ablation"] = paper.ablation_section(cfg.ablation, results, prov)
     if "plantime" in sections:
-        parts.append(paper.plantime_section(cfg.plantime, results, prov))
-    if "real" in sections:
-        text, real_ok = real_section(prov, cfg.quick)
-        parts.append(text)
-        ok = ok and real_ok
+        made["plantime"] = paper.plantime_section(cfg.plantime, results, prov)
+    if "match" in sections:
+        from adaptis_plan.cost.published import published_figures
+
+        made["match"] = paper.match_section(published_figures(), real_rows, real_note or "Not run yet.", prov)
+    if real_text is not None:
+        made["real"] = real_text
     for name in ("targets", "torchcsv"):  # bench/interop.py: planning for other runtimes, torch's runtime vs ours
         if name in sections:
             from bench import interop
 
-            parts.append(interop.section(name, cfg.quick, 1.0 if cfg.quick else 2.0, workers, prov.command))
+            made[name] = interop.section(name, cfg.quick, 1.0 if cfg.quick else 2.0, workers, prov.command)
+    # a section not run this time keeps its text from the previous report, when it has one
+    previous = out.read_text() if out.exists() else ""
+    kept = []
+    for name in SECTIONS:
+        if name in made:
+            continue
+        text = kept_section(previous, HEADINGS[name])
+        if text is not None:
+            made[name] = text
+            kept.append(name)
+    parts = [made[name] for name in SECTIONS if name in made]
     wall = time.perf_counter() - t0
-    skipped = [s for s in SECTIONS if s not in sections]
+    skipped = [s for s in SECTIONS if s not in made]
     head = [
         "# Benchmarks",
         "",
         "<!-- generated by `python -m bench.run`; do not edit by hand, regenerate with `make bench` -->",
         "",
-        f"Generated by `{prov.command}` in {wall:.0f} s wall time ({workers} worker process"
+        f"Generated by `{prov.command}"
+        + ("" if list(sections) == list(SECTIONS) else f" --sections {','.join(sections)}")
+        + f"` in {wall:.0f} s wall time ({workers} worker process"
         f"{'es' if workers != 1 else ''}) on {prov.machine}, {prov.date}, commit `{prov.commit}`."
         + (" **Quick run** (subset of cases, 1 s search time limit)." if cfg.quick else ""),
         "",
@@ -169,12 +272,22 @@ def build_report(
         " differ slightly from one found on an idle one.",
         "",
         "All figures are simulated by adaptis' own event simulator on its analytic cost model (the `h200`"
-        " profile), except the real-execution section. The paper's figures (research/paper.md) are shown in"
-        " parentheses beside ours where it has them.",
+        ' profile, calibrated against the published runs of "Does the model match real runs?"), or, where a'
+        " table says so, on the paper's own profiled costs (`--costs paper`); the real-execution section measures."
+        " Every table names its TP and cost setting. The paper's figures (research/paper.md) are shown beside"
+        " ours where it has them.",
         "",
     ]
     if skipped:
         head += [f"Sections not run this time: {', '.join(skipped)}.", ""]
+    if real_text is not None and "real" not in sections:
+        kept.append("real")
+    if kept:
+        head += [
+            f"Kept from the previous report, not rerun this time (each with its own reproduce line and date):"
+            f" {', '.join(kept)}.",
+            "",
+        ]
     return "\n".join(head + parts).rstrip() + "\n", ok
 
 

@@ -9,17 +9,23 @@ computed once); pipeline rank r runs on the device type and node that
 - Times are per device row: a rank's row uses its device type's speed.
 - `mem_limit_bytes[r]` = that device's `hbm_bytes * memory_fraction`.
 - Links: ranks on the same node use `intra_node`, others `inter_node`; the bandwidth is per
-  pipeline rank pair; a rank to itself costs nothing (infinite bandwidth, zero latency).
+  pipeline rank pair; a rank to itself costs nothing (infinite bandwidth, zero latency). A
+  pipeline send/recv uses the link's `p2p_bandwidth_gbps` / `p2p_latency_s` when the profile
+  gives them (NCCL point-to-point reaches far less than NVLink's nominal rate), else its
+  `bandwidth_gbps` / `latency_s`, which the tensor-parallel collectives always use.
   With TP t, `out_bytes` is the 1/t sequence-parallel shard that each of a rank's t GPUs sends
   over its own link, so the per-GPU link bandwidth applies to it unchanged.
 - A measured profile replaces F / I / W seconds and `act_bytes` / `act_w_bytes` of the layers
   it lists, on every device row: it was measured on one device type and is taken to hold for
   all ranks (heterogeneous clusters need the analytic model or a profile per type). Its link,
-  when measured, replaces every off-diagonal link. Parameters, `static_bytes` and
+  when measured, replaces every off-diagonal link. A profile of the unsplit model costs a head split
+  into vocabulary chunks from the chunks it measured (`CostProfile.head_chunks`, `adaptis profile
+  --head-chunks`), else by each chunk's share of the whole head. Parameters, `static_bytes` and
   `out_bytes` stay analytic. The profile must be of this model (fingerprint) and step shape
   (sequence length, micro-batch size); its dtype and TP degree are taken as the planned ones.
 
-Imports the specs, `costmodel`, `params`, `core` and `errors` only. Never prints.
+Imports the specs, `analytic`, `params`, `core`, `errors` and (for split heads) `inputs.models.transform`
+only. Never prints.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from adaptis_plan.core import CostTable
 from adaptis_plan.cost.analytic import LayerWork, layer_work, op_seconds
 from adaptis_plan.cost.params import layer_params
 from adaptis_plan.errors import InputError
-from adaptis_plan.spec.cost_profile import CostProfile
+from adaptis_plan.spec.cost_profile import CostProfile, LayerCostEntry
 from adaptis_plan.spec.hardware import HardwareProfile, LinkSpec
 from adaptis_plan.spec.model import LayerSpec, ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
@@ -76,11 +82,19 @@ def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str) 
     return out
 
 
+def _p2p(link: LinkSpec) -> tuple[float, float]:
+    """(bandwidth GB/s, latency s) of one pipeline send/recv over `link`."""
+    bw = link.p2p_bandwidth_gbps if link.p2p_bandwidth_gbps is not None else link.bandwidth_gbps
+    latency = link.p2p_latency_s if link.p2p_latency_s is not None else link.latency_s
+    return bw, latency
+
+
 def _link_matrices(nodes: list[int], intra: LinkSpec, inter: LinkSpec) -> tuple[np.ndarray, np.ndarray]:
     node = np.asarray(nodes)
     same = node[:, None] == node[None, :]
-    bw = np.where(same, intra.bandwidth_gbps, inter.bandwidth_gbps) * 1e9
-    latency = np.where(same, intra.latency_s, inter.latency_s).astype(float)
+    (intra_bw, intra_lat), (inter_bw, inter_lat) = _p2p(intra), _p2p(inter)
+    bw = np.where(same, intra_bw, inter_bw) * 1e9
+    latency = np.where(same, intra_lat, inter_lat).astype(float)
     np.fill_diagonal(bw, np.inf)
     np.fill_diagonal(latency, 0.0)
     return bw, latency
@@ -110,20 +124,87 @@ def _check_profile(profile: CostProfile, model: ModelSpec, training: TrainingCon
                 )
 
 
+_CHUNK_FIELDS = ("f_s", "i_s", "w_s", "b_s", "act_bytes", "act_w_bytes")
+
+
+def _chunk_role(chunk: int, num_chunks: int) -> str:
+    return "first" if chunk == 0 else "last" if chunk == num_chunks - 1 else "middle"
+
+
+def _head_chunk_entries(profile: CostProfile, model: ModelSpec) -> dict[int, LayerCostEntry] | None:
+    """Costs of each head chunk of `model` from the chunks the profile measured (`head_chunks`): as
+    measured when it measured this many chunks, else per role (the first chunk holds the final norm,
+    the last the loss) a straight line in the chunk's share of the vocabulary through the measured
+    chunks of that role: a role measured at one share takes the last (or first) role's slope through
+    its point (proportional when no role was measured at two shares), and the middle role the last's
+    line when no middle chunk was measured. None when the profile measured no chunks."""
+    from adaptis_plan.inputs.models.transform import split_head
+
+    if not profile.head_chunks:
+        return None
+    k = model.num_head_chunks
+    first = model.num_layers - k
+    by_count = {hp.num_chunks: hp for hp in profile.head_chunks}
+    if k in by_count:
+        exact = {first + c: e for e in by_count[k].entries for c in e.layers if c < k}
+        if len(exact) == k:
+            return {j: e.model_copy(update={"layers": [j]}) for j, e in exact.items()}
+    unsplit = model.model_copy(update={"layers": [*model.layers[:first], LayerSpec(kind="head")]})
+    points: dict[str, list[tuple[float, np.ndarray]]] = {"last": [], "first": [], "middle": []}
+    for n, hp in by_count.items():
+        ranges = [layer.vocab_range for layer in split_head(unsplit, n).layers[-n:]]
+        for e in hp.entries:
+            for c in e.layers:
+                if c < n:
+                    lo, hi = ranges[c]
+                    values = np.array([float(getattr(e, f)) for f in _CHUNK_FIELDS])
+                    points[_chunk_role(c, n)].append(((hi - lo) / model.vocab_size, values))
+    if not points["middle"]:
+        points["middle"] = points["last"]
+    lines: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
+    for role, pts in points.items():
+        x = np.array([p[0] for p in pts])
+        y = np.array([p[1] for p in pts])
+        if len(set(x.tolist())) >= 2:
+            slope, intercept = np.polyfit(x, y, 1)
+            lines[role] = (slope, intercept)
+        else:  # one share measured: another role's slope (the per-vocabulary cost is the same) through it
+            other = next((lines.get(r) for r in ("last", "first") if lines.get(r) is not None), None)
+            slope = other[0] if other is not None else y.mean(axis=0) / float(x.mean())
+            lines[role] = (slope, y.mean(axis=0) - slope * float(x.mean()))
+    out = {}
+    for c in range(k):
+        lo, hi = model.layers[first + c].vocab_range
+        slope, intercept = lines[_chunk_role(c, k)]
+        values = np.maximum(intercept + slope * (hi - lo) / model.vocab_size, 0.0)
+        f, i, w, b, act, act_w = values.tolist()
+        out[first + c] = LayerCostEntry(
+            layers=[first + c], kind="head", f_s=f, i_s=i, w_s=w, b_s=b,
+            act_bytes=int(round(act)), act_w_bytes=int(round(min(act_w, act))),
+        )  # fmt: skip
+    return out
+
+
 def _profile_targets(profile: CostProfile, model: ModelSpec):
     """(layer index, scale, entry) for every measured layer. A profile measured on the unsplit
-    model applies its head to each vocabulary chunk in proportion to the chunk's share of the
-    vocabulary (logits GEMM and cross-entropy are linear in it); a profile of the split model
-    applies as measured."""
+    model gives a split head's chunks the costs of the chunks it measured (`_head_chunk_entries`),
+    or, when it measured none, each chunk the whole head's in proportion to the chunk's share of the
+    vocabulary (logits GEMM and cross-entropy are linear in it; the chunks' own fixed costs are
+    then missed); a profile of the split model applies as measured."""
     k = model.num_head_chunks
     measured_layers = 1 + max(i for e in profile.entries for i in e.layers)
     unsplit_head = model.num_layers - k
+    chunked = k > 1 and measured_layers == unsplit_head + 1
+    chunks = _head_chunk_entries(profile, model) if chunked else None
     for entry in profile.entries:
         for index in entry.layers:
-            if k > 1 and measured_layers == unsplit_head + 1 and index == unsplit_head:
+            if chunked and index == unsplit_head:
                 for j in range(unsplit_head, model.num_layers):
-                    lo, hi = model.layers[j].vocab_range
-                    yield j, (hi - lo) / model.vocab_size, entry
+                    if chunks is not None:
+                        yield j, 1.0, chunks[j]
+                    else:
+                        lo, hi = model.layers[j].vocab_range
+                        yield j, (hi - lo) / model.vocab_size, entry
             else:
                 yield index, 1.0, entry
 

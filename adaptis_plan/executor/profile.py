@@ -18,6 +18,8 @@ Per distinct layer and repeat (medians over `repeats` after `warmup`):
 A head split into vocabulary chunks is profiled chunk by chunk (`distinct_layers` says which
 chunks share an entry): a later chunk gets a packed [b, s, h + 2] float32 input, and only the
 last chunk's output is a loss (the others are backpropagated from a seeded output gradient).
+`head_chunks` = (2, 3, 4, ...) also measures an unsplit model's head split that many ways
+(`CostProfile.head_chunks`), so a plan that splits the head is costed with its chunks' own times.
 Memory: `act_bytes` = distinct storages autograd saves during F (a saved-tensor hook;
 parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
 gradients, distinct storages; capped at `act_bytes`, since the cost model's memory semantics
@@ -48,7 +50,7 @@ import torch
 from adaptis_plan.errors import AdaptisError
 from adaptis_plan.executor.layers import build_layer
 from adaptis_plan.executor.wgrad import WeightGradStore
-from adaptis_plan.spec.cost_profile import CostProfile, LayerCostEntry, MeasuredLink, ProfiledModel
+from adaptis_plan.spec.cost_profile import CostProfile, HeadChunkProfile, LayerCostEntry, MeasuredLink, ProfiledModel
 from adaptis_plan.spec.model import ModelSpec
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -184,11 +186,13 @@ def profile_model(
     seed: int = 0,
     link: bool = False,
     runtime: bool = False,
+    head_chunks: tuple[int, ...] = (),
 ) -> CostProfile:
     """Measured F / I / W / B seconds and activation bytes per distinct layer (see the module docstring).
 
     `link`: also time the gloo link; `runtime`: the link and this runtime's host time per action
-    (`measure_action_overhead`), both of which the planner and simulator then charge.
+    (`measure_action_overhead`), both of which the planner and simulator then charge; `head_chunks`:
+    chunk counts to measure the head split into (ignored for a tied or already split head).
     """
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     prev_threads = torch.get_num_threads()
@@ -202,6 +206,10 @@ def profile_model(
                 dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed,
             )  # fmt: skip
             entries.append(e.model_copy(update={"layers": group}))
+        chunked = _profile_head_chunks(
+            model, head_chunks, seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
+            dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed,
+        )  # fmt: skip
         threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(prev_threads)
@@ -218,7 +226,28 @@ def profile_model(
         entries=entries,
         link=measure_link() if link or runtime else None,
         action_overhead_s=measure_action_overhead() if runtime else None,
+        head_chunks=chunked,
     )
+
+
+def _profile_head_chunks(model: ModelSpec, counts: tuple[int, ...], **kw: object) -> list[HeadChunkProfile]:
+    """The head split into each of `counts` chunks, its distinct chunks profiled; `layers` = chunk numbers."""
+    from adaptis_plan.inputs.models.transform import split_head
+
+    if model.tie_word_embeddings or model.num_head_chunks != 1:
+        return []
+    out = []
+    for k in sorted({c for c in counts if 2 <= c <= model.vocab_size}):
+        split = split_head(model, k)
+        first = split.num_layers - k
+        entries = []
+        for group in distinct_layers(split):
+            if group[0] < first:
+                continue
+            e = _profile_layer(split, group[0], **kw)  # type: ignore[arg-type]
+            entries.append(e.model_copy(update={"layers": [i - first for i in group]}))
+        out.append(HeadChunkProfile(num_chunks=k, entries=entries))
+    return out
 
 
 # ---------------------------------------------------------------- point-to-point link

@@ -274,6 +274,7 @@ def make_plan(
     result,  # simulate.SimResult
     costs: CostTable,
     profile: CostProfile | None = None,
+    cost_source: str | None = None,
     search: dict | None = None,
     target: str = "adaptis",
 ) -> PlanFile:
@@ -316,7 +317,7 @@ def make_plan(
         ),
         hardware=PlanHardwareRef(name=hardware.name, fingerprint=hardware.fingerprint(), profile=hardware),
         training=training,
-        costs=plan_costs(layout, costs, profile),
+        costs=plan_costs(layout, costs, profile, cost_source),
         stages=stages,
         devices=devices,
         predicted=predicted,

@@ -35,6 +35,15 @@ class LayerCostEntry(_Strict):
     act_w_bytes: NonNegativeInt = Field(description="bytes of act_bytes still kept after I until W")
 
 
+class HeadChunkProfile(_Strict):
+    """The model's head split into `num_chunks` vocabulary chunks (`split_head`), measured chunk by chunk."""
+
+    num_chunks: int = Field(ge=2, description="vocabulary chunks the head was split into")
+    entries: list[LayerCostEntry] = Field(
+        min_length=1, description="costs per distinct chunk; `layers` are chunk numbers 0..num_chunks-1"
+    )
+
+
 class MeasuredLink(_Strict):
     latency_s: NonNegativeFloat = Field(description="one small message, seconds")
     bandwidth_gbps: NonNegativeFloat = Field(description="large-message bandwidth, GB/s")
@@ -58,4 +67,9 @@ class CostProfile(_Strict):
     link: MeasuredLink | None = Field(None, description="measured point-to-point link, if any")
     action_overhead_s: NonNegativeFloat | None = Field(
         None, description="measured host time of the pipeline runtime per action (dispatch, P2P posting), if any"
+    )
+    head_chunks: list[HeadChunkProfile] = Field(
+        default_factory=list,
+        description="the head also measured split into vocabulary chunks (the chunks' own costs, which are not"
+        " a linear share of the whole head's); the planner costs a split head from these",
     )

@@ -61,6 +61,27 @@ class DeviceTypeSpec(_Strict):
         " cumsums); null: matmul_efficiency",
     )
     kernel_model_source: str = Field("", description="where the kernel-level parameters above come from")
+    sustained_efficiency: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="fraction of the compute rate (peak x the kernel efficiencies above) the device sustains over"
+        " a training step, on every compute kernel (memory-bound work apart): power and clock limits under"
+        " sustained tensor-core load and what else a real training stack loses on this device type; 1: none."
+        " Evidence (calibration_source): the built-in Hopper profiles' 0.69 reproduces MosaicML's MPT-7B H100 run"
+        " (46.4% MFU against 64.2% on A100, same software and settings; llm-foundry benchmarks)",
+    )
+    layer_overhead_s: float = Field(
+        0.0,
+        ge=0,
+        description="fixed time per layer and op (F, I, W) beyond its kernels' launches, seconds: framework host"
+        " time that a layer's kernels wait for; 0 unless measured on this device type. No built-in profile sets"
+        " it: no published per-layer host time matches our kernel set (the AdaPtis profile implies one for its"
+        " Nemotron-H attention layer, see cost/published.py)",
+    )
+    calibration_source: str = Field(
+        "", description="the published measurements sustained_efficiency and layer_overhead_s come from"
+    )
 
 
 class LinkSpec(_Strict):
@@ -69,6 +90,20 @@ class LinkSpec(_Strict):
     bandwidth_gbps: PositiveFloat = Field(description="achievable unidirectional bandwidth per rank pair, GB/s")
     latency_s: float = Field(ge=0, description="per-message latency, seconds")
     source: str = Field(description="where the numbers come from")
+    p2p_bandwidth_gbps: PositiveFloat | None = Field(
+        None,
+        description="bandwidth of one pipeline send/recv (NCCL point-to-point) between two ranks, GB/s, when it"
+        " falls short of bandwidth_gbps (which the tensor-parallel collectives use); null: bandwidth_gbps."
+        " Evidence (p2p_source): nccl-tests sendrecv between two NVLink-connected H100s measures ~80 GB/s at"
+        " 32 MB messages, 180 GB/s only for GB-sized ones (NVIDIA/nccl-tests issue 268)",
+    )
+    p2p_latency_s: float | None = Field(
+        None,
+        ge=0,
+        description="latency of one pipeline send/recv, seconds; null: latency_s. Evidence (p2p_source): ~3 us on"
+        " two H100s over NVLink, 3.7 us on H800s (NVIDIA/nccl issues 1487, 1984)",
+    )
+    p2p_source: str = Field("", description="the published measurements p2p_bandwidth_gbps and p2p_latency_s come from")
 
 
 class DeviceGroupSpec(_Strict):

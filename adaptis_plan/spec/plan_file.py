@@ -109,9 +109,10 @@ class PlanStageCosts(_Strict):
 class PlanCosts(_Strict):
     """The costs the plan was made with."""
 
-    source: Literal["analytic", "measured"] = Field(
+    source: Literal["analytic", "measured", "paper"] = Field(
         description="analytic: adaptis' cost model on the hardware profile; measured: `profile` replaced the"
-        " per-layer times and activation bytes it lists"
+        " per-layer times and activation bytes it lists; paper: the AdaPtis paper's profiled per-layer ratios"
+        " (`--costs paper`), absolute time from the analytic reference layer"
     )
     profile: CostProfile | None = Field(None, description="the measured layer-cost profile, when one was used")
     action_overhead_s: NonNegativeFloat = Field(0.0, description="the runtime's host time charged per action")

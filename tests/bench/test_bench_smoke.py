@@ -23,6 +23,8 @@ from bench import charts, paper, run  # noqa: E402
 
 # nemotron-h-s at PP 4 tends to split its head into vocabulary chunks (the chunked-baseline path)
 TINY = (paper.Case("llama-2-s", 2, 1024, 4, 0.5), paper.Case("nemotron-h-s", 4, 1024, 8, 0.5))
+# the paper-TP section: one case of the paper's, under both cost settings
+PAPER_TP = tuple(paper.Case("deepseek-s", 2, 2048, 4, 0.5, tp=2, costs=c) for c in paper.COST_SETTINGS)
 
 
 def tiny_config() -> paper.BenchConfig:
@@ -32,7 +34,14 @@ def tiny_config() -> paper.BenchConfig:
     )
     plantime = (TINY[0], paper.Case("llama-2-s", 2, 1024, 8, 0.5))
     return paper.BenchConfig(
-        paper=TINY, bubbles=TINY, seq=(TINY[1],), ablation=ablation, plantime=plantime, timeline=TINY[1], quick=True
+        paper=TINY,
+        bubbles=TINY,
+        seq=(TINY[1],),
+        ablation=ablation,
+        plantime=plantime,
+        timeline=TINY[1],
+        quick=True,
+        papertp=PAPER_TP,
     )
 
 
@@ -52,14 +61,17 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 def test_every_section_with_its_reproduce_line(report: tuple[str, Path]) -> None:
     text, _ = report
     for heading in (
-        "## Paper cases",
+        "## Paper cases at the paper's tensor parallelism",
+        "## Paper cases at TP 1",
         "## Bubble ratios",
         "## Sequence-length sweep",
         "## Ablation",
         "## Planning time vs micro-batches",
+        "## Does the model match real runs?",
     ):
         assert heading in text
-    for section in ("paper", "bubbles", "seq", "ablation", "plantime"):
+    assert text.index("## Paper cases at the paper's tensor parallelism") < text.index("## Paper cases at TP 1")
+    for section in ("papertp", "paper", "bubbles", "seq", "ablation", "plantime", "match"):
         assert f"--quick --sections {section}`" in text
     assert re.search(r"commit: `([0-9a-f]{4,}(\+dirty)?|unknown[^`]*)`", text)
     assert "CPUs" in text and "UTC" in text
@@ -77,7 +89,7 @@ def test_targets_say_pass_or_miss(report: tuple[str, Path]) -> None:
 
 def test_per_case_numbers_parse(report: tuple[str, Path]) -> None:
     text, _ = report
-    rows = _table_after(text, "### Per case")
+    rows = _table_after(text[text.index("## Paper cases at TP 1") :], "### Per case")
     assert [r[0] for r in rows] == [c.label for c in TINY]
     for r in rows:
         step, bubble, peak = float(r[3]), float(r[4].rstrip("%")), float(r[5])
@@ -120,3 +132,74 @@ def test_real_section_placeholder_and_bad_sections(monkeypatch: pytest.MonkeyPat
     assert ok and "## Real execution (CPU, gloo)" in text and "not run" in text
     with pytest.raises(SystemExit):
         run.main(["--sections", "paper,bogus"])
+
+
+def test_paper_tp_tables_under_both_cost_settings(report: tuple[str, Path]) -> None:
+    text, _ = report
+    summary = _table_after(text, "### Summary")
+    assert summary[0][0] == "mean adaptive / Interleaved1F1B" and len(summary[0]) == 4
+    assert "1.42x" in summary[0][-1]
+    for setting in ("calibrated analytic model", "the paper's profiled costs"):
+        rows = _table_after(text, f"### Per case, {setting}")
+        assert [r[0] for r in rows] == ["deepseek-s 2K"]
+        r = rows[0]
+        assert (r[1], r[2]) == ("2", "2") and 0 < float(r[4].rstrip("%")) < 100  # PP, TP, h
+        assert all(float(c.split("x")[0]) > 0 for c in r[6:12])  # speed-ups over the baselines
+    idealized = next(line for line in text.splitlines() if "I-1F1B idealized" in line)
+    assert "with our P2P (2.7%)" in idealized
+
+
+def test_match_section_lists_every_held_published_figure(report: tuple[str, Path]) -> None:
+    from adaptis_plan.cost.published import published_figures
+
+    text, _ = report
+    rows = _table_after(text, "## Does the model match real runs?")
+    held = [f for f in published_figures() if f.held]
+    assert len(rows) == len(published_figures())
+    assert sum(r[6].endswith(("PASS", "MISS")) for r in rows) == len(held)
+
+
+def test_real_errors_read_back_from_a_kept_section() -> None:
+    doc = "\n".join(
+        [
+            "# Benchmarks",
+            "## Real execution (CPU, gloo)",
+            "### Per model",
+            "",
+            "| model | shape | plan | split | torch ms | ours ms | ours / torch | predicted ms | error | after |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            "| tiny-a | s | 1F1B | 0-4@d0 | 1.0 | 1.0 | 1.00 | 1.1 | +5.0% | +4.0% |",
+            "| tiny-a | s | adaptive (`loop x2`, head in 4 chunks) | 0-4@d0 | – | 1.0 | – | 0.8 | -15.0% | -17.0% |",
+            "",
+            "### Adaptive vs the best torch schedule",
+            "",
+            "| model | head share | best | its ms | adaptive ms | speed-up | predicted (error) | chunks profiled (error) |",
+            "|---|---|---|---|---|---|---|---|",
+            "| tiny-a | 80% | 1F1B | 1.0 | 1.0 | 1.00x | 0.8 (-15.0%) | 1.02 (+2.0%) |",
+            "## Next section",
+        ]
+    )
+    section = run.kept_section(doc, run.REAL_HEADING)
+    assert section.startswith(run.REAL_HEADING) and "## Next section" not in section
+    rows = run.real_errors_from_markdown(section)
+    assert [(r.plan, r.planning, r.layers) for r in rows] == [("1F1B", 0.05, 0.05), ("adaptive", -0.15, 0.02)]
+    assert run.kept_section(doc, "## Missing") is None
+
+
+def test_sections_not_rerun_are_kept_from_the_previous_report(tmp_path: Path) -> None:
+    out = tmp_path / "B.md"
+    out.write_text(
+        "# Benchmarks\n\nold header\n\n## Ablation (paper §5.6)\n\nold ablation table\n\n"
+        "## Real execution (CPU, gloo)\n\nold real runs\n"
+    )
+    cfg = paper.BenchConfig(
+        paper=(), bubbles=(), seq=(), ablation=(), plantime=(), timeline=None, quick=True, papertp=()
+    )
+    prov = run.provenance(str(out), quick=True)
+    text, ok = run.build_report(cfg, ["match"], out, tmp_path / "img", prov, workers=1)
+    assert ok and "old header" not in text
+    assert text.index("## Ablation") < text.index("## Does the model match real runs?") < text.index("## Real")
+    assert "old ablation table" in text and "old real runs" in text
+    assert "Kept from the previous report, not rerun this time (each with its own reproduce line and date):" in text
+    assert "ablation, real." in text
+    assert "Sections not run this time: papertp, paper, bubbles, seq, plantime, targets, torchcsv." in text

@@ -402,8 +402,9 @@ def test_cost_table_shapes_links_and_memory() -> None:
     assert np.all(table.f_s == table.f_s[0])  # one device type
     assert np.all(table.mem_limit_bytes == 141e9 * 0.9)
     bw, lat = table.link_bw_bytes_per_s, table.link_latency_s
-    assert bw[0, 7] == 450e9 and bw[7, 8] == 50e9 and bw[8, 15] == 450e9
-    assert lat[0, 7] == 5e-6 and lat[7, 8] == 1e-5 and lat[3, 3] == 0 and np.isinf(bw[3, 3])
+    # pipeline send/recv inside a node: NCCL point-to-point's measured rate, not NVLink's 450 GB/s
+    assert bw[0, 7] == 80e9 and bw[7, 8] == 50e9 and bw[8, 15] == 80e9
+    assert lat[0, 7] == 3.5e-6 and lat[7, 8] == 1e-5 and lat[3, 3] == 0 and np.isinf(bw[3, 3])
     assert table.p2p_s(7, 8, 1e9) == pytest.approx(1e-5 + 1e9 / 50e9)
     assert table.layer_kinds[0] == "embedding" and table.layer_kinds[-1] == "head"
     assert table.out_bytes[-1] == 0 and table.out_bytes[0] == 4096 * 1536 * 2
@@ -518,3 +519,49 @@ def test_layer_cost_rows() -> None:
     assert [r["index"] for r in rows] == list(range(model.num_layers))
     assert sum(r["parameters"] for r in rows) == model_params(model).total
     assert all(isinstance(r["act_bytes"], int) for r in rows)
+
+
+def _chunk_profile(model: ModelSpec) -> CostProfile:
+    """A profile of `model` (unsplit head = layer 33 of gemma-s-like) that also measured its head in 2 and
+    4 chunks: each chunk costs 1 ms fixed (2 ms for the first, which holds the norm) + 40 ms x its share."""
+    from adaptis_plan.inputs.models.transform import split_head
+    from adaptis_plan.spec.cost_profile import HeadChunkProfile
+
+    head = model.num_layers - 1
+    entries = [
+        LayerCostEntry(layers=list(range(head)), kind="decoder", f_s=1e-3, i_s=1e-3, w_s=1e-3, b_s=2e-3, act_bytes=1, act_w_bytes=1),
+        LayerCostEntry(layers=[head], kind="head", f_s=40e-3, i_s=40e-3, w_s=20e-3, b_s=60e-3, act_bytes=4000, act_w_bytes=400),
+    ]  # fmt: skip
+    chunks = []
+    for k in (2, 4):
+        ranges = [layer.vocab_range for layer in split_head(model, k).layers[-k:]]
+        rows = []
+        for c, (lo, hi) in enumerate(ranges):
+            share, fixed = (hi - lo) / model.vocab_size, (2e-3 if c == 0 else 1e-3)
+            t = fixed + 40e-3 * share
+            rows.append(
+                LayerCostEntry(layers=[c], kind="head", f_s=t, i_s=t, w_s=t / 2, b_s=1.5 * t, act_bytes=int(4000 * share), act_w_bytes=0)
+            )  # fmt: skip
+        chunks.append(HeadChunkProfile(num_chunks=k, entries=rows))
+    return _profile(model, entries=entries, head_chunks=chunks, link=None)
+
+
+def test_a_split_head_is_costed_from_its_measured_chunks() -> None:
+    from adaptis_plan.inputs.models.transform import split_head
+
+    model = gemma_s().model_copy(update={"tie_word_embeddings": False})
+    prof = _chunk_profile(model)
+    for k in (2, 3, 4, 8):
+        split = split_head(model, k)
+        table = build_cost_table(split, H200, _train(pp=4), prof)
+        head = table.f_s[0, model.num_layers - 1 :]
+        assert len(head) == k
+        # as measured (k = 2, 4) or from the per-role line through them (k = 3, 8): fixed + 40 ms x share
+        for c, t in enumerate(head):
+            lo, hi = split.layers[model.num_layers - 1 + c].vocab_range
+            assert t == pytest.approx((2e-3 if c == 0 else 1e-3) + 40e-3 * (hi - lo) / model.vocab_size, rel=1e-6)
+        # more than the linear share of the whole head: each chunk pays its own fixed cost
+        assert head.sum() > 40e-3
+    # without measured chunks: the whole head's linear share
+    plain = build_cost_table(split_head(model, 3), H200, _train(pp=4), prof.model_copy(update={"head_chunks": []}))
+    assert plain.f_s[0, model.num_layers - 1 :].sum() == pytest.approx(40e-3)
