@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from adaptis_plan.errors import AdaptisError, InputError
+from adaptis_plan.units import fmt_bytes, fmt_time
 
 _STDERR = None
 
@@ -31,10 +32,6 @@ def console():
 
 def emit_json(data: object) -> None:
     click.echo(json.dumps(data, indent=1))
-
-
-def _fmt_bytes(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -130,10 +127,10 @@ def model_show(
         cells = [str(r["index"]), r["kind"], f"{r['parameters']:,}"]
         if timed:
             cells += [
-                f"{r['f_s'] * 1e3:.3f}",
-                f"{r['i_s'] * 1e3:.3f}",
-                f"{r['w_s'] * 1e3:.3f}",
-                _fmt_bytes(r["act_bytes"]),
+                fmt_time(r["f_s"], "ms", suffix=False),
+                fmt_time(r["i_s"], "ms", suffix=False),
+                fmt_time(r["w_s"], "ms", suffix=False),
+                fmt_bytes(r["act_bytes"]),
             ]
         t.add_row(*cells)
     console().print(t)
@@ -179,7 +176,7 @@ def hardware_show(name: str, as_json: bool) -> None:
             n,
             f"{d.peak_bf16_tflops:g}",
             f"{d.matmul_efficiency:g}",
-            _fmt_bytes(d.hbm_bytes),
+            fmt_bytes(d.hbm_bytes),
             f"{d.hbm_bandwidth_gbps:g}",
         )
     console().print(t)
@@ -419,8 +416,8 @@ def run_cmd(
         return
     c = console()
     c.print(
-        f"[bold]{plan.strategy}[/] on {plan.training.pp} ranks: measured step {out['measured_step_time_s'] * 1e3:.1f} ms"
-        f" (median of {out['steps']}), predicted {out['predicted_step_time_s'] * 1e3:.1f} ms"
+        f"[bold]{plan.strategy}[/] on {plan.training.pp} ranks: measured step {fmt_time(out['measured_step_time_s'], 'ms')}"
+        f" (median of {out['steps']}), predicted {fmt_time(out['predicted_step_time_s'], 'ms')}"
     )
     if verify:
         ok = "[green]verified[/]" if out["verified"] else "[red]NOT verified[/]"
@@ -478,11 +475,11 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ru
         t.add_row(
             shown,
             e.kind,
-            f"{e.f_s * 1e3:.3f}",
-            f"{e.i_s * 1e3:.3f}",
-            f"{e.w_s * 1e3:.3f}",
-            f"{e.b_s * 1e3:.3f}",
-            _fmt_bytes(e.act_bytes),
+            fmt_time(e.f_s, "ms", suffix=False),
+            fmt_time(e.i_s, "ms", suffix=False),
+            fmt_time(e.w_s, "ms", suffix=False),
+            fmt_time(e.b_s, "ms", suffix=False),
+            fmt_bytes(e.act_bytes),
         )
     console().print(t)
     console().print(f"wrote {output}")

@@ -23,6 +23,7 @@ from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.training import TrainingConfig
+from adaptis_plan.units import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -251,8 +252,7 @@ def _memory_message(
 
 def _gib(n: float) -> str:
     """Bytes in GiB with enough digits to tell small sizes apart (0.0466 GiB, not 0.0 GiB)."""
-    v = n / 2**30
-    return f"{v:.1f} GiB" if v >= 10 else f"{v:.3g} GiB"
+    return fmt_bytes(n, "GiB")
 
 
 # ----------------------------------------------------------------------------- plan files
