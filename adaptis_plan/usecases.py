@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.simulate import SimResult, simulate
@@ -22,6 +20,7 @@ from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
+from adaptis_plan.spec.read import path_kind, read_boundary_file
 from adaptis_plan.spec.training import TrainingConfig
 from adaptis_plan.units import fmt_bytes
 
@@ -81,20 +80,9 @@ def load_costs_profile(path: str | None) -> CostProfile | None:
     if path is None:
         return None
     p = Path(path)
-    if not p.is_file():
+    if path_kind(p) is None:
         raise InputError(f"{p}: no such cost profile; measure one with `adaptis profile --model MODEL -o {p.name}`")
-    try:
-        return CostProfile.model_validate(json.loads(p.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(
-            f"{p}: cannot read the cost profile ({type(e).__name__}); pass the JSON file `adaptis profile -o` wrote"
-        ) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except ValidationError as e:
-        from adaptis_plan.planfile.io import pydantic_error_line
-
-        raise InputError(pydantic_error_line(p, e)) from None
+    return read_boundary_file(p, CostProfile, "cost profile", fix="pass the JSON file `adaptis profile -o` wrote")
 
 
 def _training(req: PlanRequest) -> TrainingConfig:
@@ -109,11 +97,16 @@ def _training(req: PlanRequest) -> TrainingConfig:
 
 
 def cost_table_for(
-    model: ModelSpec, hw: HardwareProfile, training: TrainingConfig, profile: CostProfile | None
+    model: ModelSpec,
+    hw: HardwareProfile,
+    training: TrainingConfig,
+    profile: CostProfile | None,
+    profile_source: str | None = None,
 ) -> CostTable:
+    """The cost table; `profile_source` (the `--costs` file) names the profile in error messages."""
     from adaptis_plan.cost.table import build_cost_table
 
-    return build_cost_table(model, hw, training, profile)
+    return build_cost_table(model, hw, training, profile, profile_source=profile_source or "the cost profile")
 
 
 def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanOutcome:
@@ -131,7 +124,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp"
         )
     profile = load_costs_profile(req.costs_path)
-    costs = cost_table_for(model, hw, training, profile)
+    costs = cost_table_for(model, hw, training, profile, req.costs_path)
     forced = None
     if req.head_chunks is not None and req.head_chunks > 1:
         from adaptis_plan.inputs.models.transform import split_head
@@ -150,11 +143,14 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         if req.time_limit_s <= 0:
             raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
         if forced is not None:
-            options = [(forced, cost_table_for(forced, hw, training, profile))]
+            options = [(forced, cost_table_for(forced, hw, training, profile, req.costs_path))]
         else:
             options = [(model, costs)]
             if req.head_chunks is None and "partition" in req.search:
-                options += [(m, cost_table_for(m, hw, training, profile)) for m in head_split_options(model, costs)]
+                options += [
+                    (m, cost_table_for(m, hw, training, profile, req.costs_path))
+                    for m in head_split_options(model, costs)
+                ]
         k_best, outcome = search_head_options(
             [c for _, c in options],
             [m.num_layers for m, _ in options],
@@ -180,7 +176,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         }
     else:
         if forced is not None:
-            model, costs = forced, cost_table_for(forced, hw, training, profile)
+            model, costs = forced, cost_table_for(forced, hw, training, profile, req.costs_path)
         best = classic_candidate(
             costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform", req.stages_per_device
         )
@@ -317,7 +313,7 @@ def simulate_plan_file(
             f"{plan_path}: hardware.fingerprint: the built-in profile '{hw.name}' changed since the plan"
             " was made; re-plan or pass --hardware with the original profile file"
         )
-    costs = cost_table_for(model, hw, plan.training, load_costs_profile(costs_path))
+    costs = cost_table_for(model, hw, plan.training, load_costs_profile(costs_path), costs_path)
     layout, programs = plan_layout(plan), plan_programs(plan)
     result = simulate(layout, costs, programs, plan.training.num_microbatches)
     stored = plan.predicted.step_time_s

@@ -134,7 +134,7 @@ def build_cost_table(
     training: TrainingConfig,
     profile: CostProfile | None = None,
     *,
-    profile_source: str = "costs.json",
+    profile_source: str = "the cost profile",
 ) -> CostTable:
     """The cost table of `training.pp` pipeline ranks (see the module docstring).
 

@@ -12,8 +12,6 @@ import os
 import tempfile
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from adaptis_plan.core import Action, Layout, Programs
 from adaptis_plan.errors import InputError, located
 from adaptis_plan.spec.hardware import HardwareProfile
@@ -27,46 +25,18 @@ from adaptis_plan.spec.plan_file import (
     PlanStage,
     Predicted,
 )
+from adaptis_plan.spec.read import path_kind, read_boundary_file
 from adaptis_plan.spec.training import TrainingConfig
 
-
-def pydantic_error_line(path: object, err: ValidationError) -> str:
-    """First pydantic error as 'file: field.path = value: message; fix'."""
-    e = err.errors()[0]
-    loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in e["loc"]).replace(".[", "[")
-    value = e.get("input")
-    shown = json.dumps(value)[:60] if not isinstance(value, dict) else "{...}"
-    # model validators' messages come prefixed by pydantic ("Value error, ..."): keep ours only
-    msg = e["msg"].removeprefix("Value error, ")
-    if e["type"] == "missing":
-        return f"{path}: {loc}: field required; add it"
-    if e["type"] == "extra_forbidden":
-        return f"{path}: {loc}: unknown field; remove it or check its spelling"
-    where = f"{path}: {loc} = {shown}" if loc else f"{path}"
-    return f"{where}: {msg}"
+_PLAN_FIX = "pass the JSON file `adaptis plan -o` wrote"
 
 
 def read_plan(path: str | Path) -> PlanFile:
-    """Read and validate a plan file (structure and action orders)."""
+    """Read and validate a plan file (structure, index bounds and action orders)."""
     p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{p}: a folder, not a plan file; pass the JSON file `adaptis plan -o` wrote")
-    if not p.is_file():
+    if path_kind(p) is None:
         raise InputError(f"{p}: no such plan file; write one with `adaptis plan ... -o {p.name}`")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(
-            f"{p}: cannot read the plan file ({type(e).__name__}); pass the JSON file `adaptis plan -o` wrote"
-        ) from None
-    except json.JSONDecodeError as e:
-        raise InputError(
-            f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); the file may be truncated — re-run `adaptis plan`"
-        ) from None
-    try:
-        plan = PlanFile.model_validate(data)
-    except ValidationError as e:
-        raise InputError(pydantic_error_line(p, e)) from None
+    plan = read_boundary_file(p, PlanFile, "plan file", fix=_PLAN_FIX)
     from adaptis_plan.judge.semantics import check_programs
 
     try:

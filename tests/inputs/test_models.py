@@ -291,14 +291,14 @@ def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text('{\n  "model_type": "llama",\n  "hidden_size": 4096,,\n}')
     message = _error(path)
-    assert str(path) in message and "line 3 col 23" in message and "malformed JSON" in message
+    assert message.startswith(f"{path}: not valid JSON (line 3, column 23: ")
 
 
 def test_malformed_yaml_names_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\nhidden_size: [1, 2\nvocab_size: 3\n")
     message = _error(path)
-    assert str(path) in message and "line 3" in message and "malformed YAML" in message
+    assert message.startswith(f"{path}: not valid YAML (line 3, column 11)")
 
 
 def test_native_missing_field(tmp_path: Path) -> None:
@@ -317,7 +317,7 @@ def test_native_misspelt_field(tmp_path: Path) -> None:
 def test_native_nonpositive_size(tmp_path: Path) -> None:
     path = _native(tmp_path, lambda d: d["layers"][1]["attention"].update(num_heads=-4))
     message = _error(path)
-    assert message.startswith(f"{path}: layers[1].attention.num_heads = -4: must be > 0")
+    assert message == f"{path}: layers[1].attention.num_heads = -4: out of range; allowed: 1..10,000,000"
 
 
 def test_native_kind_without_its_section(tmp_path: Path) -> None:

@@ -275,8 +275,8 @@ def test_structure_rules_live_in_the_spec(zbv_plan: Path) -> None:
     [
         (b"", "not valid JSON"),
         (b'{"schema_version": 1, "strat', "truncated"),
-        (b"\xff\xfe\x00 not text", "cannot read"),
-        (b"[]", "valid dictionary"),
+        (b"\xff\xfe\x00 not text", "not UTF-8"),
+        (b"[]", "not an object"),
     ],
 )
 def test_unreadable_plan_file(tmp_path: Path, content: bytes, needle: str) -> None:

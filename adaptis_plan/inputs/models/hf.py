@@ -63,7 +63,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from adaptis_plan.errors import InputError
+from adaptis_plan.spec.limits import MAX_DIM, MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB, MAX_WINDOW
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
+
+# The largest value of each size (`spec.limits`); any other size is at most MAX_DIM. The blocks
+# are built one per layer before the spec is validated, so the layer count is bounded first.
+_LIMITS: dict[str, int] = {
+    "hidden_size": MAX_HIDDEN,
+    "num_hidden_layers": MAX_LAYERS - 2,  # + embedding and head
+    "vocab_size": MAX_VOCAB,
+    "sliding_window": MAX_WINDOW,
+}
 
 _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262208,
@@ -105,7 +115,8 @@ class _Cfg:
         return f"{self.prefix}{key}"
 
     def error(self, key: str, value: Any, problem: str, fix: str) -> InputError:
-        shown = f"{value!r}" if self.data.get(key) is not None else f"{value!r} (the default)"
+        text = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        shown = text if self.data.get(key) is not None else f"{text} (the default)"
         return InputError(f"{self.where}: {self.field(key)} = {shown}: {problem}; {fix}")
 
     def has(self, key: str) -> bool:
@@ -130,11 +141,14 @@ class _Cfg:
             if value is None:
                 raise self._missing(key, what)
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer() and value > 0:
-                return int(value)
-            raise self.error(key, value, "must be a positive integer", "fix the value")
+            if not (isinstance(value, float) and value.is_integer() and value > 0):
+                raise self.error(key, value, "must be a positive integer", "fix the value")
+            value = int(value)
         if value <= 0:
             raise self.error(key, value, "must be > 0", "use a positive size")
+        limit = _LIMITS.get(key, MAX_DIM)
+        if value > limit:
+            raise self.error(key, value, f"out of range; allowed: 1..{limit:,}", "fix the value")
         return value
 
     def opt_size(self, key: str, default: int | None = None) -> int | None:
@@ -146,10 +160,12 @@ class _Cfg:
         return self.size(key, default)
 
     def count(self, key: str, default: int = 0) -> int:
-        """A non-negative integer (layer indices, periods that may be 0)."""
+        """A non-negative integer (layer indices, periods that may be 0), at most `MAX_LAYERS`."""
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.error(key, value, "must be an integer >= 0", "fix the value")
+        if value > MAX_LAYERS:
+            raise self.error(key, value, f"out of range; allowed: 0..{MAX_LAYERS:,}", "fix the value")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
