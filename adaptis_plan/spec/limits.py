@@ -20,6 +20,8 @@ MAX_LAYERS = 100_000
 MAX_VOCAB = 10_000_000
 #: any other model dimension or count: heads, head_dim, inner sizes, experts, ranks, state sizes.
 MAX_DIM = 10_000_000
+#: the narrowest attention head (per-head q/k/v width): the narrowest published models use 32-64.
+MIN_HEAD_DIM = 8
 #: a sliding-attention window in tokens (longer than any sequence means global).
 MAX_WINDOW = 2**31 - 1
 #: parameters outside the pipelined language model (a vision tower).

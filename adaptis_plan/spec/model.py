@@ -28,7 +28,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from adaptis_plan.spec.limits import MAX_DIM, MAX_EXTRA_PARAMETERS, MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB, MAX_WINDOW
+from adaptis_plan.spec.limits import (
+    MAX_DIM,
+    MAX_EXTRA_PARAMETERS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WINDOW,
+    MIN_HEAD_DIM,
+)
 
 LayerKind = Literal[
     "embedding",
@@ -55,6 +63,43 @@ _NEEDS: dict[str, tuple[str, ...]] = {
     "mamba_mlp": ("mamba", "mlp"),
     "head": (),
 }
+
+
+def head_dim_problem(head_dim: int) -> tuple[str, str] | None:
+    """(problem, fix) when a q/k head width makes no sense for a trained transformer, else None.
+
+    Rotary embeddings turn pairs of dimensions, so an odd width leaves one unrotated, which no
+    model does; a head narrower than MIN_HEAD_DIM can hardly tell positions apart.
+    """
+    if head_dim < MIN_HEAD_DIM:
+        return f"narrower than {MIN_HEAD_DIM}", f"use {MIN_HEAD_DIM} or more (64 and 128 are usual)"
+    if head_dim % 2:
+        return "odd, but rotary embeddings rotate pairs of dimensions", "use an even width"
+    return None
+
+
+def sense_problem(model: ModelSpec) -> str | None:
+    """'field = value: problem; fix' for the first layer whose attention heads make no sense, else None.
+
+    Checked where a user's model enters (native spec files); the type itself accepts any
+    positive width so that tests and transformations can build toy layers.
+    """
+    for i, layer in enumerate(model.layers):
+        a = layer.attention
+        if a is None:
+            continue
+        at = f"layers[{i}].attention"
+        if a.type == "gqa":
+            problem = head_dim_problem(a.head_dim)
+            if problem is not None:
+                return f"{at}.head_dim = {a.head_dim}: {problem[0]}; {problem[1]}"
+            continue
+        nope, rope = a.qk_nope_head_dim or 0, a.qk_rope_head_dim or 0
+        if rope % 2:
+            return f"{at}.qk_rope_head_dim = {rope}: odd, but rotary embeddings rotate pairs; use an even width"
+        if nope + rope < MIN_HEAD_DIM:
+            return f"{at}.qk_nope_head_dim = {nope}: q/k heads of {nope} + {rope} are narrower than {MIN_HEAD_DIM}; widen them"
+    return None
 
 
 class _Strict(BaseModel):

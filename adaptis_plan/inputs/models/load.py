@@ -26,7 +26,7 @@ from typing import Any
 from adaptis_plan.errors import InputError
 from adaptis_plan.inputs.models import zoo
 from adaptis_plan.inputs.models.hf import from_hf_config
-from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.spec.model import ModelSpec, sense_problem
 from adaptis_plan.spec.read import path_kind, read_data, validate
 
 _YAML_SUFFIXES = (".yaml", ".yml")
@@ -94,8 +94,13 @@ def load_file(path: str | Path, *, include_mtp: bool = False) -> ModelSpec:
 
 
 def parse_native_spec(data: Mapping[str, Any], *, where: str) -> ModelSpec:
-    """Validate a native spec dict as `ModelSpec` (extra fields forbidden), errors as one line."""
-    return validate(data, ModelSpec, where, "model spec")
+    """Validate a native spec dict as `ModelSpec` (extra fields forbidden, attention heads that
+    make sense), errors as one line."""
+    model = validate(data, ModelSpec, where, "model spec")
+    problem = sense_problem(model)
+    if problem is not None:
+        raise InputError(f"{where}: {problem}")
+    return model
 
 
 # ---------------------------------------------------------------- helpers
