@@ -9,6 +9,7 @@ nothing else there; human output goes to stderr through one rich console.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def model_show(
         from adaptis_plan.inputs.hardware import load_hardware
         from adaptis_plan.spec.training import TrainingConfig
 
-        _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp)
+        _check_training_options(1, 1, seq_len, micro_batch_size, tp)
         hw = load_hardware(hardware_arg)
         training = TrainingConfig(num_microbatches=1, micro_batch_size=micro_batch_size, seq_len=seq_len, pp=1, tp=tp)
         for row, extra in zip(rows, layer_cost_rows(spec, hw, training), strict=True):
@@ -194,6 +195,51 @@ def _check_positive(**values: int | float | None) -> None:
             raise InputError(f"{flag} = {v}: must be a positive number; pass {flag} 1 or more")
 
 
+def _check_at_most(**values: tuple[int | float | None, int | float]) -> None:
+    """`--flag = v: more than MAX ...` for every `name=(value, max)` past its physical-sense limit."""
+    for name, (v, most) in values.items():
+        flag = "--" + name.replace("_", "-")
+        if v is not None and not math.isfinite(v):
+            raise InputError(f"{flag} = {v}: not a finite number; pass a number from 1 to {most:,g}")
+        if v is not None and v > most:
+            raise InputError(f"{flag} = {v:,g}: more than {most:,g}, past any real use; pass {flag} 1..{most:,g}")
+
+
+def _check_training_options(pp: int, microbatches: int, seq_len: int, micro_batch_size: int, tp: int) -> None:
+    """The step's sizes against the limits the plan file's `training` has (`spec.limits`)."""
+    from adaptis_plan.spec import limits
+
+    _check_positive(pp=pp, microbatches=microbatches, seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp)
+    _check_at_most(
+        pp=(pp, limits.MAX_PP),
+        microbatches=(microbatches, limits.MAX_MICROBATCHES),
+        seq_len=(seq_len, limits.MAX_SEQ_LEN),
+        micro_batch_size=(micro_batch_size, limits.MAX_MICRO_BATCH_SIZE),
+        tp=(tp, limits.MAX_TP),
+    )
+    if pp * microbatches > limits.MAX_DEVICE_MICROBATCHES:
+        raise InputError(
+            f"--pp {pp} x --microbatches {microbatches} = {pp * microbatches:,} (device, micro-batch) pairs per step:"
+            f" more than {limits.MAX_DEVICE_MICROBATCHES:,}; use fewer micro-batches (a larger --micro-batch-size)"
+            " or fewer pipeline ranks"
+        )
+
+
+def _head_chunks_option(value: str) -> int | None:
+    """--head-chunks: None for auto, else a whole number of vocabulary chunks within the sane maximum."""
+    from adaptis_plan.spec.limits import MAX_HEAD_CHUNKS
+
+    if value == "auto":
+        return None
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_HEAD_CHUNKS:
+        raise InputError(
+            f"--head-chunks = {value[:40]!r}: use auto or a whole number from 1 to {MAX_HEAD_CHUNKS}"
+            " (vocabulary chunks of the LM head)"
+        )
+    return int(text)
+
+
 @cli.command("plan")
 @click.option("--model", "model_arg", required=True, help="built-in name, HF config.json (or folder), or spec file")
 @click.option("--hardware", "hardware_arg", required=True, help="built-in profile name or profile file")
@@ -222,7 +268,7 @@ def _check_positive(**values: int | float | None) -> None:
 @click.option("--recompute", is_flag=True, help="full activation recompute")
 @click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile from `adaptis profile`")
 @click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="search seed, 0..2^31-1")
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def plan_cmd(
@@ -246,21 +292,19 @@ def plan_cmd(
     as_json,
 ) -> None:
     """Plan partition, placement and schedule; write one JSON plan."""
-    _check_positive(
-        pp=pp,
-        microbatches=microbatches,
-        seq_len=seq_len,
-        micro_batch_size=micro_batch_size,
-        tp=tp,
-        time_limit=time_limit,
-        stages_per_device=stages_per_device,
-    )
-    if head_chunks == "auto":
-        chunks = None
-    elif head_chunks.isdigit() and int(head_chunks) >= 1:
-        chunks = int(head_chunks)
-    else:
-        raise InputError(f"--head-chunks = {head_chunks!r}: use auto or a whole number >= 1")
+    from adaptis_plan.planfile.io import check_output_path
+    from adaptis_plan.spec.limits import MAX_STAGES_PER_DEVICE, MAX_TIME_LIMIT_S
+
+    _check_training_options(pp, microbatches, seq_len, micro_batch_size, tp)
+    if not math.isfinite(time_limit) or not 0 < time_limit <= MAX_TIME_LIMIT_S:
+        raise InputError(
+            f"--time-limit = {time_limit}: must be a finite number of seconds in (0, {MAX_TIME_LIMIT_S:,g}];"
+            " pass e.g. --time-limit 5"
+        )
+    _check_positive(stages_per_device=stages_per_device)
+    _check_at_most(stages_per_device=(stages_per_device, MAX_STAGES_PER_DEVICE))
+    chunks = _head_chunks_option(head_chunks)
+    check_output_path(output, "-o")
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     req = PlanRequest(
@@ -311,6 +355,12 @@ def plan_cmd(
 @click.option("--width", default=None, type=int, help="terminal timeline width (default: the terminal's)")
 def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_path, svg_path, width) -> None:
     """Re-simulate PLAN (never trusting its stored numbers): summary, timeline, trace, SVG."""
+    from adaptis_plan.planfile.io import check_output_path
+
+    for flag, path in (("--trace", trace_path), ("--svg", svg_path)):
+        if path is not None:
+            check_output_path(path, flag)
+    _check_positive(width=width)
     from adaptis_plan.usecases import simulate_plan_file
 
     sim = simulate_plan_file(plan_path, model_arg=model_arg, hardware_arg=hardware_arg, costs_path=costs_arg)
@@ -343,13 +393,20 @@ def _write_text_atomic(path: str, text: str) -> None:
 @click.option("--format", "fmt", required=True, type=click.Choice(["torch-csv", "megatron-layout", "torchtitan"]))
 @click.option("--model", "model_arg", default=None, help="model (for layer kinds; default: the plan's model name)")
 @click.option("-o", "--output", default=None, type=click.Path(), help="file to write (default: stdout)")
-def export_cmd(plan_path, fmt, model_arg, output) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print JSON on stdout: {format, output, text}")
+def export_cmd(plan_path, fmt, model_arg, output, as_json) -> None:
     """Export PLAN to another framework's format."""
+    from adaptis_plan.planfile.io import check_output_path
     from adaptis_plan.usecases import export_plan_file
 
+    if output is not None:
+        check_output_path(output, "-o")
     text = export_plan_file(plan_path, fmt, model_arg=model_arg)
-    if output:
+    if output is not None:
         _write_text_atomic(output, text)
+    if as_json:
+        emit_json({"format": fmt, "output": output, "text": text})
+    elif output is not None:
         console().print(f"wrote {output}")
     else:
         click.echo(text, nl=not text.endswith("\n"))
@@ -391,6 +448,10 @@ def run_cmd(
 ) -> None:
     """Execute PLAN for real under torchrun (gloo on CPU, NCCL on GPUs)."""
     _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes)
+    if trace_path is not None:
+        from adaptis_plan.planfile.io import check_output_path
+
+        check_output_path(trace_path, "--trace")
     from adaptis_plan.usecases import load_plan_and_model
 
     plan, model = load_plan_and_model(plan_path, model_arg)
@@ -445,7 +506,12 @@ def run_cmd(
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, output, as_json) -> None:
     """Measure per-layer F / I / W time and activation memory on this machine."""
-    _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, repeats=repeats)
+    from adaptis_plan.planfile.io import check_output_path
+
+    _check_training_options(1, 1, seq_len, micro_batch_size, 1)
+    _check_positive(repeats=repeats)
+    _check_at_most(repeats=(repeats, 1_000_000))
+    check_output_path(output, "-o")
     from adaptis_plan.inputs.models.load import load_model
 
     spec = load_model(model_arg)
@@ -489,19 +555,34 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ru
 @cli.command("schema")
 @click.option("--check", is_flag=True, help="fail if schemas/ differs from the pydantic models")
 @click.option("--dir", "out_dir", default="schemas", show_default=True, type=click.Path())
-def schema_cmd(check: bool, out_dir: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print JSON on stdout: {folder, schemas, up_to_date}")
+def schema_cmd(check: bool, out_dir: str, as_json: bool) -> None:
     """Write (or check) the JSON Schemas of every file format."""
-    from adaptis_plan.spec.schemas import check_schemas, write_schemas
+    from adaptis_plan.spec.schemas import check_schemas, render_schemas, write_schemas
 
+    names = sorted(render_schemas())
     if check:
         if not Path(out_dir).is_dir():
             raise InputError(f"--dir {out_dir}: no such folder; pass the schemas/ folder of the checkout with --dir")
         stale = check_schemas(Path(out_dir))
         if stale:
             raise InputError(f"{out_dir}: {', '.join(stale)} out of date; run `adaptis schema` (make schemas)")
-        console().print(f"{out_dir}: schemas up to date")
+        if as_json:
+            emit_json({"folder": out_dir, "schemas": names, "up_to_date": True})
+        else:
+            console().print(f"{out_dir}: schemas up to date")
         return
-    for p in write_schemas(Path(out_dir)):
+    from adaptis_plan.planfile.io import check_output_path
+
+    if out_dir in ("", "-") or Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise InputError(f"--dir {out_dir!r}: not a folder; pass the folder to write the schemas into")
+    for name in names:
+        check_output_path(Path(out_dir) / name, "--dir")
+    written = write_schemas(Path(out_dir))
+    if as_json:
+        emit_json({"folder": out_dir, "schemas": sorted(p.name for p in written), "up_to_date": True})
+        return
+    for p in written:
         console().print(f"wrote {p}")
 
 
@@ -509,8 +590,8 @@ def main() -> None:
     """Console entry point: the one place user errors become messages and exit codes."""
     try:
         cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except click.exceptions.Abort:  # click's form of a Ctrl-C (KeyboardInterrupt) inside a command
+        click.echo("interrupted (Ctrl-C); no file is left half-written", err=True)
         sys.exit(130)
     except click.ClickException as e:
         e.show()
@@ -522,7 +603,7 @@ def main() -> None:
             click.echo(grid, err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        click.echo("interrupted (Ctrl-C); no file is left half-written", err=True)
         sys.exit(130)
     except Exception:  # a bug, never bad input: exit 1 with the traceback to report
         import traceback

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
-from adaptis_plan.errors import InfeasibleError, InputError
+from adaptis_plan.errors import InfeasibleError, InputError, located
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.planfile.io import check_model_matches, make_plan, plan_layout, plan_programs, read_plan
 from adaptis_plan.spec.cost_profile import CostProfile
@@ -315,7 +315,10 @@ def simulate_plan_file(
         )
     costs = cost_table_for(model, hw, plan.training, load_costs_profile(costs_path), costs_path)
     layout, programs = plan_layout(plan), plan_programs(plan)
-    result = simulate(layout, costs, programs, plan.training.num_microbatches)
+    try:
+        result = simulate(layout, costs, programs, plan.training.num_microbatches)
+    except InputError as e:  # a deadlock: the plan file's orders, so the message names the file
+        raise located(e, plan_path) from None
     stored = plan.predicted.step_time_s
     differs = abs(stored - result.step_time_s) > 1e-6 * max(stored, result.step_time_s, 1e-12)
     title = (

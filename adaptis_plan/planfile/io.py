@@ -2,7 +2,11 @@
 internal `Layout` / `Programs`.
 
 Data flow: search / classic builders + simulator -> `make_plan` -> `write_plan`;
-`read_plan` -> simulate / export / run. Imports the spec, core, validate; never a solver or torch.
+`read_plan` -> simulate / export / run. Every file adaptis writes (plans, traces, SVGs,
+exports, profiles) goes through `_write_atomic`: a temporary file in the target's folder, then
+a rename, and only ever over a regular file (`check_output_path`). Files are read by the one
+boundary reader, `spec.read`. Imports the spec, core and the judge's semantics; never a solver
+or torch.
 """
 
 from __future__ import annotations
@@ -66,11 +70,40 @@ def write_text_atomic(text: str, path: str | Path) -> None:
     _write_atomic(path, lambda f: f.write(text))
 
 
+def check_output_path(path: str | Path, flag: str = "the output") -> Path:
+    """The regular file `path` will be written as (symbolic links followed), or an InputError saying why not.
+
+    Called before any work starts (so a bad `-o` costs nothing) and again right before the
+    rename: only a regular file, or nothing, may be replaced. A device node, a FIFO, a socket or
+    a folder is refused and left as it is.
+    """
+    text = str(path)
+    if not text.strip():
+        raise InputError(f"{flag} {text!r}: empty path; give a file name, e.g. {flag} plan.json")
+    if "\0" in text:
+        raise InputError(f"{flag} {text!r}: a file name cannot contain a NUL byte; choose another output path")
+    target = Path(os.path.realpath(text))
+    kind = path_kind(target)
+    if kind is not None and kind != "file":
+        raise InputError(
+            f"{text}: cannot write here: {kind}, not a regular file (adaptis replaces nothing but regular files);"
+            f" choose a file path for {flag}"
+        )
+    if kind is None:
+        folder = target.parent
+        while path_kind(folder) is None and folder != folder.parent:
+            folder = folder.parent
+        if path_kind(folder) != "a folder":
+            raise InputError(f"{text}: cannot write here ({folder} is not a folder); choose another output path")
+    return target
+
+
 def _write_atomic(path: str | Path, write) -> None:
+    target = check_output_path(path)
     p = Path(path)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as e:
         raise InputError(f"{p}: cannot write here ({e.strerror or e}); choose another output path") from None
     try:
@@ -80,11 +113,12 @@ def _write_atomic(path: str | Path, write) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
+        check_output_path(path)  # still nothing but a regular file there, right before the rename
+        os.replace(tmp, target)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise InputError(f"{p}: cannot write here ({e.strerror or e}); choose another output path") from None
-    except BaseException:
+    except BaseException:  # an InputError from the re-check, Ctrl-C, a bug: never leave the temporary file
         Path(tmp).unlink(missing_ok=True)
         raise
 

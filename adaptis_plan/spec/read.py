@@ -372,7 +372,14 @@ def _num(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"}
+_RANGE_ERRORS = {
+    "greater_than",
+    "greater_than_equal",
+    "less_than",
+    "less_than_equal",
+    "finite_number",
+    "int_parsing_size",
+}
 
 
 def validation_message(where: object, exc: ValidationError, root: type[BaseModel]) -> str:
