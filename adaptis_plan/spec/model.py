@@ -163,6 +163,13 @@ class MoeSpec(_Strict):
         return self
 
 
+#: Tokens per chunk of the Mamba-2 SSD scan: inside a chunk the quadratic (attention-like) form,
+#: across chunks the carried state. mamba_ssm's default `chunk_size`, which the cost model times
+#: (the scan's FLOPs per token grow with it); the executor's plain-torch scan, exact for any chunk
+#: length, uses the same one so that the prediction describes the computation it runs.
+SSD_CHUNK = 256
+
+
 class MambaSpec(_Strict):
     """Mamba mixer. Version 2 (default): in_proj -> conv1d -> selective scan (SSD) -> gated norm -> out_proj.
 
