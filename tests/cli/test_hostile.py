@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_cli import leftovers, one_line_error
+from helpers_cli import leftovers, one_line_error, tiny_cost_profile
 
 from adaptis_plan.inputs.models.load import load_model
 
@@ -40,41 +40,6 @@ def _write(path: Path, data: object) -> Path:
 
 def _cpu_profile() -> dict:
     return json.loads((ROOT / "profiles" / "cpu.json").read_text())
-
-
-def _cost_profile() -> dict:
-    """A valid measured-cost profile of tiny-llama at seq 128 (numbers from the analytic model)."""
-    from adaptis_plan.cost.table import layer_cost_rows
-    from adaptis_plan.inputs.hardware import load_hardware
-    from adaptis_plan.spec.training import TrainingConfig
-
-    model = load_model("tiny-llama")
-    training = TrainingConfig(num_microbatches=1, seq_len=128, pp=1)
-    rows = layer_cost_rows(model, load_hardware("cpu"), training)
-    return {
-        "model": {"name": model.name, "fingerprint": model.fingerprint()},
-        "device": "cpu",
-        "torch_version": "test",
-        "num_threads": 1,
-        "seq_len": 128,
-        "micro_batch_size": 1,
-        "dtype": "fp32",
-        "repeats": 1,
-        "measured_at": "2025-01-01T00:00:00",
-        "entries": [
-            {
-                "layers": [r["index"]],
-                "kind": r["kind"],
-                "f_s": r["f_s"],
-                "i_s": r["i_s"],
-                "w_s": r["w_s"],
-                "b_s": r["i_s"] + r["w_s"],
-                "act_bytes": r["act_bytes"],
-                "act_w_bytes": r["act_w_bytes"],
-            }
-            for r in rows
-        ],
-    }
 
 
 # ----------------------------------------------------------------------------- 1. pathological JSON
@@ -191,12 +156,12 @@ def test_largest_seed_is_fine(adaptis, tmp_path: Path) -> None:
 
 
 def test_cost_profile_numbers(adaptis, tmp_path: Path) -> None:
-    data = _cost_profile()
+    data = tiny_cost_profile()
     data["entries"][1]["f_s"] = float("inf")
     costs = _write(tmp_path / "measured.json", data)
     r = adaptis("plan", *TINY, *CLASSIC, "--costs", costs, "-o", tmp_path / "p.json")
     one_line_error(r, 2, "measured.json", "entries[1].f_s = inf: not a finite number")
-    data = _cost_profile() | {"link": {"latency_s": 0.0, "bandwidth_gbps": 0.0, "backend": "gloo"}}
+    data = tiny_cost_profile() | {"link": {"latency_s": 0.0, "bandwidth_gbps": 0.0, "backend": "gloo"}}
     r = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(costs, data), "-o", tmp_path / "p.json")
     one_line_error(r, 2, "measured.json", "link.bandwidth_gbps = 0.0: out of range; allowed: > 0")
 
@@ -403,15 +368,15 @@ def test_cp_sat_solve_is_interrupted_at_once(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- 7. messages
 def test_cost_profile_errors_name_the_real_file(adaptis, tmp_path: Path) -> None:
-    costs = _write(tmp_path / "my-costs.json", _cost_profile() | {"seq_len": 256})
+    costs = _write(tmp_path / "my-costs.json", tiny_cost_profile() | {"seq_len": 256})
     r = adaptis("plan", *TINY, *CLASSIC, "--costs", costs, "-o", tmp_path / "p.json")
     line = one_line_error(r, 2, f"{costs}: seq_len = 256")
     assert "costs.json" not in line.replace("my-costs.json", "")
-    data = _cost_profile()
+    data = tiny_cost_profile()
     data["model"]["fingerprint"] = "0" * 64
     r = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(costs, data), "-o", tmp_path / "p.json")
     one_line_error(r, 2, f"{costs}: model.fingerprint")
-    ok = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(costs, _cost_profile()), "-o", tmp_path / "p.json")
+    ok = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(costs, tiny_cost_profile()), "-o", tmp_path / "p.json")
     assert ok.exit_code == 0, ok.stderr
 
 

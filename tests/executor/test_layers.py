@@ -154,6 +154,7 @@ def test_i_plus_w_equals_b_bitwise_and_in_flops(family: str) -> None:
     assert total_in == i_in  # W ran no input-gradient GEMM
 
 
+@pytest.mark.slow
 def test_i_plus_w_time_is_close_to_b() -> None:
     h = 256
     dec = LayerSpec(
