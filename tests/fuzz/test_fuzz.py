@@ -21,7 +21,6 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import run_adaptis
 from helpers_cli import leftovers, tiny_cost_profile
 from mutate import hostile_option_value, mutate_data, mutate_text, to_json
 
@@ -172,7 +171,7 @@ def _command(target: str, rng: random.Random, path: Path, plans: list[Path], out
 
 # ----------------------------------------------------------------------------- the test
 @pytest.mark.parametrize(("target", "i"), _cases())
-def test_fuzz_case(target: str, i: int, tmp_path: Path, tiny_plan: Path, zbv_plan: Path, alarm) -> None:
+def test_fuzz_case(target: str, i: int, tmp_path: Path, tiny_plan: Path, zbv_plan: Path, adaptis, alarm) -> None:
     rng = random.Random(f"{SEED}-{target}-{i}")
     plans = [tiny_plan, zbv_plan]
     if target == "options":
@@ -185,7 +184,7 @@ def test_fuzz_case(target: str, i: int, tmp_path: Path, tiny_plan: Path, zbv_pla
     argv = _command(target, rng, path, plans, out)
     case = f"seed {SEED} case {target}-{i}: {what}\n  adaptis {' '.join(argv)}"
     try:
-        r = run_adaptis(*argv)
+        r = adaptis(*argv)
     except _Hang:
         pytest.fail(f"no answer within {CASE_TIMEOUT_S} s: {case}")
     _check(r, argv, out, outdir, case)
