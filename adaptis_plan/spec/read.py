@@ -40,7 +40,7 @@ from adaptis_plan.errors import InputError
 
 M = TypeVar("M", bound=BaseModel)
 
-#: The largest file read (a plan of 16,384 device x micro-batch pairs with 8 stages per device is ~60 MB).
+#: The largest file read (a plan of 8,192 device x micro-batch pairs with 8 stages per device is ~30 MB).
 MAX_FILE_BYTES = 128 * 2**20
 #: The most values (objects, lists, strings, numbers) one file may hold, YAML aliases counted at each use.
 MAX_VALUES = 8_000_000
