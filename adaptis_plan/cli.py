@@ -195,14 +195,23 @@ def _check_positive(**values: int | float | None) -> None:
             raise InputError(f"{flag} = {v}: must be a positive number; pass {flag} 1 or more")
 
 
+def _num(v: int | float) -> str:
+    """A number in a message: digits as typed up to 99999, then grouped (1,000,000) or 1e+30."""
+    if isinstance(v, int) or float(v).is_integer() and abs(v) < 1e15:
+        return str(int(v)) if abs(v) < 100_000 else f"{int(v):,}"
+    return f"{v:g}"
+
+
 def _check_at_most(**values: tuple[int | float | None, int | float]) -> None:
     """`--flag = v: more than MAX ...` for every `name=(value, max)` past its physical-sense limit."""
     for name, (v, most) in values.items():
         flag = "--" + name.replace("_", "-")
         if v is not None and not math.isfinite(v):
-            raise InputError(f"{flag} = {v}: not a finite number; pass a number from 1 to {most:,g}")
+            raise InputError(f"{flag} = {v}: not a finite number; pass a number from 1 to {_num(most)}")
         if v is not None and v > most:
-            raise InputError(f"{flag} = {v:,g}: more than {most:,g}, past any real use; pass {flag} 1..{most:,g}")
+            raise InputError(
+                f"{flag} = {_num(v)}: more than {_num(most)}, past any real use; pass {flag} 1..{_num(most)}"
+            )
 
 
 def _check_training_options(pp: int, microbatches: int, seq_len: int, micro_batch_size: int, tp: int) -> None:
@@ -219,8 +228,8 @@ def _check_training_options(pp: int, microbatches: int, seq_len: int, micro_batc
     )
     if pp * microbatches > limits.MAX_DEVICE_MICROBATCHES:
         raise InputError(
-            f"--pp {pp} x --microbatches {microbatches} = {pp * microbatches:,} (device, micro-batch) pairs per step:"
-            f" more than {limits.MAX_DEVICE_MICROBATCHES:,}; use fewer micro-batches (a larger --micro-batch-size)"
+            f"--pp {pp} x --microbatches {microbatches} = {_num(pp * microbatches)} (device, micro-batch) pairs per"
+            f" step: more than {_num(limits.MAX_DEVICE_MICROBATCHES)}; use fewer micro-batches (a larger --micro-batch-size)"
             " or fewer pipeline ranks"
         )
 
@@ -361,6 +370,7 @@ def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_p
         if path is not None:
             check_output_path(path, flag)
     _check_positive(width=width)
+    _check_at_most(width=(width, 10_000))
     from adaptis_plan.usecases import simulate_plan_file
 
     sim = simulate_plan_file(plan_path, model_arg=model_arg, hardware_arg=hardware_arg, costs_path=costs_arg)
@@ -447,7 +457,15 @@ def run_cmd(
     master_port,
 ) -> None:
     """Execute PLAN for real under torchrun (gloo on CPU, NCCL on GPUs)."""
-    _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes)
+    from adaptis_plan.spec.limits import MAX_NODES
+
+    _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes, master_port=master_port)
+    _check_at_most(steps=(steps, 1_000_000), warmup=(warmup, 1_000_000), nnodes=(nnodes, MAX_NODES))
+    _check_at_most(master_port=(master_port, 65535))
+    if warmup < 0:
+        raise InputError(f"--warmup = {warmup}: must be 0 or more; pass --warmup 0 to measure from the first step")
+    if not 0 <= node_rank < nnodes:
+        raise InputError(f"--node-rank = {node_rank}: must be in 0..{nnodes - 1} (--nnodes {nnodes})")
     if trace_path is not None:
         from adaptis_plan.planfile.io import check_output_path
 
