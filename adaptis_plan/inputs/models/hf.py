@@ -315,7 +315,8 @@ def _llama_like(c: _Cfg, model_type: str, include_mtp: bool) -> _Built:
         dense_only = c.get("mlp_only_layers", []) or []
         if not isinstance(dense_only, list) or not all(isinstance(i, int) for i in dense_only):
             raise c.error("mlp_only_layers", dense_only, "must be a list of layer indices", "fix the list")
-        moe_layers = {i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0}
+        dense = set(dense_only)  # a list may be long: membership per layer must not scan it
+        moe_layers = {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
 
     blocks = []
     mlp: MlpSpec | None = None
