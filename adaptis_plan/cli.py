@@ -576,11 +576,12 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ru
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout: {folder, schemas, up_to_date}")
 def schema_cmd(check: bool, out_dir: str, as_json: bool) -> None:
     """Write (or check) the JSON Schemas of every file format."""
-    from adaptis_plan.spec.schemas import check_schemas, render_schemas, write_schemas
+    from adaptis_plan.spec.read import path_kind
+    from adaptis_plan.spec.schemas import check_schemas, render_schemas
 
     names = sorted(render_schemas())
     if check:
-        if not Path(out_dir).is_dir():
+        if path_kind(out_dir) != "a folder":
             raise InputError(f"--dir {out_dir}: no such folder; pass the schemas/ folder of the checkout with --dir")
         stale = check_schemas(Path(out_dir))
         if stale:
@@ -590,15 +591,18 @@ def schema_cmd(check: bool, out_dir: str, as_json: bool) -> None:
         else:
             console().print(f"{out_dir}: schemas up to date")
         return
-    from adaptis_plan.planfile.io import check_output_path
+    from adaptis_plan.planfile.io import check_output_path, write_text_atomic
 
-    if out_dir in ("", "-") or Path(out_dir).exists() and not Path(out_dir).is_dir():
+    if not out_dir.strip() or path_kind(out_dir) not in (None, "a folder"):
         raise InputError(f"--dir {out_dir!r}: not a folder; pass the folder to write the schemas into")
     for name in names:
         check_output_path(Path(out_dir) / name, "--dir")
-    written = write_schemas(Path(out_dir))
+    written = []
+    for name, text in sorted(render_schemas().items()):
+        write_text_atomic(text, Path(out_dir) / name)
+        written.append(Path(out_dir) / name)
     if as_json:
-        emit_json({"folder": out_dir, "schemas": sorted(p.name for p in written), "up_to_date": True})
+        emit_json({"folder": out_dir, "schemas": [p.name for p in written], "up_to_date": True})
         return
     for p in written:
         console().print(f"wrote {p}")
