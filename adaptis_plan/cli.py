@@ -9,12 +9,14 @@ nothing else there; human output goes to stderr through one rich console.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
 import click
 
 from adaptis_plan.errors import AdaptisError, InputError
+from adaptis_plan.units import fmt_bytes, fmt_time
 
 _STDERR = None
 
@@ -31,10 +33,6 @@ def console():
 
 def emit_json(data: object) -> None:
     click.echo(json.dumps(data, indent=1))
-
-
-def _fmt_bytes(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -98,7 +96,7 @@ def model_show(
         from adaptis_plan.inputs.hardware import load_hardware
         from adaptis_plan.spec.training import TrainingConfig
 
-        _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp)
+        _check_training_options(1, 1, seq_len, micro_batch_size, tp)
         hw = load_hardware(hardware_arg)
         training = TrainingConfig(num_microbatches=1, micro_batch_size=micro_batch_size, seq_len=seq_len, pp=1, tp=tp)
         for row, extra in zip(rows, layer_cost_rows(spec, hw, training), strict=True):
@@ -130,10 +128,10 @@ def model_show(
         cells = [str(r["index"]), r["kind"], f"{r['parameters']:,}"]
         if timed:
             cells += [
-                f"{r['f_s'] * 1e3:.3f}",
-                f"{r['i_s'] * 1e3:.3f}",
-                f"{r['w_s'] * 1e3:.3f}",
-                _fmt_bytes(r["act_bytes"]),
+                fmt_time(r["f_s"], "ms", suffix=False),
+                fmt_time(r["i_s"], "ms", suffix=False),
+                fmt_time(r["w_s"], "ms", suffix=False),
+                fmt_bytes(r["act_bytes"]),
             ]
         t.add_row(*cells)
     console().print(t)
@@ -179,7 +177,7 @@ def hardware_show(name: str, as_json: bool) -> None:
             n,
             f"{d.peak_bf16_tflops:g}",
             f"{d.matmul_efficiency:g}",
-            _fmt_bytes(d.hbm_bytes),
+            fmt_bytes(d.hbm_bytes),
             f"{d.hbm_bandwidth_gbps:g}",
         )
     console().print(t)
@@ -195,6 +193,60 @@ def _check_positive(**values: int | float | None) -> None:
         if v is not None and v <= 0:
             flag = "--" + name.replace("_", "-")
             raise InputError(f"{flag} = {v}: must be a positive number; pass {flag} 1 or more")
+
+
+def _num(v: int | float) -> str:
+    """A number in a message: digits as typed up to 99999, then grouped (1,000,000) or 1e+30."""
+    if isinstance(v, int) or float(v).is_integer() and abs(v) < 1e15:
+        return str(int(v)) if abs(v) < 100_000 else f"{int(v):,}"
+    return f"{v:g}"
+
+
+def _check_at_most(**values: tuple[int | float | None, int | float]) -> None:
+    """`--flag = v: more than MAX ...` for every `name=(value, max)` past its physical-sense limit."""
+    for name, (v, most) in values.items():
+        flag = "--" + name.replace("_", "-")
+        if v is not None and not math.isfinite(v):
+            raise InputError(f"{flag} = {v}: not a finite number; pass a number from 1 to {_num(most)}")
+        if v is not None and v > most:
+            raise InputError(
+                f"{flag} = {_num(v)}: more than {_num(most)}, past any real use; pass {flag} 1..{_num(most)}"
+            )
+
+
+def _check_training_options(pp: int, microbatches: int, seq_len: int, micro_batch_size: int, tp: int) -> None:
+    """The step's sizes against the limits the plan file's `training` has (`spec.limits`)."""
+    from adaptis_plan.spec import limits
+
+    _check_positive(pp=pp, microbatches=microbatches, seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp)
+    _check_at_most(
+        pp=(pp, limits.MAX_PP),
+        microbatches=(microbatches, limits.MAX_MICROBATCHES),
+        seq_len=(seq_len, limits.MAX_SEQ_LEN),
+        micro_batch_size=(micro_batch_size, limits.MAX_MICRO_BATCH_SIZE),
+        tp=(tp, limits.MAX_TP),
+    )
+    if pp * microbatches > limits.MAX_DEVICE_MICROBATCHES:
+        raise InputError(
+            f"--pp {pp} x --microbatches {microbatches} = {_num(pp * microbatches)} (device, micro-batch) pairs per"
+            f" step: more than {_num(limits.MAX_DEVICE_MICROBATCHES)}; use fewer micro-batches (a larger --micro-batch-size)"
+            " or fewer pipeline ranks"
+        )
+
+
+def _head_chunks_option(value: str) -> int | None:
+    """--head-chunks: None for auto, else a whole number of vocabulary chunks within the sane maximum."""
+    from adaptis_plan.spec.limits import MAX_HEAD_CHUNKS
+
+    if value == "auto":
+        return None
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_HEAD_CHUNKS:
+        raise InputError(
+            f"--head-chunks = {value[:40]!r}: use auto or a whole number from 1 to {MAX_HEAD_CHUNKS}"
+            " (vocabulary chunks of the LM head)"
+        )
+    return int(text)
 
 
 @cli.command("plan")
@@ -240,7 +292,7 @@ def _check_positive(**values: int | float | None) -> None:
     help="the runtime that will execute the plan: search only what it can run (and show what that costs)",
 )
 @click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="search seed, 0..2^31-1")
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def plan_cmd(
@@ -265,21 +317,19 @@ def plan_cmd(
     as_json,
 ) -> None:
     """Plan partition, placement and schedule; write one JSON plan."""
-    _check_positive(
-        pp=pp,
-        microbatches=microbatches,
-        seq_len=seq_len,
-        micro_batch_size=micro_batch_size,
-        tp=tp,
-        time_limit=time_limit,
-        stages_per_device=stages_per_device,
-    )
-    if head_chunks == "auto":
-        chunks = None
-    elif head_chunks.isdigit() and int(head_chunks) >= 1:
-        chunks = int(head_chunks)
-    else:
-        raise InputError(f"--head-chunks = {head_chunks!r}: use auto or a whole number >= 1")
+    from adaptis_plan.planfile.io import check_output_path
+    from adaptis_plan.spec.limits import MAX_STAGES_PER_DEVICE, MAX_TIME_LIMIT_S
+
+    _check_training_options(pp, microbatches, seq_len, micro_batch_size, tp)
+    if not math.isfinite(time_limit) or not 0 < time_limit <= MAX_TIME_LIMIT_S:
+        raise InputError(
+            f"--time-limit = {time_limit}: must be a finite number of seconds in (0, {MAX_TIME_LIMIT_S:,g}];"
+            " pass e.g. --time-limit 5"
+        )
+    _check_positive(stages_per_device=stages_per_device)
+    _check_at_most(stages_per_device=(stages_per_device, MAX_STAGES_PER_DEVICE))
+    chunks = _head_chunks_option(head_chunks)
+    check_output_path(output, "-o")
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     req = PlanRequest(
@@ -338,6 +388,13 @@ def plan_cmd(
 @click.option("--width", default=None, type=int, help="terminal timeline width (default: the terminal's)")
 def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_path, svg_path, width) -> None:
     """Re-simulate PLAN (never trusting its stored numbers): summary, timeline, trace, SVG."""
+    from adaptis_plan.planfile.io import check_output_path
+
+    for flag, path in (("--trace", trace_path), ("--svg", svg_path)):
+        if path is not None:
+            check_output_path(path, flag)
+    _check_positive(width=width)
+    _check_at_most(width=(width, 10_000))
     from adaptis_plan.usecases import simulate_plan_file
 
     sim = simulate_plan_file(plan_path, model_arg=model_arg, hardware_arg=hardware_arg, costs_path=costs_arg)
@@ -377,14 +434,33 @@ def _write_text_atomic(path: str, text: str) -> None:
     default=None,
     help="torchtitan: the planned model's torchtitan config, MODULE:CONFIG (e.g. llama3:llama3_8b)",
 )
-def export_cmd(plan_path, fmt, model_arg, output, torchtitan_config) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print JSON on stdout: {format, output, text, files}")
+def export_cmd(plan_path, fmt, model_arg, output, torchtitan_config, as_json) -> None:
     """Export PLAN to another framework's format (checked by the simulator and the runtime's rules first)."""
+    from adaptis_plan.planfile.io import check_output_path
     from adaptis_plan.usecases import export_plan_file
 
+    if output is not None:
+        check_output_path(output, "-o")
     files = export_plan_file(plan_path, fmt, model_arg=model_arg, output=output, torchtitan_config=torchtitan_config)
+    for path, _ in files:  # every file is checked before any is written
+        if path:
+            check_output_path(path, "-o")
     for path, text in files:
         if path:
             _write_text_atomic(path, text)
+    if as_json:
+        emit_json(
+            {
+                "format": fmt,
+                "output": output,
+                "text": files[0][1],
+                "files": [{"output": path, "text": text} for path, text in files],
+            }
+        )
+        return
+    for path, text in files:
+        if path:
             console().print(f"wrote {path}")
         else:
             click.echo(text, nl=not text.endswith("\n"))
@@ -425,7 +501,19 @@ def run_cmd(
     master_port,
 ) -> None:
     """Execute PLAN for real under torchrun (gloo on CPU, NCCL on GPUs)."""
-    _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes)
+    from adaptis_plan.spec.limits import MAX_NODES
+
+    _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes, master_port=master_port)
+    _check_at_most(steps=(steps, 1_000_000), warmup=(warmup, 1_000_000), nnodes=(nnodes, MAX_NODES))
+    _check_at_most(master_port=(master_port, 65535))
+    if warmup < 0:
+        raise InputError(f"--warmup = {warmup}: must be 0 or more; pass --warmup 0 to measure from the first step")
+    if not 0 <= node_rank < nnodes:
+        raise InputError(f"--node-rank = {node_rank}: must be in 0..{nnodes - 1} (--nnodes {nnodes})")
+    if trace_path is not None:
+        from adaptis_plan.planfile.io import check_output_path
+
+        check_output_path(trace_path, "--trace")
     from adaptis_plan.usecases import load_plan_for_run
 
     plan, model = load_plan_for_run(plan_path, model_arg)
@@ -451,8 +539,8 @@ def run_cmd(
         return
     c = console()
     c.print(
-        f"[bold]{plan.strategy}[/] on {plan.training.pp} ranks: measured step {out['measured_step_time_s'] * 1e3:.1f} ms"
-        f" (median of {out['steps']}), predicted {out['predicted_step_time_s'] * 1e3:.1f} ms"
+        f"[bold]{plan.strategy}[/] on {plan.training.pp} ranks: measured step {fmt_time(out['measured_step_time_s'], 'ms')}"
+        f" (median of {out['steps']}), predicted {fmt_time(out['predicted_step_time_s'], 'ms')}"
     )
     if verify:
         ok = "[green]verified[/]" if out["verified"] else "[red]NOT verified[/]"
@@ -490,12 +578,17 @@ def profile_cmd(
     model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, head_chunks_arg, output, as_json
 ) -> None:
     """Measure per-layer F / I / W time and activation memory on this machine."""
-    _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, repeats=repeats)
+    from adaptis_plan.planfile.io import check_output_path
+
+    _check_training_options(1, 1, seq_len, micro_batch_size, 1)
+    _check_positive(repeats=repeats)
+    _check_at_most(repeats=(repeats, 1_000_000))
+    check_output_path(output, "-o")
     chunk_counts: tuple[int, ...] = ()
     if head_chunks_arg.strip().lower() != "none":
         parts = [x.strip() for x in head_chunks_arg.split(",") if x.strip()]
-        if not parts or not all(x.isdigit() and int(x) >= 2 for x in parts):
-            raise InputError(f"--head-chunks = {head_chunks_arg!r}: use a comma list of whole numbers >= 2, or none")
+        if not parts or not all(x.isdigit() and 2 <= int(x) <= 64 for x in parts):
+            raise InputError(f"--head-chunks = {head_chunks_arg!r}: use a comma list of whole numbers 2..64, or none")
         chunk_counts = tuple(int(x) for x in parts)
     from adaptis_plan.inputs.models.load import load_model
 
@@ -527,11 +620,11 @@ def profile_cmd(
         t.add_row(
             shown,
             e.kind,
-            f"{e.f_s * 1e3:.3f}",
-            f"{e.i_s * 1e3:.3f}",
-            f"{e.w_s * 1e3:.3f}",
-            f"{e.b_s * 1e3:.3f}",
-            _fmt_bytes(e.act_bytes),
+            fmt_time(e.f_s, "ms", suffix=False),
+            fmt_time(e.i_s, "ms", suffix=False),
+            fmt_time(e.w_s, "ms", suffix=False),
+            fmt_time(e.b_s, "ms", suffix=False),
+            fmt_bytes(e.act_bytes),
         )
     console().print(t)
     console().print(f"wrote {output}")
@@ -541,19 +634,38 @@ def profile_cmd(
 @cli.command("schema")
 @click.option("--check", is_flag=True, help="fail if schemas/ differs from the pydantic models")
 @click.option("--dir", "out_dir", default="schemas", show_default=True, type=click.Path())
-def schema_cmd(check: bool, out_dir: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print JSON on stdout: {folder, schemas, up_to_date}")
+def schema_cmd(check: bool, out_dir: str, as_json: bool) -> None:
     """Write (or check) the JSON Schemas of every file format."""
-    from adaptis_plan.spec.schemas import check_schemas, write_schemas
+    from adaptis_plan.spec.read import path_kind
+    from adaptis_plan.spec.schemas import check_schemas, render_schemas
 
+    names = sorted(render_schemas())
     if check:
-        if not Path(out_dir).is_dir():
+        if path_kind(out_dir) != "a folder":
             raise InputError(f"--dir {out_dir}: no such folder; pass the schemas/ folder of the checkout with --dir")
         stale = check_schemas(Path(out_dir))
         if stale:
             raise InputError(f"{out_dir}: {', '.join(stale)} out of date; run `adaptis schema` (make schemas)")
-        console().print(f"{out_dir}: schemas up to date")
+        if as_json:
+            emit_json({"folder": out_dir, "schemas": names, "up_to_date": True})
+        else:
+            console().print(f"{out_dir}: schemas up to date")
         return
-    for p in write_schemas(Path(out_dir)):
+    from adaptis_plan.planfile.io import check_output_path, write_text_atomic
+
+    if not out_dir.strip() or path_kind(out_dir) not in (None, "a folder"):
+        raise InputError(f"--dir {out_dir!r}: not a folder; pass the folder to write the schemas into")
+    for name in names:
+        check_output_path(Path(out_dir) / name, "--dir")
+    written = []
+    for name, text in sorted(render_schemas().items()):
+        write_text_atomic(text, Path(out_dir) / name)
+        written.append(Path(out_dir) / name)
+    if as_json:
+        emit_json({"folder": out_dir, "schemas": [p.name for p in written], "up_to_date": True})
+        return
+    for p in written:
         console().print(f"wrote {p}")
 
 
@@ -561,8 +673,8 @@ def main() -> None:
     """Console entry point: the one place user errors become messages and exit codes."""
     try:
         cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except click.exceptions.Abort:  # click's form of a Ctrl-C (KeyboardInterrupt) inside a command
+        click.echo("interrupted (Ctrl-C); no file is left half-written", err=True)
         sys.exit(130)
     except click.ClickException as e:
         e.show()
@@ -574,7 +686,7 @@ def main() -> None:
             click.echo(grid, err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        click.echo("interrupted (Ctrl-C); no file is left half-written", err=True)
         sys.exit(130)
     except Exception:  # a bug, never bad input: exit 1 with the traceback to report
         import traceback

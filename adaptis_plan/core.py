@@ -138,25 +138,6 @@ class CostTable:
             return 0.0
         return float(self.link_latency_s[src, dst] + nbytes / self.link_bw_bytes_per_s[src, dst])
 
-    def restrict(self, num_devices: int) -> CostTable:
-        """The same table for the first `num_devices` devices."""
-        n = num_devices
-        return CostTable(
-            f_s=self.f_s[:n],
-            i_s=self.i_s[:n],
-            w_s=self.w_s[:n],
-            act_bytes=self.act_bytes,
-            act_w_bytes=self.act_w_bytes,
-            static_bytes=self.static_bytes,
-            out_bytes=self.out_bytes,
-            mem_limit_bytes=self.mem_limit_bytes[:n],
-            link_bw_bytes_per_s=self.link_bw_bytes_per_s[:n, :n],
-            link_latency_s=self.link_latency_s[:n, :n],
-            layer_kinds=self.layer_kinds,
-            device_names=self.device_names[:n],
-            action_overhead_s=self.action_overhead_s,
-        )
-
 
 def uniform_costs(
     num_layers: int,

@@ -41,8 +41,3 @@ def located(e: InputError, path: object) -> InputError:
     err = type(e)(f"{path}: {e}")
     err.grid = getattr(e, "grid", "")  # type: ignore[attr-defined]
     return err
-
-
-def where(path: object, field: str | None = None) -> str:
-    """'file.json' or 'file.json: field' — the prefix of an InputError message."""
-    return f"{path}: {field}" if field else f"{path}"

@@ -7,12 +7,9 @@ returns data. ortools and torch are reached only through `search` and `executor`
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from pydantic import ValidationError
 
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InfeasibleError, InputError
@@ -22,7 +19,9 @@ from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
+from adaptis_plan.spec.read import path_kind, read_boundary_file
 from adaptis_plan.spec.training import TrainingConfig
+from adaptis_plan.units import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -96,20 +95,9 @@ def load_costs_profile(path: str | None) -> CostProfile | str | None:
     if path == PAPER_COSTS:
         return PAPER_COSTS
     p = Path(path)
-    if not p.is_file():
+    if path_kind(p) is None:
         raise InputError(f"{p}: no such cost profile; measure one with `adaptis profile --model MODEL -o {p.name}`")
-    try:
-        return CostProfile.model_validate(json.loads(p.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(
-            f"{p}: cannot read the cost profile ({type(e).__name__}); pass the JSON file `adaptis profile -o` wrote"
-        ) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except ValidationError as e:
-        from adaptis_plan.planfile.io import pydantic_error_line
-
-        raise InputError(pydantic_error_line(p, e)) from None
+    return read_boundary_file(p, CostProfile, "cost profile", fix="pass the JSON file `adaptis profile -o` wrote")
 
 
 def _training(req: PlanRequest) -> TrainingConfig:
@@ -124,8 +112,14 @@ def _training(req: PlanRequest) -> TrainingConfig:
 
 
 def cost_table_for(
-    model: ModelSpec, hw: HardwareProfile, training: TrainingConfig, profile: CostProfile | str | None
+    model: ModelSpec,
+    hw: HardwareProfile,
+    training: TrainingConfig,
+    profile: CostProfile | str | None,
+    profile_source: str | None = None,
 ) -> CostTable:
+    """The cost table: `profile` is a measured profile, `paper` (the paper's profiled costs) or None
+    (the analytic model); `profile_source` (the `--costs` file) names the profile in error messages."""
     from adaptis_plan.cost.paper import PAPER_COSTS
 
     if profile == PAPER_COSTS:
@@ -134,7 +128,7 @@ def cost_table_for(
         return paper_cost_table(model, hw, training)
     from adaptis_plan.cost.table import build_cost_table
 
-    return build_cost_table(model, hw, training, profile)  # type: ignore[arg-type]
+    return build_cost_table(model, hw, training, profile, profile_source=profile_source or "the cost profile")  # type: ignore[arg-type]
 
 
 def cost_source(costs_path: str | None) -> str:
@@ -161,7 +155,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp"
         )
     profile = load_costs_profile(req.costs_path)
-    costs = cost_table_for(model, hw, training, profile)
+    costs = cost_table_for(model, hw, training, profile, req.costs_path)
     forced = None
     if req.head_chunks is not None and req.head_chunks > 1:
         from adaptis_plan.inputs.models.transform import split_head
@@ -187,13 +181,16 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         if req.time_limit_s <= 0:
             raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
         if forced is not None:
-            options = [(forced, cost_table_for(forced, hw, training, profile))]
+            options = [(forced, cost_table_for(forced, hw, training, profile, req.costs_path))]
         else:
             options = [(model, costs)]
             if req.head_chunks is None and "partition" in req.search:
                 from adaptis_plan.search.head_chunks import head_split_options
 
-                options += [(m, cost_table_for(m, hw, training, profile)) for m in head_split_options(model, costs)]
+                options += [
+                    (m, cost_table_for(m, hw, training, profile, req.costs_path))
+                    for m in head_split_options(model, costs)
+                ]
         k_best, outcome = _search_options(req, options, baselines, progress, None)
         if target.name != "adaptis":
             # what the restriction costs: the same search without it, beside the restricted one
@@ -229,7 +226,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         }
     else:
         if forced is not None:
-            model, costs = forced, cost_table_for(forced, hw, training, profile)
+            model, costs = forced, cost_table_for(forced, hw, training, profile, req.costs_path)
         best = classic_candidate(
             costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform", req.stages_per_device
         )
@@ -355,8 +352,7 @@ def _memory_message(
 
 def _gib(n: float) -> str:
     """Bytes in GiB with enough digits to tell small sizes apart (0.0466 GiB, not 0.0 GiB)."""
-    v = n / 2**30
-    return f"{v:.1f} GiB" if v >= 10 else f"{v:.3g} GiB"
+    return fmt_bytes(n, "GiB")
 
 
 # ----------------------------------------------------------------------------- plan files

@@ -160,13 +160,12 @@ from typing import Literal
 
 from adaptis_plan.cost.params import layer_params
 from adaptis_plan.spec.hardware import DeviceTypeSpec, LinkSpec
-from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
+from adaptis_plan.spec.model import SSD_CHUNK, AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 from adaptis_plan.spec.training import TrainingConfig
 
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 FLASH_BACKWARD_FACTOR = 2.5  # flash attention backward FLOPs / forward FLOPs (FlashAttention-2)
 SCAN_BACKWARD_FACTOR = 2.0  # Mamba-2 SSD scan backward FLOPs / forward FLOPs
-SSD_CHUNK = 256  # mamba_ssm's default chunk_size for the chunked SSD scan
 GRAD_ACCUM_BYTES_PER_PARAM = 8.0  # fp32 main_grad read + write per weight-gradient GEMM
 HEAD_PEAK_BYTES_PER_LOGIT = 3 * 4  # the loss backward: saved fp32 log-softmax + two fp32 gradients
 # Kernel launches (F, I) or (F, I, W) of the memory-bound / small parts of a sub-block, as

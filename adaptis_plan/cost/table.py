@@ -30,6 +30,7 @@ only. Never prints.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -209,6 +210,60 @@ def _profile_targets(profile: CostProfile, model: ModelSpec):
                 yield index, 1.0, entry
 
 
+def tensor_parallel_sizes(model: ModelSpec) -> list[tuple[str, int]]:
+    """(what, size) of every count tensor parallelism splits evenly, in layer order, once each.
+
+    Megatron-style TP (what the analytic model divides by t): attention heads and KV heads (GQA
+    groups) per rank, the inner sizes of MLPs and of every expert (experts are split like the
+    MLP, there is no expert parallelism), and Mamba heads and B/C groups.
+    """
+    found: dict[tuple[str, int], None] = {}
+    for index, layer in enumerate(model.layers):
+        at = f"layers[{index}]"
+        a, mlp, moe, m = layer.attention, layer.mlp, layer.moe, layer.mamba
+        if a is not None:
+            found.setdefault((f"attention heads ({at}.attention.num_heads)", a.num_heads))
+            if a.type == "gqa":
+                found.setdefault((f"KV heads ({at}.attention.num_kv_heads)", a.num_kv_heads))
+        if mlp is not None:
+            found.setdefault((f"MLP inner size ({at}.mlp.intermediate_size)", mlp.intermediate_size))
+        if moe is not None:
+            found.setdefault((f"expert inner size ({at}.moe.expert_intermediate_size)", moe.expert_intermediate_size))
+            if moe.num_shared_experts and moe.shared_intermediate_size:
+                found.setdefault(
+                    (f"shared-expert inner size ({at}.moe.shared_intermediate_size)", moe.shared_intermediate_size)
+                )
+        if m is not None:
+            found.setdefault((f"Mamba heads ({at}.mamba.num_heads)", m.num_heads))
+            if m.version == 2:
+                found.setdefault((f"Mamba groups ({at}.mamba.num_groups)", m.num_groups))
+    # one entry per distinct (kind of count, value): a 96-layer model names its first layer once
+    seen: dict[tuple[str, int], str] = {}
+    for what, size in found:
+        seen.setdefault((what.split(" (")[0], size), what)
+    return [(what, size) for (_, size), what in seen.items()]
+
+
+def check_tensor_parallel(model: ModelSpec, tp: int) -> None:
+    """Refuse a TP degree that does not split the model evenly, listing the degrees that do."""
+    if tp == 1:
+        return
+    sizes = tensor_parallel_sizes(model)
+    bad = next(((what, n) for what, n in sizes if n % tp), None)
+    if bad is None:
+        return
+    g = 0
+    for _, n in sizes:
+        g = math.gcd(g, n)
+    allowed = sorted({d for k in range(1, math.isqrt(g) + 1) if g % k == 0 for d in (k, g // k)})
+    what, n = bad
+    raise InputError(
+        f"--tp = {tp}: {model.name}'s {what} = {n} is not divisible by {tp}; tensor parallelism splits every"
+        f" head count and inner size evenly: use --tp {', '.join(map(str, allowed[:12]))}"
+        + (" ..." if len(allowed) > 12 else "")
+    )
+
+
 def build_cost_table(
     model: ModelSpec,
     hardware: HardwareProfile,
@@ -219,9 +274,11 @@ def build_cost_table(
 ) -> CostTable:
     """The cost table of `training.pp` pipeline ranks (see the module docstring).
 
-    `profile_source` names the profile file in error messages. Raises InputError when the
-    cluster is too small for pp x tp or the profile does not fit the model / step shape.
+    `profile_source` names the profile file in error messages. Raises InputError when tp does
+    not split the model evenly, the cluster is too small for pp x tp or the profile does not fit
+    the model / step shape.
     """
+    check_tensor_parallel(model, training.tp)
     slots = _slots(hardware, training.pp, training.tp)
     works = _works(model, training)
     num_devices = len(slots)
@@ -274,6 +331,7 @@ def layer_cost_rows(model: ModelSpec, hardware: HardwareProfile, training: Train
     Keys: index, kind, name, parameters (model-card count, see params.py), f_s, i_s, w_s,
     act_bytes, act_w_bytes, static_bytes, out_bytes.
     """
+    check_tensor_parallel(model, training.tp)
     device_type, _ = _slots(hardware, 1, training.tp)[0]
     works = _works(model, training)
     times = _times(works, hardware, device_type)
@@ -297,4 +355,4 @@ def layer_cost_rows(model: ModelSpec, hardware: HardwareProfile, training: Train
     return rows
 
 
-__all__ = ["build_cost_table", "layer_cost_rows"]
+__all__ = ["build_cost_table", "check_tensor_parallel", "layer_cost_rows", "tensor_parallel_sizes"]

@@ -17,8 +17,9 @@ Layers (pre-norm residual blocks; the norm kind is `model.norm`):
   auxiliary loss), each routed expert runs on the tokens gathered for it, shared experts are
   one merged MLP of `num_shared_experts * shared_intermediate_size` (same parameter count).
 - mamba: Mamba-2 mixer in plain torch: in_proj -> causal depthwise conv1d + SiLU -> selective
-  state-space scan (`ssd_scan`: exact chunked SSD, a loop over chunks of 64 tokens with the
-  quadratic form inside a chunk) + D skip -> group-wise gated RMSNorm -> out_proj.
+  state-space scan (`ssd_scan`: exact chunked SSD, a loop over chunks of `SSD_CHUNK` tokens,
+  the cost model's, with the quadratic form inside a chunk) + D skip -> group-wise gated
+  RMSNorm -> out_proj.
 - head: final norm + LM head + cross-entropy (mean over the micro-batch's tokens; the
   runtime scales it by 1 / num_microbatches for gradient accumulation).
 - head chunk (a head split into k vocabulary chunks by `models.transform.split_head`, each
@@ -50,11 +51,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from adaptis_plan.executor.wgrad import embedding, linear
-from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, ModelSpec, MoeSpec
+from adaptis_plan.spec.model import SSD_CHUNK, AttentionSpec, LayerSpec, MambaSpec, ModelSpec, MoeSpec
 
 INIT_STD = 0.02
 ROPE_THETA = 10000.0
-SSD_CHUNK = 64
 
 
 def layer_generator(seed: int, index: int) -> torch.Generator:

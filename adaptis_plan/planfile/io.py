@@ -3,8 +3,11 @@ internal `Layout` / `Programs`.
 
 Data flow: search / classic builders + simulator -> `make_plan` (embeds the model spec, the
 hardware profile, the training settings and the costs as planned) -> `write_plan`;
-`read_plan` -> simulate / export / run. Imports the spec, core, errors and the judge's
-program semantics; never a solver or torch.
+`read_plan` -> simulate / export / run. Every file adaptis writes (plans, traces, SVGs,
+exports, profiles) goes through `_write_atomic`: a temporary file in the target's folder, then
+a rename, and only ever over a regular file (`check_output_path`). Files are read by the one
+boundary reader, `spec.read`. Imports the spec, core, errors and the judge's program
+semantics; never a solver or torch.
 
 Files are written as JSON with one level of indentation per object and every list of plain
 values (a device's action strings, its start / end times) on one line: readable with any
@@ -19,8 +22,6 @@ import json
 import os
 import tempfile
 from pathlib import Path
-
-from pydantic import ValidationError
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs
 from adaptis_plan.errors import InputError, located
@@ -39,29 +40,10 @@ from adaptis_plan.spec.plan_file import (
     PlanStageCosts,
     Predicted,
 )
+from adaptis_plan.spec.read import path_kind, read_data, validate
 from adaptis_plan.spec.training import TrainingConfig
 
-
-def pydantic_error_line(path: object, err: ValidationError) -> str:
-    """First pydantic error as 'file: field.path = value: message; fix'."""
-    e = err.errors()[0]
-    loc = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in e["loc"]).replace(".[", "[")
-    value = e.get("input")
-    shown = (
-        json.dumps(value)[:60]
-        if not isinstance(value, dict | list)
-        else ("{...}" if isinstance(value, dict) else "[...]")
-    )
-    # model validators' messages come prefixed by pydantic ("Value error, ..."): keep ours only
-    msg = e["msg"].removeprefix("Value error, ")
-    if e["type"] == "missing":
-        return f"{path}: {loc}: field required; add it"
-    if e["type"] == "extra_forbidden":
-        return f"{path}: {loc}: unknown field; remove it or check its spelling"
-    if isinstance(value, list) and msg.startswith("["):  # an item of a list, located by its validator
-        return f"{path}: {loc}{msg}"
-    where = f"{path}: {loc} = {shown}" if loc else f"{path}"
-    return f"{where}: {msg}"
+_PLAN_FIX = "pass the JSON file `adaptis plan -o` wrote"
 
 
 def _check_version(data: object, p: Path) -> None:
@@ -109,11 +91,9 @@ def _check_embedded(plan: PlanFile, p: Path) -> None:
 
 
 def read_plan(path: str | Path) -> PlanFile:
-    """Read and validate a plan file (format version, structure, embedded inputs, action orders)."""
+    """Read and validate a plan file (format version, structure, index bounds, embedded inputs, action orders)."""
     p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{p}: a folder, not a plan file; pass the JSON file `adaptis plan -o` wrote")
-    if not p.is_file():
+    if path_kind(p) is None:
         raise InputError(f"{p}: no such plan file; write one with `adaptis plan ... -o {p.name}`")
     # a plan holds up to hundreds of thousands of small objects, none of them in a reference cycle:
     # the cycle collector would rescan them all again and again while they are built
@@ -127,21 +107,9 @@ def read_plan(path: str | Path) -> PlanFile:
 
 
 def _read_plan(p: Path) -> PlanFile:
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(
-            f"{p}: cannot read the plan file ({type(e).__name__}); pass the JSON file `adaptis plan -o` wrote"
-        ) from None
-    except json.JSONDecodeError as e:
-        raise InputError(
-            f"{p}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); the file may be truncated — re-run `adaptis plan`"
-        ) from None
+    data = read_data(p, "plan file", fix=_PLAN_FIX)
     _check_version(data, p)
-    try:
-        plan = PlanFile.model_validate(data)
-    except ValidationError as e:
-        raise InputError(pydantic_error_line(p, e)) from None
+    plan = validate(data, PlanFile, p, "plan file")
     _check_embedded(plan, p)
     from adaptis_plan.judge.semantics import check_programs
 
@@ -201,11 +169,40 @@ def write_text_atomic(text: str, path: str | Path) -> None:
     _write_atomic(path, lambda f: f.write(text))
 
 
+def check_output_path(path: str | Path, flag: str = "the output") -> Path:
+    """The regular file `path` will be written as (symbolic links followed), or an InputError saying why not.
+
+    Called before any work starts (so a bad `-o` costs nothing) and again right before the
+    rename: only a regular file, or nothing, may be replaced. A device node, a FIFO, a socket or
+    a folder is refused and left as it is.
+    """
+    text = str(path)
+    if not text.strip():
+        raise InputError(f"{flag} {text!r}: empty path; give a file name, e.g. {flag} plan.json")
+    if "\0" in text:
+        raise InputError(f"{flag} {text!r}: a file name cannot contain a NUL byte; choose another output path")
+    target = Path(os.path.realpath(text))
+    kind = path_kind(target)
+    if kind is not None and kind != "file":
+        raise InputError(
+            f"{text}: cannot write here: {kind}, not a regular file (adaptis replaces nothing but regular files);"
+            f" choose a file path for {flag}"
+        )
+    if kind is None:
+        folder = target.parent
+        while path_kind(folder) is None and folder != folder.parent:
+            folder = folder.parent
+        if path_kind(folder) != "a folder":
+            raise InputError(f"{text}: cannot write here ({folder} is not a folder); choose another output path")
+    return target
+
+
 def _write_atomic(path: str | Path, write) -> None:
+    target = check_output_path(path)
     p = Path(path)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as e:
         raise InputError(f"{p}: cannot write here ({e.strerror or e}); choose another output path") from None
     try:
@@ -215,11 +212,12 @@ def _write_atomic(path: str | Path, write) -> None:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
+        check_output_path(path)  # still nothing but a regular file there, right before the rename
+        os.replace(tmp, target)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise InputError(f"{p}: cannot write here ({e.strerror or e}); choose another output path") from None
-    except BaseException:
+    except BaseException:  # an InputError from the re-check, Ctrl-C, a bug: never leave the temporary file
         Path(tmp).unlink(missing_ok=True)
         raise
 

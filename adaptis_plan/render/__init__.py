@@ -3,8 +3,9 @@
 Data flow: (`Layout`, `Programs`, `SimResult`) -> pure render functions -> a rich renderable,
 SVG text or a trace dict. No IO here (the CLI writes files). The renderers may import `rich`
 (terminal only), `core` and `simulate`'s result types; never a builder, the search, torch or
-ortools. The helpers shared by all views (op colours, unit formatting, bucketed occupancy)
-live here; the views are imported lazily so `import adaptis_plan.render` costs only numpy:
+ortools. The helpers shared by all views (op colours, bucketed occupancy) live here, and
+sizes and durations are formatted by `adaptis_plan.units`; the views are imported lazily so
+`import adaptis_plan.render` costs only numpy:
 
 - `render.terminal`: `timeline`, `summary_table`
 - `render.svg`: `timeline_svg`, `stacked_svg`
@@ -19,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from adaptis_plan.core import OPS, Programs
+from adaptis_plan.units import fmt_bytes as fmt_bytes
+from adaptis_plan.units import fmt_time as fmt_time
 
 _EXPORTS = {
     "timeline": "terminal",
@@ -40,23 +43,6 @@ def __getattr__(name: str) -> Any:
 OP_NAMES = {"F": "forward", "B": "backward", "I": "backward (inputs)", "W": "backward (weights)"}
 # F blue, B / I green-ish, W yellow-ish (colour-blind-safe-ish Tableau tones).
 OP_COLORS = {"F": "#4C78A8", "B": "#3A923A", "I": "#88C36A", "W": "#E8B83A"}
-
-
-def fmt_time(seconds: float) -> str:
-    """'12.3 ms', '4.56 s', '789 us' — three significant digits in a readable unit."""
-    a = abs(seconds)
-    if a >= 1.0 or a == 0.0:
-        return f"{seconds:.3g} s"
-    if a >= 1e-3:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds * 1e6:.3g} us"
-
-
-def fmt_bytes(nbytes: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:.3g} {unit}"
-    return f"{nbytes:.3g} B"
 
 
 def op_codes(programs: Programs) -> list[np.ndarray]:

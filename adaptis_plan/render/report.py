@@ -11,14 +11,15 @@ from rich.console import Console
 from rich.table import Table
 
 from adaptis_plan.core import Layout
+from adaptis_plan.units import fmt_bytes, fmt_time
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f}"
+    return fmt_bytes(n, "GiB", suffix=False)
 
 
 def _ms(s: float) -> str:
-    return f"{s * 1e3:,.1f}"
+    return fmt_time(s, "ms", suffix=False)
 
 
 def _peak(r) -> str:

@@ -18,7 +18,8 @@ from xml.sax.saxutils import escape
 
 from adaptis_plan.core import OPS, Layout, Programs
 from adaptis_plan.judge.simulate import SimResult
-from adaptis_plan.render import OP_COLORS, OP_NAMES, fmt_time
+from adaptis_plan.render import OP_COLORS, OP_NAMES
+from adaptis_plan.units import fmt_time
 
 _FONT = "Helvetica, Arial, sans-serif"
 _LEFT = 76  # px for lane labels

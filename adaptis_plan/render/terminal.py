@@ -15,7 +15,8 @@ from rich.text import Text
 
 from adaptis_plan.core import OPS, Layout, Programs
 from adaptis_plan.judge.simulate import SimResult
-from adaptis_plan.render import OP_COLORS, OP_NAMES, bucket_occupancy, fmt_bytes, fmt_time, op_codes
+from adaptis_plan.render import OP_COLORS, OP_NAMES, bucket_occupancy, op_codes
+from adaptis_plan.units import fmt_bytes, fmt_time
 
 _IDLE = "·"
 # A bucket shows its dominant op when the device is busy for at least this share of it.

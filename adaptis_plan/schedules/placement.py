@@ -14,11 +14,8 @@ CLI, tests) to turn (devices, stages per device, layers) into a `core.Layout`'s
 
 from __future__ import annotations
 
-from typing import Literal
-
 from adaptis_plan.errors import InputError
 
-PlacementStyle = Literal["sequential", "loop", "v"]
 PLACEMENT_STYLES: tuple[str, ...] = ("sequential", "loop", "v")
 
 

@@ -3,36 +3,48 @@
 Data flow: the executor's profiler measures F / I / W time and activation memory per
 distinct layer on a real device and writes this file; `adaptis plan --costs` and
 `adaptis simulate --costs` read it, and the cost table then uses these numbers instead of
-the analytic ones for the layers listed. Imports nothing from the rest of the package.
+the analytic ones for the layers listed. Imports only `spec.limits` (the physical-sense bounds).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field
+
+from adaptis_plan.spec.limits import (
+    MAX_BYTES,
+    MAX_GBPS,
+    MAX_LATENCY_S,
+    MAX_LAYERS,
+    MAX_MICRO_BATCH_SIZE,
+    MAX_SECONDS,
+    MAX_SEQ_LEN,
+)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ProfiledModel(_Strict):
-    name: str
+    name: str = Field(description="the profiled model's name, for reading")
     fingerprint: str = Field(description="ModelSpec.fingerprint() of the profiled model")
 
 
 class LayerCostEntry(_Strict):
     """Costs of one distinct layer, shared by every layer index in `layers`."""
 
-    layers: list[NonNegativeInt] = Field(min_length=1, description="layer indices these numbers apply to")
+    layers: list[Annotated[int, Field(ge=0, lt=MAX_LAYERS)]] = Field(
+        min_length=1, max_length=MAX_LAYERS, description="layer indices these numbers apply to"
+    )
     kind: str = Field(description="layer kind, for reading")
-    f_s: NonNegativeFloat = Field(description="forward time, seconds (median)")
-    i_s: NonNegativeFloat = Field(description="backward-for-inputs time, seconds (median)")
-    w_s: NonNegativeFloat = Field(description="backward-for-weights time, seconds (median)")
-    b_s: NonNegativeFloat = Field(description="fused full backward time, seconds (median), for reference")
-    act_bytes: NonNegativeInt = Field(description="bytes kept from F until I/B per micro-batch")
-    act_w_bytes: NonNegativeInt = Field(description="bytes of act_bytes still kept after I until W")
+    f_s: float = Field(ge=0, le=MAX_SECONDS, description="forward time, seconds (median)")
+    i_s: float = Field(ge=0, le=MAX_SECONDS, description="backward-for-inputs time, seconds (median)")
+    w_s: float = Field(ge=0, le=MAX_SECONDS, description="backward-for-weights time, seconds (median)")
+    b_s: float = Field(ge=0, le=MAX_SECONDS, description="fused full backward time, seconds (median), for reference")
+    act_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes kept from F until I/B per micro-batch")
+    act_w_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes of act_bytes still kept after I until W")
 
 
 class HeadChunkProfile(_Strict):
@@ -45,28 +57,35 @@ class HeadChunkProfile(_Strict):
 
 
 class MeasuredLink(_Strict):
-    latency_s: NonNegativeFloat = Field(description="one small message, seconds")
-    bandwidth_gbps: NonNegativeFloat = Field(description="large-message bandwidth, GB/s")
+    latency_s: float = Field(ge=0, le=MAX_LATENCY_S, description="one small message, seconds")
+    bandwidth_gbps: float = Field(gt=0, le=MAX_GBPS, description="large-message bandwidth, GB/s")
     backend: str = Field(description="torch.distributed backend used")
 
 
 class CostProfile(_Strict):
     """Per-layer measured costs for one model, device and step shape."""
 
-    schema_version: Literal[1] = 1
-    model: ProfiledModel
+    schema_version: Literal[1] = Field(1, description="version of this file format")
+    model: ProfiledModel = Field(description="the model the costs were measured on")
     device: str = Field(description="what ran it, e.g. 'cpu' or 'cuda: NVIDIA H200'")
-    torch_version: str
-    num_threads: PositiveInt = Field(description="intra-op threads during measurement")
-    seq_len: PositiveInt
-    micro_batch_size: PositiveInt
-    dtype: Literal["bf16", "fp16", "fp32"]
-    repeats: PositiveInt = Field(description="timed repeats per op after warm-up; medians reported")
+    torch_version: str = Field(description="torch version of the measurement")
+    num_threads: int = Field(ge=1, le=1_000_000, description="intra-op threads during measurement")
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per sequence of the measured step")
+    micro_batch_size: int = Field(
+        ge=1, le=MAX_MICRO_BATCH_SIZE, description="sequences per micro-batch of the measured step"
+    )
+    dtype: Literal["bf16", "fp16", "fp32"] = Field(description="compute and weight dtype of the measurement")
+    repeats: int = Field(ge=1, le=1_000_000, description="timed repeats per op after warm-up; medians reported")
     measured_at: str = Field(description="ISO-8601 date and time")
-    entries: list[LayerCostEntry] = Field(min_length=1)
+    entries: list[LayerCostEntry] = Field(
+        min_length=1, max_length=MAX_LAYERS, description="one entry per distinct layer shape"
+    )
     link: MeasuredLink | None = Field(None, description="measured point-to-point link, if any")
-    action_overhead_s: NonNegativeFloat | None = Field(
-        None, description="measured host time of the pipeline runtime per action (dispatch, P2P posting), if any"
+    action_overhead_s: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_LATENCY_S,
+        description="measured host time of the pipeline runtime per action (dispatch, P2P posting), if any",
     )
     head_chunks: list[HeadChunkProfile] = Field(
         default_factory=list,

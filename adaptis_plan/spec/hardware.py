@@ -2,7 +2,7 @@
 
 Data flow: read from `profiles/*.json` (built-ins, shipped in the package) or a user file;
 read by the cost model (device speed/memory) and by `costs.build_cost_table` (links).
-Imports nothing from the rest of the package.
+Imports only `spec.limits` (the physical-sense bounds).
 
 Pipeline rank r is mapped to a physical slot by filling the groups in order: group 0's
 nodes first (`devices_per_node` pipeline ranks per node), then group 1, and so on. With
@@ -14,42 +14,55 @@ from __future__ import annotations
 import hashlib
 import json
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from adaptis_plan.spec.limits import (
+    MAX_BYTES,
+    MAX_DEVICES_PER_NODE,
+    MAX_DIM,
+    MAX_GBPS,
+    MAX_LATENCY_S,
+    MAX_NODES,
+    MAX_TFLOPS,
+)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DeviceTypeSpec(_Strict):
     """One accelerator model."""
 
-    peak_bf16_tflops: PositiveFloat = Field(description="peak dense bf16 tensor throughput, TFLOP/s")
+    peak_bf16_tflops: float = Field(gt=0, le=MAX_TFLOPS, description="peak dense bf16 tensor throughput, TFLOP/s")
     matmul_efficiency: float = Field(gt=0, le=1, description="achievable fraction of peak on large GEMMs")
-    hbm_bytes: PositiveInt = Field(description="device memory, bytes")
-    hbm_bandwidth_gbps: PositiveFloat = Field(description="memory bandwidth, GB/s")
+    hbm_bytes: int = Field(ge=1, le=MAX_BYTES, description="device memory, bytes")
+    hbm_bandwidth_gbps: float = Field(gt=0, le=MAX_GBPS, description="memory bandwidth, GB/s")
     memory_efficiency: float = Field(0.8, gt=0, le=1, description="achievable fraction of HBM bandwidth")
     source: str = Field(description="where the numbers come from")
     # Kernel-level refinements of the roofline (costmodel.py's docstring has the formulas). The
     # defaults switch each one off, so a profile without them times every kernel as before.
     kernel_overhead_s: float = Field(
-        0.0, ge=0, description="fixed time per kernel launch (launch + ramp-up + tail), seconds"
+        0.0, ge=0, le=MAX_LATENCY_S, description="fixed time per kernel launch (launch + ramp-up + tail), seconds"
     )
     gemm_half_mn: float = Field(
         0.0,
         ge=0,
+        le=float(MAX_DIM) ** 2,
         description="GEMM output elements (m*n) at which wave / tile quantization halves the efficiency;"
         " about half a wave of output tiles (SMs / 2 * 128 * 128); 0: no falloff",
     )
     gemm_half_k: float = Field(
         0.0,
         ge=0,
+        le=MAX_DIM,
         description="GEMM inner dimension k at which the K loop's prologue / epilogue halves the efficiency;"
         " 0: no falloff",
     )
     attention_half_head_dim: float = Field(
         0.0,
         ge=0,
+        le=MAX_DIM,
         description="head_dim at which flash attention reaches half of matmul_efficiency"
         " (its softmax work per score does not shrink with head_dim); 0: attention at matmul_efficiency",
     )
@@ -74,6 +87,7 @@ class DeviceTypeSpec(_Strict):
     layer_overhead_s: float = Field(
         0.0,
         ge=0,
+        le=MAX_LATENCY_S,
         description="fixed time per layer and op (F, I, W) beyond its kernels' launches, seconds: framework host"
         " time that a layer's kernels wait for; 0 unless measured on this device type. No built-in profile sets"
         " it: no published per-layer host time matches our kernel set (the AdaPtis profile implies one for its"
@@ -87,11 +101,15 @@ class DeviceTypeSpec(_Strict):
 class LinkSpec(_Strict):
     """A point-to-point path between two pipeline ranks."""
 
-    bandwidth_gbps: PositiveFloat = Field(description="achievable unidirectional bandwidth per rank pair, GB/s")
-    latency_s: float = Field(ge=0, description="per-message latency, seconds")
+    bandwidth_gbps: float = Field(
+        gt=0, le=MAX_GBPS, description="achievable unidirectional bandwidth per rank pair, GB/s"
+    )
+    latency_s: float = Field(ge=0, le=MAX_LATENCY_S, description="per-message latency, seconds")
     source: str = Field(description="where the numbers come from")
-    p2p_bandwidth_gbps: PositiveFloat | None = Field(
+    p2p_bandwidth_gbps: float | None = Field(
         None,
+        gt=0,
+        le=MAX_GBPS,
         description="bandwidth of one pipeline send/recv (NCCL point-to-point) between two ranks, GB/s, when it"
         " falls short of bandwidth_gbps (which the tensor-parallel collectives use); null: bandwidth_gbps."
         " Evidence (p2p_source): nccl-tests sendrecv between two NVLink-connected H100s measures ~80 GB/s at"
@@ -100,6 +118,7 @@ class LinkSpec(_Strict):
     p2p_latency_s: float | None = Field(
         None,
         ge=0,
+        le=MAX_LATENCY_S,
         description="latency of one pipeline send/recv, seconds; null: latency_s. Evidence (p2p_source): ~3 us on"
         " two H100s over NVLink, 3.7 us on H800s (NVIDIA/nccl issues 1487, 1984)",
     )
@@ -110,23 +129,28 @@ class DeviceGroupSpec(_Strict):
     """A homogeneous block of nodes."""
 
     device_type: str = Field(description="key into device_types")
-    num_nodes: PositiveInt = Field(description="nodes in this group")
-    devices_per_node: PositiveInt = Field(description="accelerators per node")
+    num_nodes: int = Field(ge=1, le=MAX_NODES, description="nodes in this group")
+    devices_per_node: int = Field(ge=1, le=MAX_DEVICES_PER_NODE, description="accelerators per node")
 
 
 class HardwareProfile(_Strict):
     """A cluster: device types, groups of nodes, and the links inside and across nodes."""
 
-    name: str
-    description: str = ""
-    device_types: dict[str, DeviceTypeSpec] = Field(min_length=1)
-    groups: list[DeviceGroupSpec] = Field(min_length=1, description="filled in order by pipeline ranks")
+    name: str = Field(description="profile name: the built-in name, or what plans and reports call this cluster")
+    description: str = Field("", description="one line for `adaptis hardware` listings")
+    device_types: dict[str, DeviceTypeSpec] = Field(
+        min_length=1, description="accelerator models by name; groups refer to them by that name"
+    )
+    groups: list[DeviceGroupSpec] = Field(
+        min_length=1, max_length=MAX_NODES, description="filled in order by pipeline ranks"
+    )
     intra_node: LinkSpec = Field(description="link between ranks in one node (NVLink)")
     inter_node: LinkSpec = Field(description="link between ranks on different nodes (InfiniBand)")
     memory_fraction: float = Field(0.9, gt=0, le=1, description="usable share of each device's memory")
     action_overhead_s: float = Field(
         0.0,
         ge=0,
+        le=MAX_LATENCY_S,
         description="host time of the pipeline runtime per action (Python dispatch, P2P posting) that does not"
         " overlap compute: about zero on GPUs (kernels run asynchronously), real on CPU ranks",
     )
@@ -152,10 +176,11 @@ class HardwareProfile(_Strict):
         node = 0
         for g in self.groups:
             per_node = g.devices_per_node // tp
-            for _ in range(g.num_nodes):
-                for _ in range(per_node):
-                    slots.append((g.device_type, node))
-                node += 1
+            # only the first pp slots matter: a profile may list 1e5 nodes of 1e3 devices
+            nodes = min(g.num_nodes, -(-(pp - len(slots)) // per_node)) if per_node and len(slots) < pp else 0
+            for k in range(nodes):
+                slots.extend([(g.device_type, node + k)] * per_node)
+            node += g.num_nodes
         if tp > 1 and all(g.devices_per_node < tp for g in self.groups):
             raise ValueError(f"tp {tp} exceeds devices_per_node of every group of hardware '{self.name}'")
         if len(slots) < pp:

@@ -1,8 +1,8 @@
 """Model spec: the ordered list of pipeline-able layers (boundary model, pydantic).
 
 Data flow: importers (`adaptis_plan.inputs.models`) and native spec files produce a `ModelSpec`;
-the cost model, the planner and the executor read it. Imports nothing from the rest of
-the package.
+the cost model, the planner and the executor read it. Imports only `spec.limits` (the
+physical-sense bounds every size is checked against).
 
 A layer's `kind` says which sub-specs it carries:
 
@@ -26,7 +26,17 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from adaptis_plan.spec.limits import (
+    MAX_DIM,
+    MAX_EXTRA_PARAMETERS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WINDOW,
+    MIN_HEAD_DIM,
+)
 
 LayerKind = Literal[
     "embedding",
@@ -55,23 +65,64 @@ _NEEDS: dict[str, tuple[str, ...]] = {
 }
 
 
+def head_dim_problem(head_dim: int) -> tuple[str, str] | None:
+    """(problem, fix) when a q/k head width makes no sense for a trained transformer, else None.
+
+    Rotary embeddings turn pairs of dimensions, so an odd width leaves one unrotated, which no
+    model does; a head narrower than MIN_HEAD_DIM can hardly tell positions apart.
+    """
+    if head_dim < MIN_HEAD_DIM:
+        return f"narrower than {MIN_HEAD_DIM}", f"use {MIN_HEAD_DIM} or more (64 and 128 are usual)"
+    if head_dim % 2:
+        return "odd, but rotary embeddings rotate pairs of dimensions", "use an even width"
+    return None
+
+
+def sense_problem(model: ModelSpec) -> str | None:
+    """'field = value: problem; fix' for the first layer whose attention heads make no sense, else None.
+
+    Checked where a user's model enters (native spec files); the type itself accepts any
+    positive width so that tests and transformations can build toy layers.
+    """
+    for i, layer in enumerate(model.layers):
+        a = layer.attention
+        if a is None:
+            continue
+        at = f"layers[{i}].attention"
+        if a.type == "gqa":
+            problem = head_dim_problem(a.head_dim)
+            if problem is not None:
+                return f"{at}.head_dim = {a.head_dim}: {problem[0]}; {problem[1]}"
+            continue
+        nope, rope = a.qk_nope_head_dim or 0, a.qk_rope_head_dim or 0
+        if rope % 2:
+            return f"{at}.qk_rope_head_dim = {rope}: odd, but rotary embeddings rotate pairs; use an even width"
+        if nope + rope < MIN_HEAD_DIM:
+            return f"{at}.qk_nope_head_dim = {nope}: q/k heads of {nope} + {rope} are narrower than {MIN_HEAD_DIM}; widen them"
+    return None
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class AttentionSpec(_Strict):
     """Self-attention. `gqa` covers MHA/GQA/MQA; `mla` is DeepSeek's latent attention."""
 
     type: Literal["gqa", "mla"] = Field("gqa", description="attention variant")
-    num_heads: PositiveInt = Field(description="query heads")
-    num_kv_heads: PositiveInt = Field(description="key/value heads (gqa); equals num_heads for mla")
-    head_dim: PositiveInt = Field(description="per-head dim of q/k/v (gqa)")
-    q_lora_rank: int | None = Field(None, ge=1, description="mla: query low-rank dim, None = full q projection")
-    kv_lora_rank: int | None = Field(None, ge=1, description="mla: compressed kv dim")
-    qk_nope_head_dim: int | None = Field(None, ge=1, description="mla: non-rotary part of q/k head dim")
-    qk_rope_head_dim: int | None = Field(None, ge=1, description="mla: rotary part of q/k head dim")
-    v_head_dim: int | None = Field(None, ge=1, description="mla: value head dim")
-    sliding_window: int | None = Field(None, ge=1, description="local attention window in tokens, None = global")
+    num_heads: int = Field(ge=1, le=MAX_DIM, description="query heads")
+    num_kv_heads: int = Field(ge=1, le=MAX_DIM, description="key/value heads (gqa); equals num_heads for mla")
+    head_dim: int = Field(ge=1, le=MAX_DIM, description="per-head dim of q/k/v (gqa); q/k width nope + rope (mla)")
+    q_lora_rank: int | None = Field(
+        None, ge=1, le=MAX_DIM, description="mla: query low-rank dim, None = full q projection"
+    )
+    kv_lora_rank: int | None = Field(None, ge=1, le=MAX_DIM, description="mla: compressed kv dim")
+    qk_nope_head_dim: int | None = Field(None, ge=1, le=MAX_DIM, description="mla: non-rotary part of q/k head dim")
+    qk_rope_head_dim: int | None = Field(None, ge=1, le=MAX_DIM, description="mla: rotary part of q/k head dim")
+    v_head_dim: int | None = Field(None, ge=1, le=MAX_DIM, description="mla: value head dim")
+    sliding_window: int | None = Field(
+        None, ge=1, le=MAX_WINDOW, description="local attention window in tokens, None = global"
+    )
     qk_norm: bool = Field(False, description="per-head RMSNorm on q and k (Qwen3, Gemma3)")
     bias: bool = Field(False, description="bias on q/k/v projections (Qwen2)")
 
@@ -90,17 +141,19 @@ class MlpSpec(_Strict):
     activation: Literal["swiglu", "geglu", "gelu", "relu2"] = Field(
         "swiglu", description="gated (3 matrices) or plain (2)"
     )
-    intermediate_size: PositiveInt = Field(description="inner dimension")
+    intermediate_size: int = Field(ge=1, le=MAX_DIM, description="inner dimension")
 
 
 class MoeSpec(_Strict):
     """Mixture of experts: router + top-k routed experts + always-on shared experts."""
 
-    num_experts: PositiveInt = Field(description="routed experts")
-    top_k: PositiveInt = Field(description="routed experts active per token")
-    expert_intermediate_size: PositiveInt = Field(description="inner dim of one routed expert")
-    num_shared_experts: int = Field(0, ge=0, description="shared experts (each of shared_intermediate_size)")
-    shared_intermediate_size: int | None = Field(None, ge=1, description="inner dim of one shared expert")
+    num_experts: int = Field(ge=1, le=MAX_DIM, description="routed experts")
+    top_k: int = Field(ge=1, le=MAX_DIM, description="routed experts active per token")
+    expert_intermediate_size: int = Field(ge=1, le=MAX_DIM, description="inner dim of one routed expert")
+    num_shared_experts: int = Field(
+        0, ge=0, le=MAX_DIM, description="shared experts (each of shared_intermediate_size)"
+    )
+    shared_intermediate_size: int | None = Field(None, ge=1, le=MAX_DIM, description="inner dim of one shared expert")
     activation: Literal["swiglu", "geglu", "gelu", "relu2"] = Field("swiglu", description="expert MLP activation")
 
     @model_validator(mode="after")
@@ -108,6 +161,13 @@ class MoeSpec(_Strict):
         if self.top_k > self.num_experts:
             raise ValueError(f"moe.top_k {self.top_k} exceeds moe.num_experts {self.num_experts}")
         return self
+
+
+#: Tokens per chunk of the Mamba-2 SSD scan: inside a chunk the quadratic (attention-like) form,
+#: across chunks the carried state. mamba_ssm's default `chunk_size`, which the cost model times
+#: (the scan's FLOPs per token grow with it); the executor's plain-torch scan, exact for any chunk
+#: length, uses the same one so that the prediction describes the computation it runs.
+SSD_CHUNK = 256
 
 
 class MambaSpec(_Strict):
@@ -119,13 +179,15 @@ class MambaSpec(_Strict):
     `num_groups` = 1 (B and C are shared by all channels), and `dt_rank` is required.
     """
 
-    num_heads: PositiveInt = Field(description="SSM heads (version 1: inner channels)")
-    head_dim: PositiveInt = Field(description="per-head channel dim; inner = num_heads * head_dim (version 1: 1)")
-    state_size: PositiveInt = Field(description="SSM state dim N")
-    num_groups: PositiveInt = Field(1, description="B/C groups")
-    conv_kernel: PositiveInt = Field(4, description="depthwise conv width")
+    num_heads: int = Field(ge=1, le=MAX_DIM, description="SSM heads (version 1: inner channels)")
+    head_dim: int = Field(
+        ge=1, le=MAX_DIM, description="per-head channel dim; inner = num_heads * head_dim (version 1: 1)"
+    )
+    state_size: int = Field(ge=1, le=MAX_DIM, description="SSM state dim N")
+    num_groups: int = Field(1, ge=1, le=MAX_DIM, description="B/C groups")
+    conv_kernel: int = Field(4, ge=1, le=MAX_DIM, description="depthwise conv width")
     version: Literal[1, 2] = Field(2, description="1 = Mamba-1 selective scan (Jamba), 2 = Mamba-2 SSD")
-    dt_rank: int | None = Field(None, ge=1, description="version 1 only: rank of the dt projection")
+    dt_rank: int | None = Field(None, ge=1, le=MAX_DIM, description="version 1 only: rank of the dt projection")
 
     @model_validator(mode="after")
     def _check_version(self) -> MambaSpec:
@@ -139,11 +201,11 @@ class MambaSpec(_Strict):
 class LayerSpec(_Strict):
     """One pipeline-able unit of the model."""
 
-    kind: LayerKind
-    attention: AttentionSpec | None = None
-    mlp: MlpSpec | None = None
-    moe: MoeSpec | None = None
-    mamba: MambaSpec | None = None
+    kind: LayerKind = Field(description="what the layer is; says which of the sections below it carries")
+    attention: AttentionSpec | None = Field(None, description="self-attention (kinds decoder, moe, attention)")
+    mlp: MlpSpec | None = Field(None, description="dense feed-forward block (kinds decoder, mlp, mamba_mlp)")
+    moe: MoeSpec | None = Field(None, description="mixture of experts (kinds moe, moe_mlp, mamba_moe)")
+    mamba: MambaSpec | None = Field(None, description="Mamba mixer (kinds mamba, mamba_moe, mamba_mlp)")
     name: str | None = Field(None, description="optional human label, e.g. the HF module name")
     vocab_range: tuple[int, int] | None = Field(
         None,
@@ -173,13 +235,18 @@ class ModelSpec(_Strict):
     """A whole model as the pipeline sees it: embedding, blocks, head, in order."""
 
     name: str = Field(description="model name")
-    hidden_size: PositiveInt
-    vocab_size: PositiveInt
+    hidden_size: int = Field(ge=1, le=MAX_HIDDEN, description="model width: the hidden state's size per token")
+    vocab_size: int = Field(
+        ge=2, le=MAX_VOCAB, description="vocabulary entries (embedding rows, LM head outputs); 2 or more"
+    )
     tie_word_embeddings: bool = Field(False, description="head shares the embedding matrix (counted once)")
-    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    layers: list[LayerSpec] = Field(min_length=2, description="embedding first, head last")
+    norm: Literal["rmsnorm", "layernorm"] = Field("rmsnorm", description="normalization of every block and the head")
+    layers: list[LayerSpec] = Field(min_length=2, max_length=MAX_LAYERS, description="embedding first, head last")
     extra_parameters: int = Field(
-        0, ge=0, description="parameters outside the pipelined language model (e.g. a vision tower), reported only"
+        0,
+        ge=0,
+        le=MAX_EXTRA_PARAMETERS,
+        description="parameters outside the pipelined language model (e.g. a vision tower), reported only",
     )
     source: str | None = Field(None, description="where the spec came from (HF model_type, zoo, file)")
 

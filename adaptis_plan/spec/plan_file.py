@@ -19,6 +19,10 @@ order, non-empty; devices in range; action indices within the plan's own sizes, 
 anything is allocated by them); order checks (every (stage, mb) has its F and B or I + W on
 the right device) are done by `adaptis_plan.judge.semantics` when the plan is read. Imports
 only the other boundary models in `spec/`.
+
+Every count and index has a physical-sense bound here (`spec.limits`), so the semantics, which
+checks indices against the plan's own sizes, never meets a number it cannot hold. Simulated
+times and memory are only required to be finite: they are outputs, whatever the inputs' sizes.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
-    NonNegativeInt,
     PlainValidator,
     ValidationError,
     model_serializer,
@@ -41,6 +44,7 @@ from pydantic import (
 
 from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.hardware import HardwareProfile
+from adaptis_plan.spec.limits import MAX_HEAD_CHUNKS, MAX_LAYERS, MAX_MICROBATCHES, MAX_PP
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
 
@@ -52,22 +56,28 @@ _OPS = ("F", "B", "I", "W")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PlanModelRef(_Strict):
-    name: str
+    """Which model the plan is for."""
+
+    name: str = Field(description="the model's name (a built-in name is found again by `simulate` / `run`)")
     fingerprint: str = Field(description="sha256 of the normalized model spec")
-    num_layers: int = Field(ge=2, description="layers as planned (with the head's vocabulary chunks)")
-    head_chunks: int = Field(1, ge=1, description="the LM head is split into this many vocabulary chunks")
+    num_layers: int = Field(ge=2, le=MAX_LAYERS, description="layers as planned (with the head's vocabulary chunks)")
+    head_chunks: int = Field(
+        1, ge=1, le=MAX_HEAD_CHUNKS, description="the LM head is split into this many vocabulary chunks"
+    )
     spec: ModelSpec = Field(
         description="the model as planned: layers with kinds and shapes, the head in its vocabulary chunks; no weights"
     )
 
 
 class PlanHardwareRef(_Strict):
-    name: str
-    fingerprint: str
+    """Which hardware profile the plan is for."""
+
+    name: str = Field(description="the profile's name (a built-in name is found again by `simulate`)")
+    fingerprint: str = Field(description="sha256 of the profile's numbers (name and description excluded)")
     profile: HardwareProfile = Field(description="the hardware profile the plan was made for")
 
 
@@ -75,9 +85,13 @@ Recompute = Literal["none", "selective", "full"]
 
 
 class PlanStage(_Strict):
-    stage: NonNegativeInt
-    device: NonNegativeInt
-    layers: tuple[NonNegativeInt, NonNegativeInt] = Field(description="half-open [start, stop) layer indices")
+    """A run of consecutive layers executed as one unit on one device."""
+
+    stage: int = Field(ge=0, lt=MAX_LAYERS, description="stage id: its position along the model, from 0")
+    device: int = Field(ge=0, lt=MAX_PP, description="the pipeline rank that runs the stage")
+    layers: tuple[Annotated[int, Field(ge=0, le=MAX_LAYERS)], Annotated[int, Field(ge=0, le=MAX_LAYERS)]] = Field(
+        description="half-open [start, stop) layer indices"
+    )
     recompute: Recompute = Field(
         "none",
         description=(
@@ -91,7 +105,7 @@ class PlanStage(_Strict):
 class PlanStageCosts(_Strict):
     """What every action of one stage cost as planned, on the stage's device."""
 
-    stage: NonNegativeInt
+    stage: int = Field(ge=0, lt=MAX_LAYERS, description="the stage, in model order")
     f_s: NonNegativeFloat = Field(description="one forward (F), seconds, the runtime's per-action overhead included")
     i_s: NonNegativeFloat = Field(description="one backward for inputs (I), seconds")
     w_s: NonNegativeFloat = Field(description="one backward for weights (W), seconds")
@@ -139,11 +153,13 @@ class PlanAction(NamedTuple):
 class PlanActionRecord(_Strict):
     """The documented object form of one action (read; written as the compact string form)."""
 
-    op: Literal["F", "B", "I", "W"]
-    stage: NonNegativeInt
-    mb: NonNegativeInt
-    start_s: NonNegativeFloat = 0.0
-    end_s: NonNegativeFloat = 0.0
+    op: Literal["F", "B", "I", "W"] = Field(
+        description="F forward, B full backward, I backward for inputs, W backward for weights"
+    )
+    stage: int = Field(ge=0, lt=MAX_LAYERS, description="the stage it runs (on this device)")
+    mb: int = Field(ge=0, lt=MAX_MICROBATCHES, description="the micro-batch it runs")
+    start_s: float = Field(0.0, ge=0, description="simulated start, seconds from the step's start")
+    end_s: float = Field(0.0, ge=0, description="simulated end, seconds from the step's start")
 
 
 _ACTIONS_RE = re.compile(r"(?:\d{1,9}[FBIW]\d{1,9},)*\d{1,9}[FBIW]\d{1,9}")
@@ -202,7 +218,7 @@ class PlanDevice(_Strict):
     object form of each action (DESIGN.md) is read too.
     """
 
-    device: NonNegativeInt
+    device: int = Field(ge=0, lt=MAX_PP, description="the pipeline rank, from 0")
     actions: _ActionList = Field(description="the program: action strings like '7I3' in execution order")
     start_s: list[NonNegativeFloat] | None = Field(
         None, description="simulated start of each action, seconds (parallel to actions)"
@@ -242,28 +258,34 @@ class PlanDevice(_Strict):
 
 
 class Predicted(_Strict):
-    step_time_s: NonNegativeFloat
+    """The simulator's verdict on the plan when it was made (`simulate` recomputes it, never trusts it)."""
+
+    step_time_s: float = Field(ge=0, description="the latest end_s: one step's predicted time")
     bubble_ratio: float = Field(0.0, ge=0, le=1, description="mean over devices")
-    bubble_ratio_per_device: list[float]
-    peak_memory_bytes: list[float]
-    lower_bound_s: NonNegativeFloat = 0.0
+    bubble_ratio_per_device: list[float] = Field(description="idle share of the step per device (0..1)")
+    peak_memory_bytes: list[float] = Field(description="peak memory per device, bytes")
+    lower_bound_s: float = Field(0.0, ge=0, description="a lower bound on any plan's step time")
 
 
 class PlanFile(_Strict):
     schema_version: Literal[2] = Field(description="the plan format; this version writes and reads 2")
-    strategy: str
+    strategy: str = Field(description="how the plan was made: adaptive, or a classic schedule's name")
     target: Literal["adaptis", "torch", "torchtitan", "megatron"] = Field(
         "adaptis", description="the runtime the plan was restricted to (`adaptis plan --target`)"
     )
-    model: PlanModelRef
-    hardware: PlanHardwareRef
-    training: TrainingConfig
-    costs: PlanCosts
-    stages: list[PlanStage] = Field(min_length=1)
-    devices: list[PlanDevice] = Field(min_length=1)
-    predicted: Predicted
+    model: PlanModelRef = Field(description="the model the plan is for, embedded")
+    hardware: PlanHardwareRef = Field(description="the hardware profile the plan is for, embedded")
+    training: TrainingConfig = Field(description="the step planned: micro-batches, sizes, pp, tp, recomputation")
+    costs: PlanCosts = Field(description="the costs the plan was made with")
+    stages: list[PlanStage] = Field(
+        min_length=1, max_length=MAX_LAYERS, description="the partition and placement, in model order"
+    )
+    devices: list[PlanDevice] = Field(
+        min_length=1, max_length=MAX_PP, description="each device's program, device 0 first"
+    )
+    predicted: Predicted = Field(description="the simulator's figures for the plan when it was made")
     search: dict[str, Any] | None = Field(None, description="how the plan was found: phases, solver status, bounds")
-    created_by: str | None = None
+    created_by: str | None = Field(None, description="the adaptis version that wrote the file")
 
     @model_validator(mode="after")
     def _check_structure(self) -> PlanFile:

@@ -1,23 +1,47 @@
-"""Training configuration (pydantic boundary model): what is being run, at which sizes."""
+"""Training configuration (pydantic boundary model): what is being run, at which sizes.
+
+Data flow: the CLI's options (or a plan file's `training`) -> the cost model, the planner and
+the simulator. Imports only `spec.limits` (the physical-sense bounds).
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from adaptis_plan.spec.limits import (
+    MAX_DEVICE_MICROBATCHES,
+    MAX_DP,
+    MAX_MICRO_BATCH_SIZE,
+    MAX_MICROBATCHES,
+    MAX_PP,
+    MAX_SEQ_LEN,
+    MAX_TP,
+)
 
 
 class TrainingConfig(BaseModel):
     """The step being planned. Stored in the plan file under `training`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    num_microbatches: PositiveInt = Field(description="micro-batches per optimizer step")
-    micro_batch_size: PositiveInt = Field(1, description="sequences per micro-batch")
-    seq_len: PositiveInt = Field(4096, description="tokens per sequence")
-    pp: PositiveInt = Field(description="pipeline ranks (devices in the pipeline group)")
-    tp: PositiveInt = Field(1, description="tensor-parallel degree inside each pipeline rank")
-    dp: PositiveInt = Field(1, description="data-parallel degree (shards optimizer state when zero >= 1)")
+    num_microbatches: int = Field(ge=1, le=MAX_MICROBATCHES, description="micro-batches per optimizer step")
+    micro_batch_size: int = Field(1, ge=1, le=MAX_MICRO_BATCH_SIZE, description="sequences per micro-batch")
+    seq_len: int = Field(4096, ge=1, le=MAX_SEQ_LEN, description="tokens per sequence")
+    pp: int = Field(ge=1, le=MAX_PP, description="pipeline ranks (devices in the pipeline group)")
+    tp: int = Field(1, ge=1, le=MAX_TP, description="tensor-parallel degree inside each pipeline rank")
+    dp: int = Field(1, ge=1, le=MAX_DP, description="data-parallel degree (shards optimizer state when zero >= 1)")
     zero: Literal[0, 1, 2, 3] = Field(1, description="ZeRO stage over the dp group")
     dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="compute and weight dtype")
     recompute: bool = Field(False, description="full activation recompute per layer")
+
+    @model_validator(mode="after")
+    def _check_size(self) -> TrainingConfig:
+        if self.pp * self.num_microbatches > MAX_DEVICE_MICROBATCHES:
+            raise ValueError(
+                f"pp x num_microbatches = {self.pp} x {self.num_microbatches} = {self.pp * self.num_microbatches:,}:"
+                f" more than {MAX_DEVICE_MICROBATCHES:,} (device, micro-batch) pairs per step; use fewer"
+                " micro-batches (a larger micro-batch size) or fewer pipeline ranks"
+            )
+        return self

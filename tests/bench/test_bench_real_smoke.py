@@ -44,6 +44,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> real.RealResults:
     return real.run_bench(SMOKE, work_dir=tmp_path_factory.mktemp("real"))
 
 
+@pytest.mark.slow
 def test_same_loss_in_both_runtimes_on_the_first_step(results: real.RealResults) -> None:
     (m,) = results.models
     for strategy in real.CLASSIC:
@@ -53,6 +54,7 @@ def test_same_loss_in_both_runtimes_on_the_first_step(results: real.RealResults)
         assert 0 < p.ours_losses[0] < 20  # a cross-entropy over an 8K vocabulary, not garbage
 
 
+@pytest.mark.slow
 def test_torch_runs_the_plans_own_split(results: real.RealResults) -> None:
     (m,) = results.models
     assert [d for _, _, d in m.plans["Interleaved1F1B"].stages] == [0, 1, 0, 1]  # torch's loop mapping
@@ -63,6 +65,7 @@ def test_torch_runs_the_plans_own_split(results: real.RealResults) -> None:
         assert all(a[1] == b[0] for a, b in zip(p.stages, p.stages[1:], strict=False))
 
 
+@pytest.mark.slow
 def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) -> None:
     text = real.render(results)
     targets = _table_after(text, "### Targets")

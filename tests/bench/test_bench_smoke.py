@@ -58,6 +58,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     return text, tmp
 
 
+@pytest.mark.slow
 def test_every_section_with_its_reproduce_line(report: tuple[str, Path]) -> None:
     text, _ = report
     for heading in (
@@ -79,6 +80,7 @@ def test_every_section_with_its_reproduce_line(report: tuple[str, Path]) -> None
     assert "Sections not run this time: real, targets, torchcsv." in text
 
 
+@pytest.mark.slow
 def test_targets_say_pass_or_miss(report: tuple[str, Path]) -> None:
     text, _ = report
     rows = _table_after(text, "### Summary against the targets")
@@ -87,6 +89,7 @@ def test_targets_say_pass_or_miss(report: tuple[str, Path]) -> None:
     assert sum(r[-1] in ("PASS", "MISS") for r in rows) >= 6
 
 
+@pytest.mark.slow
 def test_per_case_numbers_parse(report: tuple[str, Path]) -> None:
     text, _ = report
     rows = _table_after(text[text.index("## Paper cases at TP 1") :], "### Per case")
@@ -104,6 +107,7 @@ def test_per_case_numbers_parse(report: tuple[str, Path]) -> None:
         assert float(cell.split("x")[0]) > 0
 
 
+@pytest.mark.slow
 def test_pictures_are_well_formed_svg(report: tuple[str, Path]) -> None:
     text, tmp = report
     img = tmp / "docs" / "img"
@@ -120,6 +124,7 @@ def test_speedup_chart_without_paper_markers() -> None:
     ET.fromstring(svg)
 
 
+@pytest.mark.slow
 def test_pool_keeps_the_task_order() -> None:
     results = paper.run_tasks(list(reversed(TINY)), workers=2)
     assert list(results) == list(reversed(TINY))

@@ -439,6 +439,7 @@ def test_plan_of_unknown_model_name(adaptis, tmp_path: Path, tiny_plan: Path) ->
 
 
 # ----------------------------------------------------------------------------- reproducibility
+@pytest.mark.slow
 def test_same_inputs_and_seed_give_the_same_plan(adaptis, tmp_path: Path) -> None:
     args = "plan --model tiny-gemma --hardware h200 --pp 3 --microbatches 6 --seq-len 512 --time-limit 2 --seed 7"
     a, b = tmp_path / "a.json", tmp_path / "b.json"
@@ -453,6 +454,7 @@ def test_same_inputs_and_seed_give_the_same_plan(adaptis, tmp_path: Path) -> Non
 
 
 # ----------------------------------------------------------------------------- the real entry point
+@pytest.mark.slow
 def test_console_entry_point_exit_codes(tmp_path: Path, tiny_plan: Path) -> None:
     """Exit codes and stderr through `python -m adaptis_plan.cli` (what the `adaptis` script runs)."""
     shutil.copy(tiny_plan, tmp_path / "p.json")

@@ -103,6 +103,7 @@ def test_head_chunks_keep_the_running_statistics_in_fp32_in_bf16() -> None:
     assert abs(losses[0] - losses[1]) < 2e-2 * losses[0]
 
 
+@pytest.mark.slow
 def test_split_head_plans_verify_under_torchrun(tmp_path: Path) -> None:
     base = _untied_gemma()  # 6 layers; split: blocks 1-4, then the k head chunks from layer 5 on
     cases = [  # (k, bounds, stage -> device, order style)

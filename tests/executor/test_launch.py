@@ -48,6 +48,7 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tup
     return out
 
 
+@pytest.mark.slow
 def test_pipelined_step_matches_single_process_for_every_family_and_plan_shape(plans: dict, tmp_path: Path) -> None:
     keys = sorted(plans)
     trace = tmp_path / "trace.json"
@@ -70,6 +71,7 @@ def test_pipelined_step_matches_single_process_for_every_family_and_plan_shape(p
     assert sum(e["args"]["op"] == "F" for e in xs) == 5 * M  # 5 stages x M micro-batches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p2p_order", ["peer", "global"])
 def test_three_ranks_with_crossing_placements_in_both_p2p_orders(p2p_order: str, tmp_path: Path) -> None:
     cases = [  # (family, stage -> device, style): traffic between every pair of ranks, in both directions
@@ -89,6 +91,7 @@ def test_three_ranks_with_crossing_placements_in_both_p2p_orders(p2p_order: str,
     assert [r["verified"] for r in results] == [True] * len(cases), [r["mismatched_params"][:3] for r in results]
 
 
+@pytest.mark.slow
 def test_verification_catches_a_wrong_gradient(plans: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     path, model = plans[("deepseek", "interleaved-zb")]
     monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "skipw:1")  # rank 1 drops one micro-batch's weight gradients
@@ -110,6 +113,7 @@ def test_compare_flags_a_changed_tensor() -> None:
     ).verified
 
 
+@pytest.mark.slow
 def test_run_reports_median_step_time_and_trains(plans: dict, tmp_path: Path) -> None:
     path, model = plans[("gemma", "gpipe")]  # tied embeddings on two different devices
     r = run_plan(path, model, steps=3, warmup=1, optimizer="sgd", lr=0.5, trace_path=tmp_path / "t.json")
@@ -120,6 +124,7 @@ def test_run_reports_median_step_time_and_trains(plans: dict, tmp_path: Path) ->
     assert (tmp_path / "t.json").is_file()
 
 
+@pytest.mark.slow
 def test_killed_rank_ends_the_run_quickly_naming_it(plans: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     path, model = plans[("llama", "1f1b-unequal")]
     monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "exit:1:1")  # rank 1 calls os._exit(1) during step 1
@@ -130,6 +135,7 @@ def test_killed_rank_ends_the_run_quickly_naming_it(plans: dict, monkeypatch: py
     assert not isinstance(e.value, InputError)
 
 
+@pytest.mark.slow
 def test_hung_rank_times_out_and_is_named(plans: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     path, model = plans[("llama", "gpipe")]
     monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "hang:1:0")  # rank 1 sleeps after its first action
@@ -139,6 +145,7 @@ def test_hung_rank_times_out_and_is_named(plans: dict, monkeypatch: pytest.Monke
     assert time.monotonic() - t0 < 20
 
 
+@pytest.mark.slow
 def test_rank_error_is_reported_with_its_last_line(plans: dict, monkeypatch: pytest.MonkeyPatch) -> None:
     path, model = plans[("nemotron", "v-shape")]
     monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "raise:0:0")

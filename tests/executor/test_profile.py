@@ -5,6 +5,7 @@ Run: `pytest tests/executor/test_profile.py`.
 
 from __future__ import annotations
 
+import pytest
 from helpers_executor import (
     tiny_family,
 )
@@ -29,6 +30,7 @@ def test_profile_groups_identical_layers_and_measures_every_op() -> None:
     assert CostProfile.model_validate_json(prof.model_dump_json()) == prof
 
 
+@pytest.mark.slow
 def test_measure_link_between_two_local_processes() -> None:
     link = measure_link(repeats=3, large_bytes=2**20)
     assert link.backend == "gloo" and link.latency_s > 0 and link.bandwidth_gbps > 0

@@ -18,6 +18,7 @@ from adaptis_plan.usecases import PlanRequest, load_plan_and_model, make_plan_fo
 FAMILIES = ["tiny-llama", "tiny-gemma", "tiny-deepseek", "tiny-nemotron-h"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", FAMILIES)
 def test_every_strategy_and_adaptive_verify(model: str, tmp_path: Path) -> None:
     jobs, labels = [], []

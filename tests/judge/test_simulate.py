@@ -393,6 +393,7 @@ def _reference(layout: Layout, costs: CostTable, programs: Programs, m: int) -> 
     return times
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 10**9))
 def test_random_valid_programs_match_reference_and_bound(seed: int) -> None:
@@ -445,6 +446,7 @@ def test_classic_builders_run_without_deadlock(num_devices: int, m: int) -> None
             assert np.allclose(got, want) if got else not want, name
 
 
+@pytest.mark.slow
 @given(st.lists(st.integers(1, 9), min_size=1, max_size=7), st.integers(1, 3))
 @settings(max_examples=80, deadline=None)
 def test_packing_bound_never_exceeds_the_optimal_makespan(sizes, num_devices):

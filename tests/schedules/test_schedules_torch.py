@@ -56,6 +56,7 @@ def microbatch_options(num_devices: int) -> list[int]:
     return sorted({1, 3, num_devices, num_devices + 1, 2 * num_devices, 4 * num_devices})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in STRATEGIES if n != "1F1B"])
 def test_identical_to_torch(name: str) -> None:
     spec = get_spec(name)

@@ -112,6 +112,7 @@ def test_unknown_component_refused():
         search_plan(costs, 8, 4, components=("partition", "magic"), time_limit_s=1)
 
 
+@pytest.mark.slow
 def test_reproducible_with_seed():
     work = [0.3] + [1.0] * 10 + [4.0]
     costs = _costs(work, 3)
@@ -138,6 +139,7 @@ def _instances(draw):
     )
 
 
+@pytest.mark.slow
 @given(_instances())
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_adaptive_is_valid_and_never_worse_than_classic(instance):
@@ -155,6 +157,7 @@ def test_adaptive_is_valid_and_never_worse_than_classic(instance):
         assert res.step_time_s <= min(c.step_s for c in feasible) * (1 + 1e-9)
 
 
+@pytest.mark.slow
 @given(
     st.sampled_from(
         [

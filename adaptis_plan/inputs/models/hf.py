@@ -63,7 +63,25 @@ from typing import Any
 from pydantic import ValidationError
 
 from adaptis_plan.errors import InputError
-from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
+from adaptis_plan.spec.limits import MAX_DIM, MAX_HIDDEN, MAX_LAYERS, MAX_VOCAB, MAX_WINDOW, MIN_HEAD_DIM
+from adaptis_plan.spec.model import (
+    AttentionSpec,
+    LayerSpec,
+    MambaSpec,
+    MlpSpec,
+    ModelSpec,
+    MoeSpec,
+    head_dim_problem,
+)
+
+# The largest value of each size (`spec.limits`); any other size is at most MAX_DIM. The blocks
+# are built one per layer before the spec is validated, so the layer count is bounded first.
+_LIMITS: dict[str, int] = {
+    "hidden_size": MAX_HIDDEN,
+    "num_hidden_layers": MAX_LAYERS - 2,  # + embedding and head
+    "vocab_size": MAX_VOCAB,
+    "sliding_window": MAX_WINDOW,
+}
 
 _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 262208,
@@ -105,7 +123,8 @@ class _Cfg:
         return f"{self.prefix}{key}"
 
     def error(self, key: str, value: Any, problem: str, fix: str) -> InputError:
-        shown = f"{value!r}" if self.data.get(key) is not None else f"{value!r} (the default)"
+        text = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        shown = text if self.data.get(key) is not None else f"{text} (the default)"
         return InputError(f"{self.where}: {self.field(key)} = {shown}: {problem}; {fix}")
 
     def has(self, key: str) -> bool:
@@ -118,6 +137,8 @@ class _Cfg:
         return value
 
     def _missing(self, key: str, what: str) -> InputError:
+        if key in self.data:  # present, but null
+            return InputError(f"{self.where}: {self.field(key)} = null: required; give {what}")
         close = difflib.get_close_matches(key, [str(k) for k in self.data], n=1, cutoff=0.8)
         hint = f"found '{self.prefix}{close[0]}': fix its spelling" if close else f"add it ({what})"
         return InputError(f"{self.where}: {self.field(key)}: missing; {hint}")
@@ -129,13 +150,18 @@ class _Cfg:
             value = self.defaults.get(key, default)
             if value is None:
                 raise self._missing(key, what)
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer() and value > 0:
-                return int(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.error(key, value, "must be a positive integer", "fix the value")
+        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
             raise self.error(key, value, "must be a positive integer", "fix the value")
         if value <= 0:
             raise self.error(key, value, "must be > 0", "use a positive size")
-        return value
+        if key == "vocab_size" and value < 2:
+            raise self.error(key, value, "a vocabulary of one token has nothing to predict", "use 2 or more")
+        limit = _LIMITS.get(key, MAX_DIM)
+        if value > limit:
+            raise self.error(key, value, f"out of range; allowed: 1..{limit:,}", "fix the value")
+        return int(value)
 
     def opt_size(self, key: str, default: int | None = None) -> int | None:
         """A positive integer, or None where the field is absent / null and there is no default."""
@@ -146,10 +172,12 @@ class _Cfg:
         return self.size(key, default)
 
     def count(self, key: str, default: int = 0) -> int:
-        """A non-negative integer (layer indices, periods that may be 0)."""
+        """A non-negative integer (layer indices, periods that may be 0), at most `MAX_LAYERS`."""
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.error(key, value, "must be an integer >= 0", "fix the value")
+        if value > MAX_LAYERS:
+            raise self.error(key, value, f"out of range; allowed: 0..{MAX_LAYERS:,}", "fix the value")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -200,6 +228,13 @@ def _heads(
             )
         head_dim_default = hidden // heads
     head_dim = c.size("head_dim", head_dim_default)
+    problem = head_dim_problem(head_dim)
+    if problem is not None:
+        if c.has("head_dim"):
+            raise c.error("head_dim", head_dim, *problem)
+        raise c.error(
+            "num_attention_heads", heads, f"hidden_size / num_attention_heads = {head_dim} is {problem[0]}", problem[1]
+        )
     return heads, kv, head_dim
 
 
@@ -280,7 +315,8 @@ def _llama_like(c: _Cfg, model_type: str, include_mtp: bool) -> _Built:
         dense_only = c.get("mlp_only_layers", []) or []
         if not isinstance(dense_only, list) or not all(isinstance(i, int) for i in dense_only):
             raise c.error("mlp_only_layers", dense_only, "must be a list of layer indices", "fix the list")
-        moe_layers = {i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0}
+        dense = set(dense_only)  # a list may be long: membership per layer must not scan it
+        moe_layers = {i for i in range(num_layers) if i not in dense and (i + 1) % step == 0}
 
     blocks = []
     mlp: MlpSpec | None = None
@@ -374,6 +410,12 @@ def _deepseek(c: _Cfg, model_type: str, include_mtp: bool) -> _Built:
     heads = c.size("num_attention_heads")
     nope = c.size("qk_nope_head_dim", 128)
     rope = c.size("qk_rope_head_dim", 64)
+    if rope % 2:
+        raise c.error("qk_rope_head_dim", rope, "odd, but rotary embeddings rotate pairs", "use an even width")
+    if nope + rope < MIN_HEAD_DIM:
+        raise c.error(
+            "qk_nope_head_dim", nope, f"q/k heads of {nope} + {rope} are narrower than {MIN_HEAD_DIM}", "widen them"
+        )
     attention = AttentionSpec(
         type="mla",
         num_heads=heads,

@@ -44,9 +44,3 @@ def split_head(model: ModelSpec, num_chunks: int) -> ModelSpec:
         LayerSpec(kind="head", vocab_range=(a, b), name=f"head[{a}:{b}]") for a, b in zip(cuts, cuts[1:], strict=False)
     ]
     return model.model_copy(update={"layers": [*model.layers[:-1], *heads]})
-
-
-def head_chunk_index(model: ModelSpec, index: int) -> tuple[int, int]:
-    """(chunk number, number of chunks) of head layer `index`."""
-    k = model.num_head_chunks
-    return index - (model.num_layers - k), k

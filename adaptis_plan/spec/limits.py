@@ -1,0 +1,69 @@
+"""The physical-sense limits every boundary number is checked against.
+
+Data flow: stage 1 (spec). The pydantic boundary models put these into their field
+constraints (so the JSON Schemas carry them), the HF importer and the CLI check their own
+inputs against the same numbers, and `spec.read` reports a violation with the allowed range.
+Imports nothing.
+
+Each limit is far beyond any model or cluster built so far, and small enough that the planner
+stays finite and fast (numbers here end up in float64 costs, in CP-SAT integer models and in
+arrays sized by them): a value past one is a typo or a hostile file, not a use case.
+"""
+
+from __future__ import annotations
+
+#: hidden size (the model width): the widest published models are ~2e4.
+MAX_HIDDEN = 1_000_000
+#: pipeline layers of one model, embedding and head (and head chunks) included.
+MAX_LAYERS = 100_000
+#: vocabulary entries (the largest published tokenizers have ~2.6e5).
+MAX_VOCAB = 10_000_000
+#: any other model dimension or count: heads, head_dim, inner sizes, experts, ranks, state sizes.
+MAX_DIM = 10_000_000
+#: the narrowest attention head (per-head q/k/v width): the narrowest published models use 32-64.
+MIN_HEAD_DIM = 8
+#: a sliding-attention window in tokens (longer than any sequence means global).
+MAX_WINDOW = 2**31 - 1
+#: parameters outside the pipelined language model (a vision tower).
+MAX_EXTRA_PARAMETERS = 10**15
+
+#: tokens per sequence.
+MAX_SEQ_LEN = 2**24
+#: sequences per micro-batch.
+MAX_MICRO_BATCH_SIZE = 2**16
+#: pipeline ranks.
+MAX_PP = 1024
+#: tensor-parallel degree.
+MAX_TP = 1024
+#: data-parallel degree.
+MAX_DP = 2**20
+#: micro-batches per step.
+MAX_MICROBATCHES = 8192
+#: pipeline ranks x micro-batches per step. A step has ~3 actions per pair and stage, and every
+#: classic baseline is built and simulated for it, outside the search's time limit: measured
+#: on 2 cores, 1F1B for gemma-s at pp 8 costs 0.5 s of CPU at 16 micro-batches, 2.6 s at 1,024
+#: and 4.7 s at 2,048; this bound keeps that part under ~3 s however the sizes are chosen.
+MAX_DEVICE_MICROBATCHES = 8192
+
+#: bytes of one device's memory (1 PiB).
+MAX_BYTES = 2**50
+#: peak throughput of one device, TFLOP/s (1 EFLOP/s).
+MAX_TFLOPS = 1_000_000.0
+#: any bandwidth, GB/s.
+MAX_GBPS = 1_000_000.0
+#: any per-message latency or per-kernel / per-action overhead, seconds.
+MAX_LATENCY_S = 10.0
+#: nodes in one device group.
+MAX_NODES = 100_000
+#: accelerators in one node.
+MAX_DEVICES_PER_NODE = 1024
+#: one measured or simulated duration, seconds (a day).
+MAX_SECONDS = 86_400.0
+#: the largest random seed (OR-Tools and torch take 32-bit signed seeds).
+MAX_SEED = 2**31 - 1
+#: vocabulary chunks of a split LM head.
+MAX_HEAD_CHUNKS = 64
+#: stages per device in a classic loop placement.
+MAX_STAGES_PER_DEVICE = 64
+#: the adaptive search's wall-time limit, seconds.
+MAX_TIME_LIMIT_S = 86_400.0

@@ -1,0 +1,416 @@
+"""Hostile and broken input, class by class: every case is exit 2 (3 for memory, 130 for Ctrl-C)
+with one line naming the right file, never a traceback, never a partial or misplaced output file.
+
+1. pathological JSON (deep nesting, huge integers, binary files) in every boundary file;
+2. non-finite and absurd numbers; 3. semantic model checks (TP, head_dim, vocabulary);
+4. corrupted plan indices and sizes; 6. outputs and signals; 7. messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers_cli import leftovers, one_line_error, tiny_cost_profile
+
+from adaptis_plan.inputs.models.load import load_model
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "tests" / "data" / "configs"
+TINY = ("--model", "tiny-llama", "--hardware", "cpu", "--pp", "2", "--microbatches", "4", "--seq-len", "128")
+CLASSIC = ("--strategy", "1F1B")
+
+
+def _opts(**override: str) -> list[str]:
+    opts = dict(zip(TINY[::2], TINY[1::2], strict=True)) | {f"--{k.replace('_', '-')}": v for k, v in override.items()}
+    return [x for kv in opts.items() for x in kv]
+
+
+def _write(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _cpu_profile() -> dict:
+    return json.loads((ROOT / "profiles" / "cpu.json").read_text())
+
+
+# ----------------------------------------------------------------------------- 1. pathological JSON
+PATHOLOGICAL = {
+    "deep": ("[" * 50_000 + "]" * 50_000, "nested deeper than"),
+    "bigint": ('{"name": ' + "9" * 5000 + "}", "an integer of 5000 digits"),
+    "binary": (bytes(range(256)), "not UTF-8 text"),
+}
+
+
+def _pathological(tmp_path: Path, kind: str) -> tuple[Path, str]:
+    content, needle = PATHOLOGICAL[kind]
+    path = tmp_path / f"{kind}.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return path, needle
+
+
+@pytest.mark.parametrize("kind", sorted(PATHOLOGICAL))
+@pytest.mark.parametrize("role", ["model", "hardware", "costs", "plan"])
+def test_pathological_json_in_every_boundary_file(adaptis, tmp_path: Path, role: str, kind: str) -> None:
+    bad, needle = _pathological(tmp_path, kind)
+    out = tmp_path / "out.json"
+    if role == "plan":
+        r = adaptis("simulate", bad, "--json")
+    else:
+        r = adaptis("plan", *_opts(**{role: str(bad)}), *CLASSIC, "-o", out)
+    one_line_error(r, 2, str(bad), needle)
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- 2. numbers
+def _hw_edit(tmp_path: Path, edit) -> Path:
+    data = _cpu_profile()
+    edit(data)
+    return _write(tmp_path / "hw.json", data)
+
+
+def _device(d: dict) -> dict:
+    return next(iter(d["device_types"].values()))
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda d: _device(d).update(peak_bf16_tflops=float("inf")), "peak_bf16_tflops = inf: not a finite number"),
+        (lambda d: _device(d).update(hbm_bytes=float("inf")), "hbm_bytes = inf"),
+        (lambda d: _device(d).update(hbm_bandwidth_gbps=float("nan")), "hbm_bandwidth_gbps = nan"),
+        (lambda d: d["intra_node"].update(bandwidth_gbps=float("inf")), "intra_node.bandwidth_gbps = inf"),
+        (lambda d: d["inter_node"].update(latency_s=float("inf")), "inter_node.latency_s = inf"),
+        (lambda d: d.update(action_overhead_s=float("inf")), "action_overhead_s = inf"),
+        (lambda d: _device(d).update(kernel_overhead_s=1e9), "kernel_overhead_s = 1000000000.0: out of range"),
+        (lambda d: d["groups"][0].update(num_nodes=10**9), "groups[0].num_nodes = 1000000000: out of range"),
+        (lambda d: d["groups"][0].update(devices_per_node=-1), "devices_per_node = -1"),
+    ],
+)
+def test_non_finite_and_absurd_hardware_numbers(adaptis, tmp_path: Path, edit, needle: str) -> None:
+    hw = _hw_edit(tmp_path, edit)
+    out = tmp_path / "p.json"
+    r = adaptis("plan", *_opts(hardware=str(hw)), "--time-limit", "1", "-o", out)
+    one_line_error(r, 2, "hw.json", needle, "allowed")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "needle"),
+    [
+        ("hidden_size", 1e30, "hidden_size = 1e+30: out of range; allowed: 1..1,000,000"),
+        ("num_hidden_layers", 1e9, "num_hidden_layers = 1000000000.0: out of range; allowed: 1..99,998"),
+        ("vocab_size", 10**12, "vocab_size = 1000000000000: out of range"),
+    ],
+)
+def test_absurd_model_sizes(adaptis, tmp_path: Path, key: str, value: float, needle: str) -> None:
+    data = json.loads((CONFIGS / "mixtral-8x7b.json").read_text()) | {key: value}
+    config = _write(tmp_path / "config.json", data)
+    t0 = time.perf_counter()
+    r = adaptis("plan", *_opts(model=str(config)), "--time-limit", "1", "-o", tmp_path / "p.json")
+    one_line_error(r, 2, "config.json", needle)
+    assert time.perf_counter() - t0 < 30  # refused up front, not after building a billion layers
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("--time-limit", "nan"), ("--time-limit = nan", "finite")),
+        (("--time-limit", "inf"), ("--time-limit = inf",)),
+        (("--time-limit", "-1"), ("--time-limit = -1",)),
+        (("--head-chunks", "1000"), ("--head-chunks = '1000'", "1 to 64")),
+        (("--head-chunks", "٣"), ("--head-chunks",)),
+        (("--pp", "5000"), ("--pp = 5000", "1..1024")),
+        (("--microbatches", "1000000000000"), ("--microbatches = 1,000,000,000,000", "8192")),
+        (("--microbatches", "5000"), ("--pp 2 x --microbatches 5000 = 10000", "more than 8192")),
+        (("--seq-len", "1000000000"), ("--seq-len",)),
+        (("--micro-batch-size", "99999999"), ("--micro-batch-size",)),
+        (("--tp", "100000"), ("--tp",)),
+        (("--strategy", "Interleaved1F1B", "--stages-per-device", "100000"), ("--stages-per-device",)),
+    ],
+)
+def test_absurd_option_values(adaptis, tmp_path: Path, args: tuple[str, ...], needles: tuple[str, ...]) -> None:
+    out = tmp_path / "p.json"
+    one_line_error(adaptis("plan", *TINY, *args, "-o", out), 2, *needles)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("seed", ["2147483648", "-1", "99999999999999999999999"])
+def test_seed_outside_32_bits(adaptis, tmp_path: Path, seed: str) -> None:
+    r = adaptis("plan", *TINY, "--time-limit", "1", "--seed", seed, "-o", tmp_path / "p.json")
+    assert r.exit_code == 2 and "Traceback" not in r.stderr and "--seed" in r.stderr, r.stderr
+    assert "2147483647" in r.stderr
+
+
+def test_largest_seed_is_fine(adaptis, tmp_path: Path) -> None:
+    r = adaptis("plan", *TINY, "--time-limit", "1", "--seed", str(2**31 - 1), "-o", tmp_path / "p.json")
+    assert r.exit_code == 0, r.stderr
+
+
+def test_cost_profile_numbers(adaptis, tmp_path: Path) -> None:
+    data = tiny_cost_profile()
+    data["entries"][1]["f_s"] = float("inf")
+    costs = _write(tmp_path / "measured.json", data)
+    r = adaptis("plan", *TINY, *CLASSIC, "--costs", costs, "-o", tmp_path / "p.json")
+    one_line_error(r, 2, "measured.json", "entries[1].f_s = inf: not a finite number")
+    data = tiny_cost_profile() | {"link": {"latency_s": 0.0, "bandwidth_gbps": 0.0, "backend": "gloo"}}
+    r = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(costs, data), "-o", tmp_path / "p.json")
+    one_line_error(r, 2, "measured.json", "link.bandwidth_gbps = 0.0: out of range; allowed: > 0")
+
+
+# ----------------------------------------------------------------------------- 3. semantic model checks
+def test_tp_that_does_not_divide_the_heads(adaptis, tmp_path: Path) -> None:
+    args = ("--hardware", "h100", "--pp", "4", "--microbatches", "8", *CLASSIC, "-o", tmp_path / "p.json")
+    line = one_line_error(adaptis("plan", "--model", "llama-2-7b", "--tp", "3", *args), 2, "--tp = 3", "heads")
+    assert "use --tp 1, 2, 4, 8, 16, 32" in line
+    r = adaptis("plan", "--model", CONFIGS / "mixtral-8x7b.json", "--tp", "5", *args)
+    one_line_error(r, 2, "--tp = 5", "mixtral-8x7b", "use --tp 1, 2, 4, 8")
+    r = adaptis("model", "show", "tiny-nemotron-h", "--hardware", "h100", "--tp", "4")
+    one_line_error(r, 2, "Mamba groups", "use --tp 1, 2")
+    assert adaptis("plan", "--model", "llama-2-7b", "--tp", "8", *args).exit_code in (0, 3)
+
+
+def test_head_dim_and_vocabulary_that_make_no_sense(adaptis, tmp_path: Path) -> None:
+    spec = load_model("tiny-llama").model_dump(mode="json", exclude_none=True)
+    for layer in spec["layers"]:
+        if "attention" in layer:
+            layer["attention"]["head_dim"] = 3
+    r = adaptis("model", "show", _write(tmp_path / "narrow.json", spec))
+    one_line_error(r, 2, "narrow.json", "layers[1].attention.head_dim = 3", "narrower than 8")
+    config = json.loads((CONFIGS / "mixtral-8x7b.json").read_text()) | {"vocab_size": 1}
+    r = adaptis("model", "show", _write(tmp_path / "config.json", config))
+    one_line_error(r, 2, "config.json", "vocab_size = 1", "nothing to predict")
+
+
+# ----------------------------------------------------------------------------- 4. corrupted plans
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda p: p["devices"][0]["actions"].__setitem__(0, "0F" + "9" * 30), "devices[0].actions[0] = '0F999"),
+        (lambda p: p["devices"][0]["actions"].__setitem__(0, f"{2**63}F0"), "devices[0].actions[0] = '9223372"),
+        (lambda p: p["devices"][0]["actions"].__setitem__(0, "0F999999999"), "mb 999999999 is outside 0..3"),
+        (lambda p: p["training"].update(num_microbatches=10**12), "training.num_microbatches = 1000000000000"),
+        (lambda p: p["training"].update(pp=2**40), "training.pp"),
+        (lambda p: p["stages"][0].update(device=-1), "stages[0].device = -1"),
+        (lambda p: p["predicted"].update(step_time_s=float("nan")), "predicted.step_time_s = nan"),
+        (lambda p: p["model"].update(num_layers=10**9), "model.num_layers"),
+    ],
+)
+def test_corrupted_plan_indices_and_sizes(adaptis, tmp_path: Path, tiny_plan: Path, edit, needle: str) -> None:
+    plan = json.loads(tiny_plan.read_text())
+    edit(plan)
+    bad = _write(tmp_path / "bad.json", plan)
+    for cmd in (("simulate", bad, "--json"), ("export", bad, "--format", "torch-csv")):
+        one_line_error(adaptis(*cmd), 2, "bad.json", needle)
+
+
+def test_deadlocking_plan_names_the_file(adaptis, tmp_path: Path) -> None:
+    plan_path = tmp_path / "gpipe.json"
+    args = ("--model", "tiny-llama", "--hardware", "cpu", "--pp", "2", "--microbatches", "2", "--seq-len", "128")
+    assert adaptis("plan", *args, "--strategy", "GPipe", "-o", plan_path).exit_code == 0
+    plan = json.loads(plan_path.read_text())
+    for dev, order in zip(plan["devices"], (("0F0", "0B0", "0F1", "0B1"), ("1F1", "1F0", "1B0", "1B1")), strict=True):
+        dev["actions"] = list(order)  # an order that can never finish (times are optional)
+        dev.pop("start_s"), dev.pop("end_s")
+    bad = _write(tmp_path / "dead.json", plan)
+    r = adaptis("simulate", bad)
+    assert r.exit_code == 2 and "Traceback" not in r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith(f"error: {bad}: ") and "circular wait" in first, first
+    assert "<-- ERROR" in r.stderr  # followed by the device x step grid
+
+
+# ----------------------------------------------------------------------------- 6. outputs and signals
+def _char_device(path: Path) -> Path:
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a /dev/null of our own
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    return path
+
+
+def test_output_character_device_is_left_alone(adaptis, tmp_path: Path) -> None:
+    node = _char_device(tmp_path / "null")
+    r = adaptis("plan", *TINY, *CLASSIC, "-o", node)
+    one_line_error(r, 2, str(node), "a character device, not a regular file")
+    assert stat.S_ISCHR(os.lstat(node).st_mode)
+    assert leftovers(tmp_path) == ["null"]
+
+
+def test_output_character_device_behind_a_symlink(adaptis, tmp_path: Path) -> None:
+    node = _char_device(tmp_path / "null")
+    link = tmp_path / "plan.json"
+    link.symlink_to(node)
+    one_line_error(adaptis("plan", *TINY, *CLASSIC, "-o", link), 2, "a character device")
+    assert stat.S_ISCHR(os.lstat(node).st_mode) and link.is_symlink()
+
+
+def test_output_through_a_symlink_writes_its_target(adaptis, tmp_path: Path) -> None:
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "plan.json"
+    link.symlink_to(target)
+    assert adaptis("plan", *TINY, *CLASSIC, "-o", link).exit_code == 0
+    assert link.is_symlink() and json.loads(target.read_text())["strategy"] == "1F1B"
+
+
+@pytest.mark.parametrize("what", ["fifo", "folder", "empty"])
+def test_output_fifo_folder_or_empty(adaptis, tmp_path: Path, what: str) -> None:
+    if what == "fifo":
+        out = tmp_path / "pipe"
+        os.mkfifo(out)
+        needle = "a FIFO (named pipe), not a regular file"
+    elif what == "folder":
+        out, needle = tmp_path, "a folder, not a regular file"
+    else:
+        out, needle = "", "-o '': empty path"
+    before = leftovers(tmp_path)
+    one_line_error(adaptis("plan", *TINY, *CLASSIC, "-o", out), 2, needle)
+    assert leftovers(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("simulate", "{plan}", "--trace", "{out}"), "--trace"),
+        (("simulate", "{plan}", "--svg", "{out}"), "--svg"),
+        (("export", "{plan}", "--format", "torch-csv", "-o", "{out}"), "-o"),
+        (("profile", "--model", "tiny-llama", "-o", "{out}"), "-o"),
+        (("run", "{plan}", "--trace", "{out}"), "--trace"),
+    ],
+)
+def test_every_output_option_refuses_a_device(adaptis, tmp_path: Path, tiny_plan: Path, args, flag: str) -> None:
+    node = _char_device(tmp_path / "null")
+    argv = [a.format(plan=tiny_plan, out=node) for a in args]
+    one_line_error(adaptis(*argv), 2, str(node), "a character device", flag)
+    assert stat.S_ISCHR(os.lstat(node).st_mode)
+
+
+def test_schema_dir_refuses_a_file(adaptis, tmp_path: Path) -> None:
+    blocker = tmp_path / "schemas"
+    blocker.write_text("")
+    one_line_error(adaptis("schema", "--dir", blocker), 2, "not a folder")
+
+
+def test_absurd_micro_batch_counts_are_refused_up_front(adaptis, tmp_path: Path) -> None:
+    """The plan's size is bounded, so the classic baselines and the plan file cannot outgrow the time limit."""
+    args = ("--model", "gemma-s", "--hardware", "h200", "--time-limit", "1", "-o", tmp_path / "p.json")
+    t0 = time.perf_counter()
+    for pp, m in ((8, 2048), (4, 100_000), (1024, 16)):
+        one_line_error(adaptis("plan", *args, "--pp", pp, "--microbatches", m), 2, "8192")
+    assert time.perf_counter() - t0 < 30
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_cp_sat_solves(tmp_path: Path) -> None:
+    """SIGINT in the middle of the adaptive search: exit 130 at once, no plan, no temporary file."""
+    out = tmp_path / "p.json"
+    cmd = [sys.executable, "-m", "adaptis_plan.cli", "plan", "--model", "gemma-s", "--hardware", "h200"]
+    cmd += ["--pp", "8", "--microbatches", "32", "--time-limit", "60", "-o", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    time.sleep(4.0)  # loading, costing and the baselines take ~1 s here; then the search runs up to 60 s
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    t0 = time.perf_counter()
+    _, err = proc.communicate(timeout=60)
+    waited = time.perf_counter() - t0
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert waited < 10, waited
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_cp_sat_solve_is_interrupted_at_once(tmp_path: Path) -> None:
+    """The solver wrapper: SIGINT during `solve` raises KeyboardInterrupt at once, and Python's
+    SIGINT handler survives the solve (OR-Tools' own handler resets SIGINT to the default)."""
+    script = tmp_path / "solve.py"
+    script.write_text(
+        "import os, signal, sys, threading, time\n"
+        "from ortools.sat.python import cp_model\n"
+        "from adaptis_plan.search._cpsat import new_solver\n"
+        "m = cp_model.CpModel()\n"
+        "xs = [m.new_int_var(0, 600, f'x{i}') for i in range(60)]\n"
+        "m.add_all_different(xs)\n"
+        "for i in range(59):\n"
+        "    m.add(xs[i] + xs[i + 1] != 3 * (i % 7))\n"
+        "m.minimize(sum((i % 5 + 1) * x for i, x in enumerate(xs)))\n"
+        "s = new_solver(30.0, 2, 0)\n"
+        "threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "t0 = time.perf_counter()\n"
+        "try:\n"
+        "    s.solve(m)\n"
+        "    print('finished')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after', round(time.perf_counter() - t0, 1))\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(2)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('handler kept')\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    lines = proc.stdout.split("\n")
+    assert lines[0].startswith("interrupted after"), proc.stdout + proc.stderr
+    assert float(lines[0].split()[-1]) < 10
+    assert lines[1] == "handler kept", proc.stdout
+
+
+# ----------------------------------------------------------------------------- 7. messages
+def test_cost_profile_errors_name_the_real_file(adaptis, tmp_path: Path) -> None:
+    costs = _write(tmp_path / "my-costs.json", tiny_cost_profile() | {"seq_len": 256})
+    r = adaptis("plan", *TINY, *CLASSIC, "--costs", costs, "-o", tmp_path / "p.json")
+    line = one_line_error(r, 2, f"{costs}: seq_len = 256")
+    assert "costs.json" not in line.replace("my-costs.json", "")
+    data = tiny_cost_profile()
+    data["model"]["fingerprint"] = "0" * 64
+    r = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(costs, data), "-o", tmp_path / "p.json")
+    one_line_error(r, 2, f"{costs}: model.fingerprint")
+    ok = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(costs, tiny_cost_profile()), "-o", tmp_path / "p.json")
+    assert ok.exit_code == 0, ok.stderr
+
+
+@pytest.mark.parametrize("what", ["fifo", "dev-zero"])
+def test_special_file_as_model(adaptis, tmp_path: Path, what: str) -> None:
+    if what == "fifo":
+        path = tmp_path / "model.json"
+        os.mkfifo(path)
+        needle = "a FIFO (named pipe), not a model file"
+    else:
+        path, needle = Path("/dev/zero"), "a character device, not a model file"
+    one_line_error(adaptis("model", "show", path), 2, str(path), needle)
+    one_line_error(adaptis("plan", *_opts(model=str(path)), *CLASSIC, "-o", tmp_path / "p.json"), 2, needle)
+
+
+def test_special_file_as_hardware_costs_and_plan(adaptis, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    for args, what in (
+        (("plan", *_opts(hardware=str(fifo)), *CLASSIC, "-o", tmp_path / "p.json"), "hardware profile"),
+        (("plan", *TINY, *CLASSIC, "--costs", fifo, "-o", tmp_path / "p.json"), "cost profile"),
+        (("simulate", fifo), "plan file"),
+    ):
+        one_line_error(adaptis(*args), 2, str(fifo), f"a FIFO (named pipe), not a {what} file")
+
+
+def test_export_and_schema_take_json(adaptis, tmp_path: Path, tiny_plan: Path) -> None:
+    r = adaptis("export", tiny_plan, "--format", "torch-csv", "--json")
+    assert r.exit_code == 0, r.stderr
+    out = r.json()
+    assert out["format"] == "torch-csv" and out["output"] is None and out["text"].count("\n") == 2
+    csv = tmp_path / "s.csv"
+    r = adaptis("export", tiny_plan, "--format", "torch-csv", "-o", csv, "--json")
+    assert r.exit_code == 0 and r.json()["output"] == str(csv) and csv.read_text() == out["text"]
+    r = adaptis("schema", "--dir", tmp_path / "schemas", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["schemas"] == ["costs.schema.json", "hardware.schema.json", "model.schema.json", "plan.schema.json"]
+    r = adaptis("schema", "--check", "--dir", tmp_path / "schemas", "--json")
+    assert r.exit_code == 0 and r.json()["up_to_date"] is True

@@ -1,0 +1,54 @@
+"""The one byte formatter and the one time formatter (`adaptis_plan.units`)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from adaptis_plan.units import fmt_bytes, fmt_time
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "unit", "text"),
+    [
+        (0, None, "0 B"),
+        (96, None, "96 B"),
+        (1536, None, "1.5 KiB"),
+        (512 * 2**20, None, "512 MiB"),
+        (1.5 * 2**30, None, "1.5 GiB"),
+        (3 * 2**40, None, "3 TiB"),
+        (0.0466 * 2**30, "GiB", "0.0466 GiB"),
+        (81.234 * 2**30, "GiB", "81.2 GiB"),
+        (1234.5 * 2**30, "GiB", "1,234 GiB"),
+        (-2 * 2**20, None, "-2 MiB"),
+    ],
+)
+def test_fmt_bytes(nbytes: float, unit: str | None, text: str) -> None:
+    assert fmt_bytes(nbytes, unit) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "unit", "text"),
+    [
+        (0.0, None, "0 s"),
+        (4.567, None, "4.57 s"),
+        (0.0123, None, "12.3 ms"),
+        (789e-6, None, "789 us"),
+        (1234.0, None, "1,234 s"),
+        (0.5, "ms", "500 ms"),
+        (2.5, "ms", "2,500 ms"),
+    ],
+)
+def test_fmt_time(seconds: float, unit: str | None, text: str) -> None:
+    assert fmt_time(seconds, unit) == text
+
+
+def test_suffix_off_for_table_columns() -> None:
+    assert fmt_time(0.0123, "ms", suffix=False) == "12.3"
+    assert fmt_bytes(2**31, "GiB", suffix=False) == "2"
+
+
+def test_non_finite_values_are_shown_not_raised() -> None:
+    assert fmt_time(math.inf) == "inf s"
+    assert fmt_bytes(math.nan, "GiB") == "nan GiB"
