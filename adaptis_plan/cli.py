@@ -222,7 +222,16 @@ def _check_positive(**values: int | float | None) -> None:
     show_default=True,
     help="split the LM head into N vocabulary chunks (auto: adaptive decides; classic: 1)",
 )
-@click.option("--recompute", is_flag=True, help="full activation recompute")
+@click.option(
+    "--recompute",
+    type=click.Choice(["none", "selective", "full", "auto"]),
+    default="auto",
+    show_default=True,
+    is_flag=False,
+    flag_value="full",
+    help="activation recomputation of the decoder blocks: auto lets the planner choose per stage"
+    " (classic strategies: none); a bare --recompute means full",
+)
 @click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile from `adaptis profile`")
 @click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
 @click.option("--seed", default=0, show_default=True, type=int)

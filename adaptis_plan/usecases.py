@@ -38,7 +38,7 @@ class PlanRequest:
     partition: str | None = None
     stages_per_device: int | None = None
     search: tuple[str, ...] = ("partition", "placement", "schedule")
-    recompute: bool = False
+    recompute: str = "none"  # none | selective | full | auto (the planner chooses per stage)
     costs_path: str | None = None
     head_chunks: int | None = None  # None = adaptive decides (classic: 1)
     time_limit_s: float = 5.0
@@ -96,23 +96,38 @@ def load_costs_profile(path: str | None) -> CostProfile | None:
         raise InputError(pydantic_error_line(p, e)) from None
 
 
-def _training(req: PlanRequest) -> TrainingConfig:
+def _training(req: PlanRequest, recompute: str) -> TrainingConfig:
     return TrainingConfig(
         num_microbatches=req.num_microbatches,
         micro_batch_size=req.micro_batch_size,
         seq_len=req.seq_len,
         pp=req.pp,
         tp=req.tp,
-        recompute=req.recompute,
+        recompute=recompute,
     )
 
 
 def cost_table_for(
-    model: ModelSpec, hw: HardwareProfile, training: TrainingConfig, profile: CostProfile | None
+    model: ModelSpec,
+    hw: HardwareProfile,
+    training: TrainingConfig,
+    profile: CostProfile | None,
+    recompute: list[str] | None = None,
 ) -> CostTable:
+    """The cost table; `recompute` = one mode per layer (None: `training.recompute` everywhere)."""
     from adaptis_plan.cost.table import build_cost_table
 
-    return build_cost_table(model, hw, training, profile)
+    return build_cost_table(model, hw, training, profile, recompute=recompute)
+
+
+RECOMPUTE_CHOICES = ("none", "selective", "full", "auto")
+
+
+def _recompute_request(req: PlanRequest, classic: str | None) -> str:
+    """The recompute mode planned: the request, with auto = none for classic strategies."""
+    if req.recompute not in RECOMPUTE_CHOICES:
+        raise InputError(f"--recompute = {req.recompute!r}: use one of {', '.join(RECOMPUTE_CHOICES)}")
+    return "none" if classic is not None and req.recompute == "auto" else req.recompute
 
 
 def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanOutcome:
@@ -122,15 +137,22 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
 
     t0 = time.perf_counter()
     classic = _classic_strategy(req.strategy)
+    recompute = _recompute_request(req, classic)
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
-    training = _training(req)
+    training = _training(req, recompute)
     if req.pp > model.num_layers:
         raise InputError(
             f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp"
         )
     profile = load_costs_profile(req.costs_path)
-    costs = cost_table_for(model, hw, training, profile)
+    # auto starts from no recomputation; search.recompute then tries per-stage choices
+    uniform = "none" if recompute == "auto" else recompute
+
+    def table(m: ModelSpec, modes: list[str] | None = None) -> CostTable:
+        return cost_table_for(m, hw, training, profile, modes or [uniform] * m.num_layers)
+
+    costs = table(model)
     forced = None
     if req.head_chunks is not None and req.head_chunks > 1:
         from adaptis_plan.inputs.models.transform import split_head
@@ -149,22 +171,29 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         if req.time_limit_s <= 0:
             raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
         if forced is not None:
-            options = [(forced, cost_table_for(forced, hw, training, profile))]
+            options = [(forced, table(forced))]
         else:
             options = [(model, costs)]
             if req.head_chunks is None and "partition" in req.search:
-                options += [(m, cost_table_for(m, hw, training, profile)) for m in head_split_options(model, costs)]
+                options += [(m, table(m)) for m in head_split_options(model, costs)]
+        from adaptis_plan.search.recompute import memory_may_bind
+
+        # auto: when memory can bind, half the time goes to the plans without recomputation
+        plain_share = 0.5 if recompute == "auto" and memory_may_bind(baselines) else 1.0
         k_best, outcome = search_head_options(
             [c for _, c in options],
             [m.num_layers for m, _ in options],
             req.num_microbatches,
             components=req.search,
-            time_limit_s=req.time_limit_s,
+            time_limit_s=req.time_limit_s * plain_share,
             seed=req.seed,
             progress=progress,
             baselines=baselines,
         )
         model, costs = options[k_best]
+        modes, rc_info = [uniform] * model.num_layers, {}
+        if recompute == "auto":
+            modes, costs, outcome, rc_info = _auto_recompute(req, model, costs, outcome, table, plain_share, progress)
         best = outcome.best
         strategy = "adaptive"
         search_info = {
@@ -178,8 +207,9 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             "seed": req.seed,
         }
     else:
+        modes, rc_info = [uniform] * (forced or model).num_layers, {}
         if forced is not None:
-            model, costs = forced, cost_table_for(forced, hw, training, profile)
+            model, costs = forced, table(forced)
         best = classic_candidate(
             costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform", req.stages_per_device
         )
@@ -193,7 +223,8 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         best.result if best.result is not None else simulate(best.layout, costs, best.programs, req.num_microbatches)
     )
     if not result.fits_memory:
-        raise InfeasibleError(_memory_message(result, model, training, strategy, costs))
+        raise InfeasibleError(_memory_message(result, model, training, strategy, costs, rc_info))
+    search_info["recompute"] = _recompute_info(recompute, modes, rc_info, model, costs, table, best.layout, req)
     plan = make_plan(
         strategy=strategy,
         model=model,
@@ -204,6 +235,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         result=result,
         search=search_info,
     )
+    plan = _with_stage_recompute(plan, best.layout, modes, model)
     base_results = {k: c.result for k, c in baselines.items() if c.result is not None}
     return PlanOutcome(
         plan=plan,
@@ -216,6 +248,52 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         plan_time_s=time.perf_counter() - t0,
         search_info=search_info,
     )
+
+
+def _auto_recompute(req: PlanRequest, model: ModelSpec, costs: CostTable, outcome, table, plain_share: float, progress):
+    """`--recompute auto` after the search without recomputation: the recompute candidates
+    (`search.recompute`) with the rest of the time, when memory can bind."""
+    from adaptis_plan.search.recompute import search_recompute
+
+    if plain_share >= 1.0:
+        reason = "every classic plan fits memory (GPipe included): memory does not bind"
+        return ["none"] * model.num_layers, costs, outcome, {"reason": reason}
+    rc = search_recompute(
+        lambda modes: table(model, list(modes)),
+        costs,
+        outcome,
+        [layer.kind for layer in model.layers],
+        req.num_microbatches,
+        components=req.search,
+        time_limit_s=req.time_limit_s * (1.0 - plain_share),
+        seed=req.seed,
+        progress=progress,
+    )
+    return rc.modes, rc.costs, rc.outcome, rc.info
+
+
+def _recompute_info(
+    requested: str, modes: list[str], rc_info: dict, model: ModelSpec, costs: CostTable, table, layout, req
+) -> dict:
+    """`search.recompute` of the plan: what was asked, which stages recompute, the compute it adds,
+    and (auto) what was tried against the best plan without recomputation."""
+    info: dict = {"requested": requested, **rc_info}
+    if any(m != "none" for m in modes):
+        from adaptis_plan.search.recompute import recompute_report
+
+        plain = table(model, ["none"] * model.num_layers)
+        kinds = [layer.kind for layer in model.layers]
+        info.update(recompute_report(modes, costs, plain, layout, kinds, req.num_microbatches))
+    return info
+
+
+def _with_stage_recompute(plan: PlanFile, layout: Layout, modes: list[str], model: ModelSpec) -> PlanFile:
+    """The plan with each stage's recompute mode (what `simulate` rebuilds its costs from)."""
+    from adaptis_plan.cost.recompute import stage_recompute
+
+    per_stage = stage_recompute(layout.bounds, modes, [layer.kind for layer in model.layers])
+    stages = [st.model_copy(update={"recompute": m}) for st, m in zip(plan.stages, per_stage, strict=True)]
+    return plan.model_copy(update={"stages": stages})
 
 
 def _classic_strategy(strategy: str) -> str | None:
@@ -233,19 +311,26 @@ def _classic_strategy(strategy: str) -> str | None:
 
 
 def _memory_message(
-    result: SimResult, model: ModelSpec, training: TrainingConfig, strategy: str, costs: CostTable
+    result: SimResult,
+    model: ModelSpec,
+    training: TrainingConfig,
+    strategy: str,
+    costs: CostTable,
+    rc_info: dict | None = None,
 ) -> str:
     over = [o for o in result.overflow_bytes]
     d = max(range(len(over)), key=lambda i: over[i])
     need = result.peak_memory_bytes[d]
     have = float(costs.mem_limit_bytes[d])
     fixes = [f"more devices (--pp {training.pp * 2})", "fewer micro-batches in flight (a 1F1B-style strategy)"]
-    if not training.recompute:
-        fixes.append("--recompute")
+    tried_full = any(c["label"] == "full everywhere" for c in (rc_info or {}).get("candidates", []))
+    if training.recompute != "full" and not tried_full:
+        fixes.append("--recompute full")
     fixes.append(f"tensor parallelism (--tp {training.tp * 2})")
+    tail = " (recomputing every block, as --recompute full does, was tried and does not fit either)"
     return (
         f"no {strategy} plan for {model.name} fits memory: device {d} needs {_gib(need)} but has"
-        f" {_gib(have)} ({_gib(need - have)} over); try " + ", ".join(fixes)
+        f" {_gib(have)} ({_gib(need - have)} over); try " + ", ".join(fixes) + (tail if tried_full else "")
     )
 
 
@@ -317,7 +402,10 @@ def simulate_plan_file(
             f"{plan_path}: hardware.fingerprint: the built-in profile '{hw.name}' changed since the plan"
             " was made; re-plan or pass --hardware with the original profile file"
         )
-    costs = cost_table_for(model, hw, plan.training, load_costs_profile(costs_path))
+    from adaptis_plan.cost.recompute import plan_layer_recompute
+
+    profile = load_costs_profile(costs_path)
+    costs = cost_table_for(model, hw, plan.training, profile, plan_layer_recompute(plan))
     layout, programs = plan_layout(plan), plan_programs(plan)
     result = simulate(layout, costs, programs, plan.training.num_microbatches)
     stored = plan.predicted.step_time_s
