@@ -233,7 +233,14 @@ def _check_positive(**values: int | float | None) -> None:
     " (classic strategies: none); a bare --recompute means full",
 )
 @click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile from `adaptis profile`")
-@click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
+@click.option(
+    "--time-limit",
+    default=5.0,
+    show_default=True,
+    type=float,
+    help="adaptive search wall time, seconds (--recompute auto: as much again for the recompute choices,"
+    " when memory binds)",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")

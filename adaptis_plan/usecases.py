@@ -176,16 +176,12 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             options = [(model, costs)]
             if req.head_chunks is None and "partition" in req.search:
                 options += [(m, table(m)) for m in head_split_options(model, costs)]
-        from adaptis_plan.search.recompute import memory_may_bind
-
-        # auto: when memory can bind, half the time goes to the plans without recomputation
-        plain_share = 0.5 if recompute == "auto" and memory_may_bind(baselines) else 1.0
         k_best, outcome = search_head_options(
             [c for _, c in options],
             [m.num_layers for m, _ in options],
             req.num_microbatches,
             components=req.search,
-            time_limit_s=req.time_limit_s * plain_share,
+            time_limit_s=req.time_limit_s,
             seed=req.seed,
             progress=progress,
             baselines=baselines,
@@ -193,7 +189,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         model, costs = options[k_best]
         modes, rc_info = [uniform] * model.num_layers, {}
         if recompute == "auto":
-            modes, costs, outcome, rc_info = _auto_recompute(req, model, costs, outcome, table, plain_share, progress)
+            modes, costs, outcome, rc_info = _auto_recompute(req, model, costs, outcome, baselines, table, progress)
         best = outcome.best
         strategy = "adaptive"
         search_info = {
@@ -250,12 +246,13 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
     )
 
 
-def _auto_recompute(req: PlanRequest, model: ModelSpec, costs: CostTable, outcome, table, plain_share: float, progress):
-    """`--recompute auto` after the search without recomputation: the recompute candidates
-    (`search.recompute`) with the rest of the time, when memory can bind."""
-    from adaptis_plan.search.recompute import search_recompute
+def _auto_recompute(req: PlanRequest, model: ModelSpec, costs: CostTable, outcome, baselines, table, progress):
+    """`--recompute auto` after the search without recomputation (the very search `--recompute
+    none` runs, so auto is never slower): when memory can bind, the recompute candidates
+    (`search.recompute`) share one more `--time-limit`."""
+    from adaptis_plan.search.recompute import memory_may_bind, search_recompute
 
-    if plain_share >= 1.0:
+    if not memory_may_bind(baselines):
         reason = "every classic plan fits memory (GPipe included): memory does not bind"
         return ["none"] * model.num_layers, costs, outcome, {"reason": reason}
     rc = search_recompute(
@@ -265,7 +262,7 @@ def _auto_recompute(req: PlanRequest, model: ModelSpec, costs: CostTable, outcom
         [layer.kind for layer in model.layers],
         req.num_microbatches,
         components=req.search,
-        time_limit_s=req.time_limit_s * (1.0 - plain_share),
+        time_limit_s=req.time_limit_s,
         seed=req.seed,
         progress=progress,
     )
