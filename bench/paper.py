@@ -154,7 +154,7 @@ class Case:
         return (
             f"adaptis plan --model {self.model} --hardware {self.hardware} --pp {self.pp}"
             f" --microbatches {self.num_microbatches} --seq-len {self.seq_len} --time-limit {self.time_limit_s:g}"
-            " -o plan.json --json"
+            " --recompute none -o plan.json --json"
         )
 
     def cost(self) -> float:

@@ -1,6 +1,6 @@
 """Regenerate BENCHMARKS.md (and docs/img/*.svg) from scratch.
 
-Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections paper,bubbles,seq,ablation,plantime,real]
+Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections paper,bubbles,seq,ablation,plantime,recompute,real]
 [--workers 2]` (`make bench` = the full run, about 5-10 minutes on 2 cores; `--quick` < 1 minute).
 
 Data flow: `bench.paper.default_config` says which cases each selected section needs ->
@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 from bench import charts, paper  # noqa: E402
 from bench.common import git_commit, machine  # noqa: E402
 
-SECTIONS = ("paper", "bubbles", "seq", "ablation", "plantime", "real")
+SECTIONS = ("paper", "bubbles", "seq", "ablation", "plantime", "recompute", "real")
 
 
 def provenance(out: str, quick: bool) -> paper.Provenance:
@@ -144,6 +144,12 @@ def build_report(
         parts.append(paper.ablation_section(cfg.ablation, results, prov))
     if "plantime" in sections:
         parts.append(paper.plantime_section(cfg.plantime, results, prov))
+    if "recompute" in sections:
+        from bench import recompute
+
+        t_rc = time.perf_counter()
+        runs = recompute.run_cases(recompute.default_cases(cfg.quick), workers, log=log)
+        parts.append(recompute.section(runs, prov, cfg.quick, time.perf_counter() - t_rc, "recompute"))
     if "real" in sections:
         text, real_ok = real_section(prov, cfg.quick)
         parts.append(text)
