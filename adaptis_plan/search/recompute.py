@@ -42,6 +42,9 @@ HEAVIEST_FRACTIONS = (0.25, 0.5, 0.75)
 NEAR_BOUND = 0.01
 # A device whose peak reaches this fraction of its memory limit counts as memory-bound.
 BOUND_FRACTION = 0.9
+# The time left is shared by at most this many candidates at once: the likeliest get enough of it
+# on large pipelines, and the rest run when searches end early (small pipelines) or are skipped.
+AT_ONCE = 4
 
 
 @dataclass
@@ -144,7 +147,7 @@ def recompute_candidates(
 
     blocks_part = fractions(by_layer, "of the blocks")
     stages_part = fractions(by_stage, f"of the {len(stages)} memory-bound stages")
-    # the likeliest first (when time runs out, the rest are skipped): half of the blocks, all of
+    # the likeliest first (when time runs out the rest are skipped): half of the blocks, all of
     # them (= full everywhere, so auto is never worse than forcing full on the same budget), the
     # memory-bound stages, the other fractions, selective last (it frees little: see cost.recompute)
     raw: list[tuple[str, list[str]]] = blocks_part[len(blocks_part) // 2 :][:1]
@@ -176,8 +179,9 @@ def search_recompute(
     placement_ok: PlacementFilter | None = None,
 ) -> RecomputeOutcome:
     """The best plan over the recompute candidates of `plain` (the generator's outcome on
-    `plain_costs`, no recomputation), each searched with an equal share of the time left of
-    `time_limit_s` (candidates that find no time left are skipped, `info["skipped"]`).
+    `plain_costs`, no recomputation), in order, each searched with a share of the time left of
+    `time_limit_s` (split `AT_ONCE` ways at most; candidates that find no time left are skipped,
+    `info["skipped"]`).
 
     Nothing is tried when no device is memory-bound or the plain plan is within `NEAR_BOUND` of
     its lower bound; `info["reason"]` says which. Each candidate's winner is made stage-uniform
@@ -214,7 +218,7 @@ def search_recompute(
             len(kinds),
             num_microbatches,
             components=components,
-            time_limit_s=left / (len(cands) - n),
+            time_limit_s=left / min(len(cands) - n, AT_ONCE),
             seed=seed,
             progress=_scaled(progress, n, len(cands), label),
             placement_ok=placement_ok,
