@@ -232,7 +232,11 @@ def search_recompute(
             best = RecomputeOutcome(kept_modes, kept_costs, out, info)
             info["chosen"] = label
     if "chosen" not in info:
-        info["reason"] = "no candidate simulated faster than the plan without recomputation"
+        info["reason"] = (
+            "no candidate simulated faster than the plan without recomputation"
+            if r.fits_memory
+            else "no candidate fits memory either"
+        )
     return best
 
 

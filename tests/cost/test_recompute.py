@@ -140,10 +140,12 @@ def test_activation_bytes_against_korthikanti_table_2() -> None:
 def test_recompute_overhead_against_korthikanti_table_4() -> None:
     """Table 4 (one layer of the 22B model, t = 8, s = 2048, A100): forward 7.7 ms + backward
     11.9 ms; full recomputation +39% (27.2 ms), selective +7%, selective with sequence parallelism
-    +4%. Ours on the a100 profile: full reruns F inside I (the paper's 39% is above F's share
-    because recomputation also stops the backward's all-reduce overlap); selective reruns only the
-    flash attention core, causal (half of the paper's 4bs^2h FLOPs, and none of its softmax /
-    dropout memory traffic), so it costs less than the paper's non-flash selective."""
+    +4%. Ours on the a100 profile: full reruns F inside I, so it costs F's share of the layer's
+    time: between the forward's share of the training FLOPs (a third, for a GEMM-bound layer) and
+    the measured 39% (which the paper puts above a third because recomputation also stops the
+    backward from overlapping its all-reduce); ours is ~35%. Selective reruns only the flash
+    attention core, causal (half of the paper's 4bs^2h FLOPs, and none of its softmax / dropout
+    memory traffic), so it costs less than the paper's non-flash selective."""
     model, s, t = gpt_22b(), 2048, 8
     h = model.hidden_size
     training = TrainingConfig(num_microbatches=1, pp=1, seq_len=s, tp=t)
@@ -151,7 +153,7 @@ def test_recompute_overhead_against_korthikanti_table_4() -> None:
     base = sum(m["none"][1])
     full = sum(m["full"][1]) / base - 1
     selective = sum(m["selective"][1]) / base - 1
-    assert abs(full / 0.39 - 1) < 0.15, full
+    assert 0.30 < full <= 0.39, full
     assert 0 < selective < 0.04, selective
     # the rerun core: causal QK^T and PV, half of Korthikanti's 4*b*s^2*h per layer (per rank: / t)
     rerun = m["selective"][0].recompute_i.flops
