@@ -137,7 +137,7 @@ def run_case(case: RecomputeCase) -> CaseRun:
             chosen=str(info.get("chosen") or info.get("reason") or ""),
             plan_time_s=out.plan_time_s,
         )
-        if mode == "none":
+        if mode in ("none", "auto") and not run.classic_total:  # both plan the classics without recomputation
             run.classic_total = len(out.baselines)
             fit = [b.step_time_s for b in out.baselines.values() if b.fits_memory]
             run.classic_fit, run.best_classic_s = len(fit), min(fit, default=None)
@@ -208,6 +208,12 @@ def section(
                 " / ".join(f"{run.rows[m].plan_time_s:.1f}" for m in MODES),
             ]
         )
+    chose = sum(1 for run in runs if run.rows["auto"].stages)
+    fastest = sum(1 for row in rows if row[9] == "yes")
+    summary = (
+        f"auto recomputed in {chose} of {len(runs)} cases and was the fastest of the three (ties included)"
+        f" in {fastest} of {len(runs)}."
+    )
     header = [
         "case",
         "setting",
@@ -232,12 +238,15 @@ def section(
         " default: the search without recomputation, then, when memory can bind, per-stage recompute"
         " candidates with as much search time again; the fastest plan is kept). A row's command:"
         f" `{runs[0].case.command('auto') if runs else ''}`. The lower bound is that of the plan's own cost"
-        " table, recomputation included (a bound for the chosen recomputation, not over all choices). OOM: no"
-        " plan fits memory. The classic strategies are planned without recomputation. Planning times are"
+        " table, recomputation included (a bound for the chosen recomputation, not over all choices). OOM: the"
+        " search found no plan that fits memory. The classic strategies are planned without recomputation"
+        " (uniform and balanced partitions). Planning times are"
         " wall times on this shared machine; the search phases stop at their time limit, so a loaded"
         " machine can change a plan." + (" **Quick run** (two cases, 1 s search time limit)." if quick else ""),
         "",
         table(header, rows),
+        "",
+        summary,
         "",
     ]
     return "\n".join(lines)
