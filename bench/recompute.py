@@ -212,7 +212,9 @@ def section(
     fastest = sum(1 for row in rows if row[9] == "yes")
     summary = (
         f"auto recomputed in {chose} of {len(runs)} cases and was the fastest of the three (ties included)"
-        f" in {fastest} of {len(runs)}."
+        f" in {fastest} of {len(runs)}. auto first runs the very search that off runs and keeps its plan unless"
+        " a recompute candidate fits and simulates faster, so where auto is slower than off, the two runs of"
+        " that search found different plans (it is cut by wall time, which a loaded machine changes)."
     )
     header = [
         "case",
