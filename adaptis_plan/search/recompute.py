@@ -3,7 +3,8 @@ best plan over those choices.
 
 Data flow: the best plan without recomputation (the generator on the plain cost table) ->
 `memory_bound_devices` (does memory bind at all?) -> `recompute_candidates` (per-layer
-recompute lists: the memory-bound devices' stages, heaviest first, all of them, or selective) ->
+recompute lists, full or selective: the memory-bound devices' stages heaviest first, some or all
+of them, and the model's blocks heaviest first, whatever the layout) ->
 the use case's `table_for` builds one cost table per list -> `search_recompute` runs the
 generator (`search_plan`) on each, makes every stage of each winner run one mode, re-simulates
 it on that table, and keeps the plan that simulates fastest (the plain plan included, so "auto"
@@ -36,7 +37,8 @@ from adaptis_plan.search.generator import Candidate, PlacementFilter, SearchOutc
 # A candidate recompute list (one mode per layer) -> its cost table; the use case builds it.
 TableFor = Callable[[Sequence[str]], CostTable]
 
-# Fractions of the memory-bound stages (heaviest first) recomputed in full, besides all of them.
+# Fractions of the memory-bound stages, and of the blocks (heaviest first) recomputed in full,
+# besides all of them.
 HEAVIEST_FRACTIONS = (0.25, 0.5, 0.75)
 # A plan this close to its own lower bound cannot gain more from recomputation (which only adds work).
 NEAR_BOUND = 0.01
