@@ -274,7 +274,16 @@ def _head_chunks_option(value: str) -> int | None:
     show_default=True,
     help="split the LM head into N vocabulary chunks (auto: adaptive decides; classic: 1)",
 )
-@click.option("--recompute", is_flag=True, help="full activation recompute")
+@click.option(
+    "--recompute",
+    type=click.Choice(["none", "selective", "full", "auto"]),
+    default="auto",
+    show_default=True,
+    is_flag=False,
+    flag_value="full",
+    help="activation recomputation of the decoder blocks: auto lets the planner choose per stage"
+    " (classic strategies: none); a bare --recompute means full",
+)
 @click.option(
     "--costs",
     "costs_arg",
@@ -291,7 +300,14 @@ def _head_chunks_option(value: str) -> int | None:
     show_default=True,
     help="the runtime that will execute the plan: search only what it can run (and show what that costs)",
 )
-@click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
+@click.option(
+    "--time-limit",
+    default=5.0,
+    show_default=True,
+    type=float,
+    help="adaptive search wall time, seconds (--recompute auto: as much again for the recompute choices,"
+    " when memory binds)",
+)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="search seed, 0..2^31-1")
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")

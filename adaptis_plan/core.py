@@ -92,7 +92,9 @@ class CostTable:
 
     Memory semantics per micro-batch and stage (sums over the stage's layers):
     F allocates `act_bytes`; I frees `act_bytes - act_w_bytes` (keeps what W needs);
-    W frees `act_w_bytes`; B frees `act_bytes`. `static_bytes` (weights + gradients +
+    W frees `act_w_bytes`; B frees `act_bytes`. `act_w_bytes` may exceed `act_bytes` (a block
+    with full recomputation keeps only its input from F to I, then its weight-GEMM inputs until
+    W, `cost.recompute`): I's end then allocates the difference. `static_bytes` (weights + gradients +
     optimizer state) is resident for the whole step. A stage boundary after layer l sends
     `out_bytes[l]` forward (activation) and the same amount backward (gradient).
     """

@@ -37,7 +37,7 @@ class PlanRequest:
     partition: str | None = None
     stages_per_device: int | None = None
     search: tuple[str, ...] = ("partition", "placement", "schedule")
-    recompute: bool = False
+    recompute: str = "none"  # none | selective | full | auto (the planner chooses per stage)
     costs_path: str | None = None
     head_chunks: int | None = None  # None = adaptive decides (classic: 1)
     time_limit_s: float = 5.0
@@ -100,14 +100,14 @@ def load_costs_profile(path: str | None) -> CostProfile | str | None:
     return read_boundary_file(p, CostProfile, "cost profile", fix="pass the JSON file `adaptis profile -o` wrote")
 
 
-def _training(req: PlanRequest) -> TrainingConfig:
+def _training(req: PlanRequest, recompute: str) -> TrainingConfig:
     return TrainingConfig(
         num_microbatches=req.num_microbatches,
         micro_batch_size=req.micro_batch_size,
         seq_len=req.seq_len,
         pp=req.pp,
         tp=req.tp,
-        recompute=req.recompute,
+        recompute=recompute,
     )
 
 
@@ -117,18 +117,27 @@ def cost_table_for(
     training: TrainingConfig,
     profile: CostProfile | str | None,
     profile_source: str | None = None,
+    recompute: list[str] | None = None,
 ) -> CostTable:
     """The cost table: `profile` is a measured profile, `paper` (the paper's profiled costs) or None
-    (the analytic model); `profile_source` (the `--costs` file) names the profile in error messages."""
+    (the analytic model); `profile_source` (the `--costs` file) names the profile in error messages;
+    `recompute` is one mode per layer (None: `training.recompute` everywhere)."""
     from adaptis_plan.cost.paper import PAPER_COSTS
 
     if profile == PAPER_COSTS:
         from adaptis_plan.cost.paper import paper_cost_table
 
-        return paper_cost_table(model, hw, training)
+        return paper_cost_table(model, hw, training, recompute)
     from adaptis_plan.cost.table import build_cost_table
 
-    return build_cost_table(model, hw, training, profile, profile_source=profile_source or "the cost profile")  # type: ignore[arg-type]
+    return build_cost_table(
+        model,
+        hw,
+        training,
+        profile,  # type: ignore[arg-type]
+        profile_source=profile_source or "the cost profile",
+        recompute=recompute,
+    )
 
 
 def cost_source(costs_path: str | None) -> str:
@@ -140,6 +149,16 @@ def cost_source(costs_path: str | None) -> str:
     return "paper" if costs_path == PAPER_COSTS else f"measured profile {Path(costs_path).name}"
 
 
+RECOMPUTE_CHOICES = ("none", "selective", "full", "auto")
+
+
+def _recompute_request(req: PlanRequest, classic: str | None) -> str:
+    """The recompute mode planned: the request, with auto = none for classic strategies."""
+    if req.recompute not in RECOMPUTE_CHOICES:
+        raise InputError(f"--recompute = {req.recompute!r}: use one of {', '.join(RECOMPUTE_CHOICES)}")
+    return "none" if classic is not None and req.recompute == "auto" else req.recompute
+
+
 def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanOutcome:
     """Plan with the requested strategy; the simulator's verdict is the prediction."""
     from adaptis_plan.inputs.hardware import load_hardware
@@ -147,15 +166,22 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
 
     t0 = time.perf_counter()
     classic = _classic_strategy(req.strategy)
+    recompute = _recompute_request(req, classic)
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
-    training = _training(req)
+    training = _training(req, recompute)
     if req.pp > model.num_layers:
         raise InputError(
             f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp"
         )
     profile = load_costs_profile(req.costs_path)
-    costs = cost_table_for(model, hw, training, profile, req.costs_path)
+    # auto starts from no recomputation; search.recompute then tries per-stage choices
+    uniform = "none" if recompute == "auto" else recompute
+
+    def table(m: ModelSpec, modes: list[str] | None = None) -> CostTable:
+        return cost_table_for(m, hw, training, profile, req.costs_path, modes or [uniform] * m.num_layers)
+
+    costs = table(model)
     forced = None
     if req.head_chunks is not None and req.head_chunks > 1:
         from adaptis_plan.inputs.models.transform import split_head
@@ -181,16 +207,13 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         if req.time_limit_s <= 0:
             raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
         if forced is not None:
-            options = [(forced, cost_table_for(forced, hw, training, profile, req.costs_path))]
+            options = [(forced, table(forced))]
         else:
             options = [(model, costs)]
             if req.head_chunks is None and "partition" in req.search:
                 from adaptis_plan.search.head_chunks import head_split_options
 
-                options += [
-                    (m, cost_table_for(m, hw, training, profile, req.costs_path))
-                    for m in head_split_options(model, costs)
-                ]
+                options += [(m, table(m)) for m in head_split_options(model, costs)]
         k_best, outcome = _search_options(req, options, baselines, progress, None)
         if target.name != "adaptis":
             # what the restriction costs: the same search without it, beside the restricted one
@@ -209,9 +232,17 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
                 )
                 k_best = runnable[k_run]
         model, costs = options[k_best]
+        modes, rc_info = [uniform] * model.num_layers, {}
+        if recompute == "auto":
+            restrict = target.placement_filter(req.pp) if target.name != "adaptis" else None
+            modes, costs, outcome, rc_info = _auto_recompute(
+                req, model, costs, outcome, baselines, table, progress, restrict
+            )
         best = outcome.best
         if target.runtime_schedule(best.layout.num_stages // req.pp) is not None:
-            best = _with_runtime_order(target, best, costs, baselines, req.num_microbatches)
+            # the classic baselines were costed without recomputation: they compete only when none is chosen
+            same_costs = baselines if all(m == uniform for m in modes) else {}
+            best = _with_runtime_order(target, best, costs, same_costs, req.num_microbatches)
         strategy = "adaptive"
         search_info = {
             "source": best.source if best.source != "adaptive" else best.label,
@@ -225,8 +256,9 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             "costs": cost_source(req.costs_path),
         }
     else:
+        modes, rc_info = [uniform] * (forced or model).num_layers, {}
         if forced is not None:
-            model, costs = forced, cost_table_for(forced, hw, training, profile, req.costs_path)
+            model, costs = forced, table(forced)
         best = classic_candidate(
             costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform", req.stages_per_device
         )
@@ -251,7 +283,8 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         best.result if best.result is not None else simulate(best.layout, costs, best.programs, req.num_microbatches)
     )
     if not result.fits_memory:
-        raise InfeasibleError(_memory_message(result, model, training, strategy, costs))
+        raise InfeasibleError(_memory_message(result, model, training, strategy, costs, rc_info))
+    search_info["recompute"] = _recompute_info(recompute, modes, rc_info, model, costs, table, best.layout, req)
     plan = make_plan(
         strategy=strategy,
         model=model,
@@ -263,6 +296,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         costs=costs,
         profile=None if isinstance(profile, str) else profile,
         cost_source="paper" if isinstance(profile, str) else None,
+        stage_recompute=_stage_recompute(best.layout, modes, model),
         search=search_info,
         target=target.name,
     )
@@ -319,6 +353,61 @@ def _search_options(req: PlanRequest, options, baselines, progress, placement_ok
     )
 
 
+def _auto_recompute(  # noqa: ANN202
+    req: PlanRequest,
+    model: ModelSpec,
+    costs: CostTable,
+    outcome,
+    baselines,
+    table,
+    progress,
+    placement_ok,  # noqa: ANN001
+):
+    """`--recompute auto` after the search without recomputation (the very search `--recompute
+    none` runs, so auto is never slower): when memory can bind, the recompute candidates
+    (`search.recompute`) share one more `--time-limit`."""
+    from adaptis_plan.search.recompute import memory_may_bind, search_recompute
+
+    if not memory_may_bind(baselines):
+        reason = "every classic plan fits memory (GPipe included): memory does not bind"
+        return ["none"] * model.num_layers, costs, outcome, {"reason": reason}
+    rc = search_recompute(
+        lambda modes: table(model, list(modes)),
+        costs,
+        outcome,
+        [layer.kind for layer in model.layers],
+        req.num_microbatches,
+        components=req.search,
+        time_limit_s=req.time_limit_s,
+        seed=req.seed,
+        progress=progress,
+        placement_ok=placement_ok,
+    )
+    return rc.modes, rc.costs, rc.outcome, rc.info
+
+
+def _recompute_info(
+    requested: str, modes: list[str], rc_info: dict, model: ModelSpec, costs: CostTable, table, layout, req
+) -> dict:
+    """`search.recompute` of the plan: what was asked, which stages recompute, the compute it adds,
+    and (auto) what was tried against the best plan without recomputation."""
+    info: dict = {"requested": requested, **rc_info}
+    if any(m != "none" for m in modes):
+        from adaptis_plan.search.recompute import recompute_report
+
+        plain = table(model, ["none"] * model.num_layers)
+        kinds = [layer.kind for layer in model.layers]
+        info.update(recompute_report(modes, costs, plain, layout, kinds, req.num_microbatches))
+    return info
+
+
+def _stage_recompute(layout: Layout, modes: list[str], model: ModelSpec) -> list[str]:
+    """Each stage's recompute mode (what `simulate` rebuilds the plan's costs from)."""
+    from adaptis_plan.cost.recompute import stage_recompute
+
+    return stage_recompute(layout.bounds, modes, [layer.kind for layer in model.layers])
+
+
 def _classic_strategy(strategy: str) -> str | None:
     """torch's spelling of a classic strategy name, None for adaptive; checked before any costing."""
     if strategy.lower() == "adaptive":
@@ -334,19 +423,26 @@ def _classic_strategy(strategy: str) -> str | None:
 
 
 def _memory_message(
-    result: SimResult, model: ModelSpec, training: TrainingConfig, strategy: str, costs: CostTable
+    result: SimResult,
+    model: ModelSpec,
+    training: TrainingConfig,
+    strategy: str,
+    costs: CostTable,
+    rc_info: dict | None = None,
 ) -> str:
     over = [o for o in result.overflow_bytes]
     d = max(range(len(over)), key=lambda i: over[i])
     need = result.peak_memory_bytes[d]
     have = float(costs.mem_limit_bytes[d])
     fixes = [f"more devices (--pp {training.pp * 2})", "fewer micro-batches in flight (a 1F1B-style strategy)"]
-    if not training.recompute:
-        fixes.append("--recompute")
+    tried_full = any(c["label"] == "full everywhere" for c in (rc_info or {}).get("candidates", []))
+    if training.recompute != "full" and not tried_full:
+        fixes.append("--recompute full")
     fixes.append(f"tensor parallelism (--tp {training.tp * 2})")
+    tail = " (recomputing every block, as --recompute full does, was tried and does not fit either)"
     return (
         f"no {strategy} plan for {model.name} fits memory: device {d} needs {_gib(need)} but has"
-        f" {_gib(have)} ({_gib(need - have)} over); try " + ", ".join(fixes)
+        f" {_gib(have)} ({_gib(need - have)} over); try " + ", ".join(fixes) + (tail if tried_full else "")
     )
 
 
@@ -390,12 +486,13 @@ def plan_cost_table(
 ) -> CostTable:
     """The cost table of a plan file's inputs: the one place a plan's costs are rebuilt.
 
-    The plan's training settings and its stages' recomputation (`plan.layer_recompute()`, one
-    mode per layer) are what the costs depend on beside the model, hardware and profile. The
-    cost table models one recomputation switch per step (`training.recompute`), which is what
-    the stages record today.
+    The plan's training settings and its stages' recomputation (one mode per layer,
+    `cost.recompute.plan_layer_recompute`) are what the costs depend on beside the model,
+    hardware and profile.
     """
-    return cost_table_for(model, hardware, plan.training, profile)
+    from adaptis_plan.cost.recompute import plan_layer_recompute
+
+    return cost_table_for(model, hardware, plan.training, profile, recompute=plan_layer_recompute(plan))
 
 
 def load_plan_inputs(

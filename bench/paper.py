@@ -158,7 +158,7 @@ class Case:
             f" --microbatches {self.num_microbatches} --seq-len {self.seq_len}"
             + (f" --tp {self.tp}" if self.tp > 1 else "")
             + (f" --costs {self.costs}" if self.costs else "")
-            + f" --time-limit {self.time_limit_s:g} -o plan.json --json"
+            + f" --time-limit {self.time_limit_s:g} --recompute none -o plan.json --json"
         )
 
     def cost(self) -> float:

@@ -1,8 +1,8 @@
 """Regenerate BENCHMARKS.md (and docs/img/*.svg) from scratch.
 
 Run: `python -m bench.run --out BENCHMARKS.md [--quick]
-[--sections papertp,paper,bubbles,seq,ablation,plantime,match,real,targets,torchcsv] [--workers 2]` (`make bench` =
-the full run, about 15-20 minutes on 2 cores; `--quick` a few minutes).
+[--sections papertp,paper,bubbles,seq,ablation,plantime,recompute,match,real,targets,torchcsv] [--workers 2]`
+(`make bench` = the full run, about 20-30 minutes on 2 cores; `--quick` a few minutes).
 
 Data flow: `bench.paper.default_config` says which cases each selected section needs ->
 `bench.paper.run_tasks` runs every distinct case once, in a process pool (results keyed by case,
@@ -34,7 +34,9 @@ from pathlib import Path  # noqa: E402
 from bench import charts, paper  # noqa: E402
 from bench.common import git_commit, machine  # noqa: E402
 
-SECTIONS = ("papertp", "paper", "bubbles", "seq", "ablation", "plantime", "match", "real", "targets", "torchcsv")
+SECTIONS = (
+    "papertp", "paper", "bubbles", "seq", "ablation", "plantime", "recompute", "match", "real", "targets", "torchcsv",
+)  # fmt: skip
 
 
 def provenance(out: str, quick: bool) -> paper.Provenance:
@@ -52,6 +54,7 @@ HEADINGS = {
     "seq": "## Sequence-length sweep",
     "ablation": "## Ablation",
     "plantime": "## Planning time vs micro-batches",
+    "recompute": "## Memory-bound cases",
     "match": "## Does the model match real runs?",
     "real": REAL_HEADING,
     "targets": "## What a target runtime costs",
@@ -232,6 +235,12 @@ def build_report(
         made["ablation"] = paper.ablation_section(cfg.ablation, results, prov)
     if "plantime" in sections:
         made["plantime"] = paper.plantime_section(cfg.plantime, results, prov)
+    if "recompute" in sections:
+        from bench import recompute
+
+        t_rc = time.perf_counter()
+        runs = recompute.run_cases(recompute.default_cases(cfg.quick), workers, log=log)
+        made["recompute"] = recompute.section(runs, prov, cfg.quick, time.perf_counter() - t_rc, "recompute")
     if "match" in sections:
         from adaptis_plan.cost.published import published_figures
 

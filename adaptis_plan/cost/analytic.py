@@ -90,7 +90,7 @@ FLOPs by op (per GEMM y = x W, x: m x k, W: k x n):
 - I: each GEMM's input-gradient GEMM (same FLOPs) + attention core backward (2.5x its forward:
   flash attention's backward runs 5 matmuls against the forward's 2, recomputing QK^T; Dao,
   FlashAttention-2, 2023) + SSD scan backward (2x its forward) + the memory-bound backward ops.
-  With `recompute`, I also runs the whole F again.
+  Recomputation (`cost.recompute`) adds the recomputed forward work to I.
 - W: each GEMM's weight-gradient GEMM (same FLOPs), one roofline with Megatron's
   gradient-accumulation fusion: the fp32 main_grad is read and written (8 bytes per weight) in
   the GEMM's epilogue, so it counts in that GEMM's io_bytes, not after it; the parameters no GEMM
@@ -116,8 +116,9 @@ FLOPs by op (per GEMM y = x W, x: m x k, W: k x n):
 - Embedding: F is a gather (memory-bound), I is nothing (token ids have no gradient), W
   builds the dense table gradient (zero-fill, scatter-add) and accumulates it into the fp32
   buffer: v*h*(2e + 8) + 3*T*h*e bytes, as torch's dense embedding backward does.
-- Recompute (`training.recompute`, full recompute of each block as Megatron does it) applies to
-  the decoder blocks, not to the embedding or the head, whose activations stay.
+- Recomputation (none / selective / full, per layer) is `cost.recompute`'s: it takes the work
+  computed here (no recomputation: model FLOPs and every saved activation) and changes I's work
+  and the activation bytes; `op_seconds` times the extra I work (`LayerWork.recompute_i`).
 
 Tensor parallelism (Megatron-LM with sequence parallelism): FLOPs, memory-bound bytes,
 activations and parameters divide by t; each attention / MLP / MoE / Mamba sub-block does an
@@ -145,10 +146,10 @@ Memory, per tensor-parallel rank:
   log-softmax and two fp32 gradients (12); PyTorch measures 12 (Cut Cross-Entropy, Table 1).
   Megatron's in-place vocab-parallel kernel (whose bytes time the head above) peaks at e + 4;
   we charge the PyTorch peak, which our executor and most training stacks run.
-  With `recompute` a block keeps only its input (b*s*h*e / t).
+  Recomputation (`cost.recompute`) changes what a block keeps (full: only its input, b*s*h*e / t).
 - `act_w_bytes`: the part W still needs after I: the inputs of the weight GEMMs (and the
   conv1d input for Mamba, the token ids for the embedding). The output gradients W also reads
-  are produced by I and are not counted. With recompute, the layer input (= act_bytes).
+  are produced by I and are not counted.
 - `out_bytes`: what crosses a stage boundary after the layer: b*s*h*e / t (sequence-parallel
   activations, as Megatron sends them); 0 after the head.
 """
@@ -232,8 +233,9 @@ class OpWork:
 class LayerWork:
     """Device-independent work and memory of one layer for one training config, per TP rank.
 
-    `f`, `i`, `w` exclude recomputation (model FLOPs); `op_seconds` adds F to I when
-    `recompute` is set. Bytes are per micro-batch (activations) or per rank (static).
+    `f`, `i`, `w` exclude recomputation (model FLOPs); `recompute_i` is the work recomputation
+    adds to I (`cost.recompute` sets it and `recompute`, and the activation bytes that go with
+    it), which `op_seconds` adds to I. Bytes are per micro-batch (activations) or per rank (static).
     """
 
     kind: str
@@ -245,8 +247,9 @@ class LayerWork:
     static_bytes: float
     out_bytes: float
     params_held: int
-    recompute: bool = False
+    recompute: str = "none"
     tp: int = 1
+    recompute_i: OpWork = OpWork()
 
     def op(self, op: Op) -> OpWork:
         return {"F": self.f, "I": self.i, "W": self.w}[op]
@@ -561,7 +564,8 @@ def held_params(model: ModelSpec, layer: LayerSpec) -> int:
 
 
 def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> LayerWork:
-    """FLOPs, bytes, collectives and memory of one layer on one tensor-parallel rank."""
+    """FLOPs, bytes, collectives and memory of one layer on one tensor-parallel rank, without
+    recomputation (`cost.recompute.recompute_work` applies a recomputation mode to it)."""
     e, t = DTYPE_BYTES[training.dtype], training.tp
     b, s, h = training.micro_batch_size, training.seq_len, model.hidden_size
     T = float(b * s)
@@ -584,9 +588,6 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
     # separate memory-bound pass; a tied head's second copy of the vocabulary matrix is a GEMM's
     bld.w_bytes += GRAD_ACCUM_BYTES_PER_PARAM * max(params - bld.gemm_params, 0.0) / t
     act, act_w = bld.act, bld.act_w
-    recompute = training.recompute and layer.kind not in ("embedding", "head")
-    if recompute:
-        act = act_w = T * h * e / t
     return LayerWork(
         kind=layer.kind,
         f=OpWork(tuple(bld.f_kernels), bld.f_bytes, tuple(bld.f_coll), bld.f_launches),
@@ -597,7 +598,6 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
         static_bytes=params / t * bytes_per_param(training),
         out_bytes=head_out_bytes(model, layer, b, s) if layer.kind == "head" else T * h * e / t,
         params_held=params,
-        recompute=recompute,
         tp=t,
     )
 
@@ -654,12 +654,12 @@ def work_seconds(work: OpWork, device: DeviceTypeSpec, t: int = 1, link: LinkSpe
 
 
 def op_seconds(work: LayerWork, device: DeviceTypeSpec, link: LinkSpec | None = None) -> tuple[float, float, float]:
-    """(F, I, W) seconds of a layer on a device; recompute adds one F to I."""
+    """(F, I, W) seconds of a layer on a device; I includes the recomputed work, if any."""
     f = work_seconds(work.f, device, work.tp, link)
     i = work_seconds(work.i, device, work.tp, link)
     w = work_seconds(work.w, device, work.tp, link)
-    if work.recompute:
-        i += f
+    if work.recompute_i.kernels or work.recompute_i.mem_bytes or work.recompute_i.launches:
+        i += work_seconds(work.recompute_i, device, work.tp, link)
     return f, i, w
 
 
@@ -670,7 +670,8 @@ def layer_cost(
     device: DeviceTypeSpec,
     link: LinkSpec | None = None,
 ) -> LayerCost:
-    """Times and bytes of one layer on one device type (`link`: the intra-node link, for TP)."""
+    """Times and bytes of one layer on one device type (`link`: the intra-node link, for TP),
+    without recomputation (`cost.recompute.recompute_work` then `op_seconds` for a mode)."""
     work = layer_work(model, layer, training)
     f, i, w = op_seconds(work, device, link)
     return LayerCost(f, i, w, work.act_bytes, work.act_w_bytes, work.static_bytes, work.out_bytes)

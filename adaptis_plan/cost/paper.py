@@ -29,6 +29,7 @@ vocabulary chunks gives each chunk H in proportion to its share of the vocabular
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,22 +181,31 @@ def paper_layer_ratios(model: ModelSpec, seq_len: int) -> tuple[str, np.ndarray]
     return row.reference_kind, out
 
 
-def paper_cost_table(model: ModelSpec, hardware: HardwareProfile, training: TrainingConfig) -> CostTable:
+def paper_cost_table(
+    model: ModelSpec, hardware: HardwareProfile, training: TrainingConfig, recompute: Sequence[str] | None = None
+) -> CostTable:
     """The cost table with the paper's profiled F / I / W (module docstring); raises InputError when the
-    profile has no row for this model and sequence length."""
+    profile has no row for this model and sequence length.
+
+    `recompute` (one mode per layer, as `cost.table.build_cost_table` takes it): the profile has no
+    recomputed rows, so a recomputed layer's I gets the analytic model's extra work on top of the
+    profiled I (both are in the reference layer's absolute units), and its memory is the analytic one.
+    """
     from adaptis_plan.cost.table import build_cost_table
 
     reference_kind, ratios = paper_layer_ratios(model, training.seq_len)
-    table = build_cost_table(model, hardware, training)
+    plain = build_cost_table(model, hardware, training, recompute=["none"] * model.num_layers)
+    table = plain if recompute is None else build_cost_table(model, hardware, training, recompute=recompute)
+    extra_i = table.i_s - plain.i_s
     reference = model.layers.index(next(x for x in model.layers if x.kind == reference_kind))
-    ref_f = table.f_s[:, reference][:, None]  # [devices, 1]: each device row scales by its own reference
+    ref_f = plain.f_s[:, reference][:, None]  # [devices, 1]: each device row scales by its own reference
     covered = ~np.isnan(ratios[0])
     times = []
-    for analytic, ratio in zip((table.f_s, table.i_s, table.w_s), ratios, strict=True):
+    for analytic, ratio in zip((plain.f_s, plain.i_s, plain.w_s), ratios, strict=True):
         t = analytic.copy()
         t[:, covered] = ref_f * ratio[covered][None, :]
         times.append(t)
-    return dataclasses.replace(table, f_s=times[0], i_s=times[1], w_s=times[2])
+    return dataclasses.replace(table, f_s=times[0], i_s=times[1] + extra_i, w_s=times[2])
 
 
 __all__ = [

@@ -15,6 +15,8 @@ computed once); pipeline rank r runs on the device type and node that
   `bandwidth_gbps` / `latency_s`, which the tensor-parallel collectives always use.
   With TP t, `out_bytes` is the 1/t sequence-parallel shard that each of a rank's t GPUs sends
   over its own link, so the per-GPU link bandwidth applies to it unchanged.
+- Recomputation is per layer (`recompute=`, one of none / selective / full per layer; default:
+  `training.recompute` for every layer): `cost.recompute` changes each layer's I work and bytes.
 - A measured profile replaces F / I / W seconds and `act_bytes` / `act_w_bytes` of the layers
   it lists, on every device row: it was measured on one device type and is taken to hold for
   all ranks (heterogeneous clusters need the analytic model or a profile per type). Its link,
@@ -23,6 +25,8 @@ computed once); pipeline rank r runs on the device type and node that
   --head-chunks`), else by each chunk's share of the whole head. Parameters, `static_bytes` and
   `out_bytes` stay analytic. The profile must be of this model (fingerprint) and step shape
   (sequence length, micro-batch size); its dtype and TP degree are taken as the planned ones.
+  It is measured without recomputation: a recomputed layer's measured I grows by the analytic
+  share of F that its mode reruns, and its bytes change as `cost.recompute.measured_recompute` says.
 
 Imports the specs, `analytic`, `params`, `core`, `errors` and (for split heads) `inputs.models.transform`
 only. Never prints.
@@ -31,6 +35,7 @@ only. Never prints.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +43,7 @@ import numpy as np
 from adaptis_plan.core import CostTable
 from adaptis_plan.cost.analytic import LayerWork, layer_work, op_seconds
 from adaptis_plan.cost.params import layer_params
+from adaptis_plan.cost.recompute import check_modes, measured_recompute, recompute_work, recomputes, uniform_modes
 from adaptis_plan.errors import InputError
 from adaptis_plan.spec.cost_profile import CostProfile, LayerCostEntry
 from adaptis_plan.spec.hardware import HardwareProfile, LinkSpec
@@ -50,14 +56,20 @@ def _layer_key(layer: LayerSpec) -> tuple[Any, ...]:
     return (layer.kind, layer.attention, layer.mlp, layer.moe, layer.mamba, layer.vocab_range)
 
 
-def _works(model: ModelSpec, training: TrainingConfig) -> list[LayerWork]:
+def _works(model: ModelSpec, training: TrainingConfig, modes: Sequence[str] | None = None) -> list[LayerWork]:
+    """Per-layer work under `modes` (None: no recomputation); equal layers share one object."""
     cache: dict[tuple[Any, ...], LayerWork] = {}
     works = []
-    for layer in model.layers:
-        key = _layer_key(layer)
+    for n, layer in enumerate(model.layers):
+        mode = modes[n] if modes is not None and recomputes(layer.kind) else "none"
+        plain_key = (_layer_key(layer), "none")
+        plain = cache.get(plain_key)
+        if plain is None:
+            plain = cache[plain_key] = layer_work(model, layer, training)
+        key = (_layer_key(layer), mode)
         work = cache.get(key)
         if work is None:
-            work = cache[key] = layer_work(model, layer, training)
+            work = cache[key] = recompute_work(plain, layer, model, training, mode)
         works.append(work)
     return works
 
@@ -271,16 +283,22 @@ def build_cost_table(
     profile: CostProfile | None = None,
     *,
     profile_source: str = "costs.json",
+    recompute: Sequence[str] | None = None,
 ) -> CostTable:
     """The cost table of `training.pp` pipeline ranks (see the module docstring).
 
-    `profile_source` names the profile file in error messages. Raises InputError when tp does
-    not split the model evenly, the cluster is too small for pp x tp or the profile does not fit
-    the model / step shape.
+    `recompute`: one mode per layer (none / selective / full; the embedding's and the head's are
+    ignored: they never recompute); None applies `training.recompute` to every layer (ValueError
+    for "auto", which is a per-stage choice: pass the list, `cost.recompute.plan_layer_recompute`
+    for a plan). `profile_source` names the profile file in error messages. Raises InputError
+    when tp does not split the model evenly, the cluster is too small for pp x tp or the profile
+    does not fit the model / step shape.
     """
     check_tensor_parallel(model, training.tp)
+    modes = list(recompute) if recompute is not None else uniform_modes(model.layers, training)
+    check_modes(modes, model.num_layers)
     slots = _slots(hardware, training.pp, training.tp)
-    works = _works(model, training)
+    works = _works(model, training, modes)
     num_devices = len(slots)
     by_type = {dt: _times(works, hardware, dt) for dt in dict.fromkeys(dt for dt, _ in slots)}
     times = np.stack([by_type[dt] for dt, _ in slots], axis=1)  # [3, devices, layers]
@@ -290,9 +308,20 @@ def build_cost_table(
     bw, latency = _link_matrices([node for _, node in slots], hardware.intra_node, hardware.inter_node)
     if profile is not None:
         _check_profile(profile, model, training, profile_source)
+        plain_works = _works(model, training)
+        if any(w.recompute != "none" for w in works):
+            plain_times = np.stack([_times(plain_works, hardware, dt) for dt, _ in slots], axis=1)
+            # the analytic seconds each layer's recomputation adds to I, per second of its F
+            # (taken before the measured numbers overwrite `times`)
+            f0 = plain_times[0]
+            share = np.where(f0 > 0, (times[1] - plain_times[1]) / np.maximum(f0, 1e-300), 0.0)
         for idx, scale, entry in _profile_targets(profile, model):
             f_s[:, idx], i_s[:, idx], w_s[:, idx] = entry.f_s * scale, entry.i_s * scale, entry.w_s * scale
             act[idx], act_w[idx] = entry.act_bytes * scale, min(entry.act_w_bytes, entry.act_bytes) * scale
+            if works[idx].recompute != "none":
+                i_s[:, idx], act[idx], act_w[idx] = measured_recompute(
+                    plain_works[idx], works[idx], share[:, idx], f_s[:, idx], i_s[:, idx], act[idx], act_w[idx]
+                )
         if profile.link is not None:
             if profile.link.bandwidth_gbps <= 0:
                 raise InputError(
@@ -333,7 +362,7 @@ def layer_cost_rows(model: ModelSpec, hardware: HardwareProfile, training: Train
     """
     check_tensor_parallel(model, training.tp)
     device_type, _ = _slots(hardware, 1, training.tp)[0]
-    works = _works(model, training)
+    works = _works(model, training, uniform_modes(model.layers, training))
     times = _times(works, hardware, device_type)
     rows = []
     for index, (layer, work) in enumerate(zip(model.layers, works, strict=True)):

@@ -11,8 +11,9 @@ message at a time per directed device pair) are `judge.semantics`'; this module 
 a plan's figures need on top:
 - step time = the latest end; busy time and bubble ratio per device;
 - memory per device: static = the device's stages' `static_bytes`; F allocates the stage's
-  `act_bytes` at its start; I frees `act_bytes - act_w_bytes` at its end; W frees
-  `act_w_bytes` at its end; B frees `act_bytes` at its end;
+  `act_bytes` at its start; I frees `act_bytes - act_w_bytes` at its end (allocates, when a
+  recomputed stage's W inputs outweigh what F kept); W frees `act_w_bytes` at its end; B frees
+  `act_bytes` at its end;
 - the cross-device transfers (when each took its link and arrived);
 - the lower bound (`judge.bound`).
 """

@@ -21,6 +21,7 @@ import gc
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs
@@ -273,6 +274,7 @@ def make_plan(
     costs: CostTable,
     profile: CostProfile | None = None,
     cost_source: str | None = None,
+    stage_recompute: Sequence[str] | None = None,
     search: dict | None = None,
     target: str = "adaptis",
 ) -> PlanFile:
@@ -285,11 +287,11 @@ def make_plan(
             for a, (t0, t1) in zip(prog, result.times[d], strict=True)
         ]
         devices.append(PlanDevice(device=d, actions=acts))
-    # the cost table models one recomputation switch for the whole step (training.recompute)
-    recompute = "full" if training.recompute else "none"
+    # each stage's recomputation, as `costs` charged it (none when not given)
+    modes = list(stage_recompute) if stage_recompute is not None else ["none"] * layout.num_stages
     stages = [
         PlanStage(
-            stage=s, device=layout.stage_device[s], layers=(layout.bounds[s], layout.bounds[s + 1]), recompute=recompute
+            stage=s, device=layout.stage_device[s], layers=(layout.bounds[s], layout.bounds[s + 1]), recompute=modes[s]
         )
         for s in range(layout.num_stages)
     ]

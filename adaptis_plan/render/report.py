@@ -88,6 +88,8 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
             f"target {plan.target}: restricted to what it can run; the best unrestricted plan takes"
             f" {_ms(u.step_time_s)} ms, so the restriction costs {r.step_time_s / u.step_time_s - 1:.1%}."
         )
+    for line in recompute_lines(outcome):
+        console.print(line)
     if classic:
         adaptive_hint = "`--strategy adaptive` searches partition, placement and schedule for this input"
         console.print(
@@ -123,6 +125,45 @@ def why_lines(outcome) -> list[str]:
         f" {b.bubble_ratio:.1%} to {r.bubble_ratio:.1%} ({b.step_time_s / r.step_time_s:.2f}x faster).",
         f"found by: {outcome.search_info.get('source', outcome.plan.strategy)}",
     ]
+
+
+def _ranges(ids: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'."""
+    out: list[str] = []
+    for i in ids:
+        if out and int(out[-1].split("-")[-1]) == i - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ", ".join(out)
+
+
+def recompute_lines(outcome) -> list[str]:
+    """Where the plan recomputes, what that costs in compute and (auto) what it bought against the
+    best plan found without recomputation; nothing when none was asked for."""
+    info = (outcome.search_info or {}).get("recompute") or {}
+    requested = info.get("requested", "none")
+    stages = info.get("stages") or {}
+    where = [f"{mode} on stage{'s' if len(ids) > 1 else ''} {_ranges(ids)}" for mode, ids in stages.items() if ids]
+    if not where:
+        if requested == "auto":
+            return [f"recomputation (auto): none; {info.get('reason', 'no candidate was faster')}."]
+        return [] if requested == "none" else [f"recomputation ({requested}): no stage has a block to recompute."]
+    lines = [
+        f"recomputation ({requested}): {'; '.join(where)}; it adds {_ms(info['extra_compute_s'])} ms of compute"
+        f" per step over all devices ({info['extra_compute_share']:.1%} of the step's work)."
+    ]
+    without = info.get("without")
+    if requested == "auto" and without:
+        r = outcome.result
+        lines.append(
+            f"  against the best plan without recomputation ({_ms(without['step_time_s'])} ms, bubble"
+            f" {without['bubble_ratio']:.1%}{'' if without['fits_memory'] else ', out of memory'}): bubble"
+            f" {r.bubble_ratio:.1%}, {without['step_time_s'] / r.step_time_s:.2f}x; chosen: {info.get('chosen')};"
+            f" lower bound {_ms(r.lower_bound_s)} ms with this recomputation, {_ms(without['lower_bound_s'])} ms"
+            " without."
+        )
+    return lines
 
 
 def print_simulation_report(

@@ -169,6 +169,8 @@ _new_tuple = tuple.__new__
 def _parse_strings(value: list[str]) -> list[tuple[str, int, int]]:
     """Action strings -> (op, stage, mb); one regex pass over the joined program (a plan can hold
     hundreds of thousands of actions), falling back to item by item to name a bad one."""
+    if not value:
+        return []
     if all(type(a) is str for a in value):
         joined = ",".join(value)
         if _ACTIONS_RE.fullmatch(joined):
@@ -347,10 +349,3 @@ class PlanFile(_Strict):
                 raise ValueError(
                     f"costs.{name} has {len(getattr(self.costs, name))} entries; give one per device ({pp})"
                 )
-
-    def layer_recompute(self) -> list[str]:
-        """Each layer's recomputation mode, from its stage."""
-        out: list[str] = []
-        for st in self.stages:
-            out += [st.recompute] * (st.layers[1] - st.layers[0])
-        return out

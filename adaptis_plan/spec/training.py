@@ -20,6 +20,12 @@ from adaptis_plan.spec.limits import (
     MAX_TP,
 )
 
+# Activation recomputation of the decoder blocks (the embedding and the head never recompute):
+# "none", "selective" (the attention core), "full" (the whole block from its input), or "auto"
+# (the planner chooses per stage; a plan's `stages[].recompute` records the choice).
+RECOMPUTE_MODES = ("none", "selective", "full")
+RecomputeRequest = Literal["none", "selective", "full", "auto"]
+
 
 class TrainingConfig(BaseModel):
     """The step being planned. Stored in the plan file under `training`."""
@@ -34,7 +40,14 @@ class TrainingConfig(BaseModel):
     dp: int = Field(1, ge=1, le=MAX_DP, description="data-parallel degree (shards optimizer state when zero >= 1)")
     zero: Literal[0, 1, 2, 3] = Field(1, description="ZeRO stage over the dp group")
     dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="compute and weight dtype")
-    recompute: bool = Field(False, description="full activation recompute per layer")
+    recompute: RecomputeRequest = Field(
+        "none",
+        description=(
+            "activation recomputation of every decoder block: none, selective (the attention core) or full"
+            " (the whole block from its input); auto: the planner chooses per stage. A plan's"
+            " stages[].recompute records what each stage does"
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_size(self) -> TrainingConfig:
