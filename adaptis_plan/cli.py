@@ -394,26 +394,22 @@ def run_cmd(
 ) -> None:
     """Execute PLAN for real under torchrun (gloo on CPU, NCCL on GPUs)."""
     _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes)
-    from adaptis_plan.usecases import load_plan_and_model
+    from adaptis_plan.executor.launch import RunOptions
+    from adaptis_plan.usecases import run_plan_file
 
-    plan, model = load_plan_and_model(plan_path, model_arg)
-    from adaptis_plan.executor.launch import run_plan
-
-    out = run_plan(
-        plan_path,
-        model,
+    options = RunOptions(
         steps=steps,
         warmup=warmup,
         verify=verify,
-        trace_path=trace_path,
+        device=device,
+        dtype=dtype,
+        timeout_s=timeout_s,
         nnodes=nnodes,
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
         master_port=master_port,
-        device=device,
-        dtype=dtype,
-        timeout_s=timeout_s,
     )
+    plan, out = run_plan_file(plan_path, options, model_arg=model_arg, trace_path=trace_path)
     if as_json:
         emit_json(out)
         return
@@ -422,6 +418,9 @@ def run_cmd(
         f"[bold]{plan.strategy}[/] on {plan.training.pp} ranks: measured step {out['measured_step_time_s'] * 1e3:.1f} ms"
         f" (median of {out['steps']}), predicted {out['predicted_step_time_s'] * 1e3:.1f} ms"
     )
+    recomputed = [f"{st.stage}: {st.recompute}" for st in plan.stages if st.recompute != "none"]
+    if recomputed:
+        c.print(f"recomputation (stage: mode): {', '.join(recomputed)}")
     if verify:
         ok = "[green]verified[/]" if out["verified"] else "[red]NOT verified[/]"
         c.print(f"{ok}: loss diff {out['loss_diff']:.2e}, max |grad diff| {out['max_abs_grad_diff']:.2e}")
@@ -444,29 +443,39 @@ def run_cmd(
     default=None,
     help="also measure the gloo link and the runtime's time per action on 2 local ranks (default: on for cpu)",
 )
+@click.option(
+    "--recompute",
+    "recompute",
+    is_flag=True,
+    help="also measure every decoder block under selective and full recomputation (shown, and in --json; not"
+    " written to the profile)",
+)
 @click.option("-o", "--output", required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
-def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, output, as_json) -> None:
+def profile_cmd(
+    model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, recompute, output, as_json
+) -> None:
     """Measure per-layer F / I / W time and activation memory on this machine."""
     _check_positive(seq_len=seq_len, micro_batch_size=micro_batch_size, repeats=repeats)
-    from adaptis_plan.inputs.models.load import load_model
-
-    spec = load_model(model_arg)
-    from adaptis_plan.executor.profile import profile_model
     from adaptis_plan.planfile.io import write_json_atomic
+    from adaptis_plan.usecases import ProfileRequest, profile_for
 
-    prof = profile_model(
-        spec,
-        seq_len=seq_len,
-        micro_batch_size=micro_batch_size,
-        device=device,
-        dtype=dtype,
-        repeats=repeats,
-        runtime=(device == "cpu") if runtime is None else runtime,
+    outcome = profile_for(
+        ProfileRequest(
+            model_arg=model_arg,
+            device=device,
+            seq_len=seq_len,
+            micro_batch_size=micro_batch_size,
+            dtype=dtype,
+            repeats=repeats,
+            runtime=(device == "cpu") if runtime is None else runtime,
+            recompute=recompute,
+        )
     )
+    spec, prof = outcome.model, outcome.profile
     write_json_atomic(prof.model_dump(mode="json", exclude_none=True), output)
     if as_json:
-        emit_json(prof.model_dump(mode="json", exclude_none=True))
+        emit_json(outcome.json_summary())
         return
     from rich.table import Table
 
@@ -474,9 +483,8 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ru
     for c in ("layers", "kind", "F ms", "I ms", "W ms", "B ms", "act"):
         t.add_column(c)
     for e in prof.entries:
-        shown = ",".join(map(str, e.layers[:6])) + ("..." if len(e.layers) > 6 else "")
         t.add_row(
-            shown,
+            _shown_layers(e.layers),
             e.kind,
             f"{e.f_s * 1e3:.3f}",
             f"{e.i_s * 1e3:.3f}",
@@ -485,7 +493,29 @@ def profile_cmd(model_arg, device, seq_len, micro_batch_size, dtype, repeats, ru
             _fmt_bytes(e.act_bytes),
         )
     console().print(t)
+    if outcome.recompute:
+        base = {tuple(e.layers): e for e in prof.entries}
+        r = Table(title="with recomputation (I and B include the recomputed forward)")
+        for c in ("layers", "kind", "mode", "I ms", "B ms", "act", "act kept"):
+            r.add_column(c)
+        for mode, entries in outcome.recompute.items():
+            for e in entries:
+                kept = e.act_bytes / base[tuple(e.layers)].act_bytes if base[tuple(e.layers)].act_bytes else 1.0
+                r.add_row(
+                    _shown_layers(e.layers),
+                    e.kind,
+                    mode,
+                    f"{e.i_s * 1e3:.3f}",
+                    f"{e.b_s * 1e3:.3f}",
+                    _fmt_bytes(e.act_bytes),
+                    f"{kept * 100:.0f}%",
+                )
+        console().print(r)
     console().print(f"wrote {output}")
+
+
+def _shown_layers(layers: list[int]) -> str:
+    return ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
 
 
 # ----------------------------------------------------------------------------- schema

@@ -29,6 +29,16 @@ Layers (pre-norm residual blocks; the norm kind is `model.norm`):
 
 Every projection goes through `wgrad.linear` so its weight gradient can be deferred to W.
 
+Recomputation (`set_recompute`, per stage from the plan's `stages[*].recompute`): "full" wraps
+a decoder block in torch's non-reentrant checkpoint (`recomputed`): only the block input is
+saved, and the first saved tensor the backward needs reruns the block's forward. "selective"
+wraps only the attention core (`causal_attention`): q, k, v are saved, whatever the core's
+kernel saves beyond them (its output and log-sum-exp for a flash-style kernel, the
+probabilities for the math path) is recomputed. The I / W split is unchanged: the recomputed
+forward rebuilds the saved tensors of the original graph, so I still defers every weight GEMM
+(with the recomputed GEMM input) to W, and I + W does B's arithmetic plus one forward of what
+was recomputed, never a GEMM twice otherwise.
+
 Weights: layer `i` is initialized from a generator seeded by (seed, i) alone, so any rank
 builds exactly its own layers and one process can build the identical whole model.
 
@@ -48,6 +58,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from adaptis_plan.executor.wgrad import embedding, linear
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, ModelSpec, MoeSpec
@@ -106,6 +117,14 @@ def rope(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
 
 
+def recomputed(fn, *args: object) -> torch.Tensor:  # noqa: ANN001
+    """`fn(*args)` keeping only its inputs for the backward, which reruns `fn` first (torch's
+    non-reentrant checkpoint: the original graph is kept and its saved tensors are recomputed on
+    demand, so custom backwards such as `wgrad.linear`'s deferral see them as usual). No layer
+    draws random numbers, so the RNG state need not be saved and restored."""
+    return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None) -> torch.Tensor:
     seq = q.shape[-2]
     if window is None or window >= seq:
@@ -115,7 +134,19 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-class GqaAttention(nn.Module):
+class _Attention(nn.Module):
+    """What GQA and MLA share: the causal core, recomputed in the backward under selective recompute."""
+
+    recompute_core = False  # set by `set_recompute(layer, "selective")`
+    window: int | None = None
+
+    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.recompute_core and torch.is_grad_enabled():
+            return recomputed(causal_attention, q, k, v, self.window)
+        return causal_attention(q, k, v, self.window)
+
+
+class GqaAttention(_Attention):
     def __init__(self, hidden: int, a: AttentionSpec) -> None:
         super().__init__()
         if a.num_heads % a.num_kv_heads:
@@ -139,11 +170,11 @@ class GqaAttention(nn.Module):
         if self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)
-        out = causal_attention(q, k, v, self.window)
+        out = self._core(q, k, v)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, self.nh * self.hd))
 
 
-class MlaAttention(nn.Module):
+class MlaAttention(_Attention):
     def __init__(self, hidden: int, a: AttentionSpec) -> None:
         super().__init__()
         assert a.kv_lora_rank and a.qk_nope_head_dim and a.qk_rope_head_dim and a.v_head_dim
@@ -183,7 +214,7 @@ class MlaAttention(nn.Module):
         k_pe = rope(k_pe.view(b, 1, s, self.rope_dim)).expand(b, self.nh, s, self.rope_dim)
         q = torch.cat([q_nope, q_pe], dim=-1)
         k = torch.cat([k_nope, k_pe], dim=-1)
-        out = causal_attention(q, k, v, self.window)
+        out = self._core(q, k, v)
         return self.o_proj(out.transpose(1, 2).reshape(b, s, self.nh * self.vd))
 
 
@@ -356,7 +387,14 @@ class Block(nn.Module):
         if layer.moe is not None:
             self.parts.append(nn.ModuleDict({"norm": make_norm(model.norm, h), "mixer": Moe(h, layer.moe)}))
 
+    recompute_full = False  # set by `set_recompute(layer, "full")`
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.recompute_full and torch.is_grad_enabled():
+            return recomputed(self._forward, x)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         for part in self.parts:
             x = x + part["mixer"](part["norm"](x))
         return x
@@ -508,6 +546,29 @@ def build_layer(model: ModelSpec, index: int, *, seed: int = 0) -> nn.Module:
         return layer
     layer = Block(model, spec)
     _init_params(layer, layer_generator(seed, index))
+    return layer
+
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def set_recompute(layer: nn.Module, mode: str) -> nn.Module:
+    """Make a built layer recompute in its backward (see the module docstring); returns it.
+
+    "full": a decoder block keeps only its input and reruns its whole forward before its backward;
+    "selective": every attention core of the block (GQA, MLA) keeps q, k, v only and reruns the
+    core; "none": everything is kept. The embedding and the head never recompute (as in
+    Megatron-LM, recomputation applies to the decoder blocks), and a block without attention has
+    nothing for selective recompute to drop.
+    """
+    if mode not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute mode {mode!r}: use one of {', '.join(RECOMPUTE_MODES)}")
+    if not isinstance(layer, Block):
+        return layer
+    layer.recompute_full = mode == "full"
+    for part in layer.parts:
+        if isinstance(part["mixer"], _Attention):
+            part["mixer"].recompute_core = mode == "selective"
     return layer
 
 

@@ -1,13 +1,15 @@
 """One pipeline rank under torchrun: build this rank's stages and run the plan for real.
 
-Run (normally `launch.run_plan` / `adaptis run` does this for you):
+Run (normally `launch.run_plan` / `adaptis run` does this for you, and checks that the plan
+and the model belong together first: the worker does not):
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 --max-restarts 0 \
         -m adaptis_plan.executor.worker --plan plan.json --model model.json --out results/
 
-Data flow: plan + model spec (JSON files) -> `lowering.lower` -> `RankRuntime` -> per-step
-timings, the timeline of the last step, and with `--verify` the first step's loss and
-gradients, written under `--out` (one file per rank; the launcher merges them). `--jobs FILE`
+Data flow: plan + model spec (JSON files) -> `lowering.lower` -> `RankRuntime` (with the
+plan's per-stage recomputation) -> per-step timings, the timeline of the last step, and with
+`--verify` the first step's loss and gradients, written under `--out` (one file per rank; the
+launcher merges them). `--jobs FILE`
 runs several (plan, model) pairs one after another in the same process group (what the
 launcher uses to measure several plans side by side). Imports torch and the executor.
 
@@ -15,8 +17,10 @@ Output per job and rank, in `<out>/<job name>/`: `rank{r}.json` (step times, los
 timeline), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
 step's backward and tied-gradient sync, before the optimizer step). On failure
 `<out>/error.rank{r}.json` (the last error line, the traceback, and whether it was a communication
-error, i.e. probably a consequence of another rank's failure) and exit code 1.
-Logs go to stderr only.
+error, i.e. probably a consequence of another rank's failure) and exit code 1. Before anything
+else the worker starts its lifeline (`processes.start_lifeline`): the heartbeat file
+`<out>/alive.rank{r}` the launcher watches, and an exit within a second of the launcher's or
+torchrun's death. Logs go to stderr only.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import torch.distributed as dist
 
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
+from adaptis_plan.executor.processes import start_lifeline
 from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, warm_up_pairs
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
@@ -91,17 +96,10 @@ def _optimizer(params: list, name: str, lr: float) -> torch.optim.Optimizer:
 
 def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
+    # the launcher checked this pair (fingerprint, head chunks, layer count) and lowered the plan
+    # before it started anything; here only what depends on the launch itself is checked
     plan = PlanFile.model_validate_json(Path(plan_path).read_text())
     model = ModelSpec.model_validate_json(Path(model_path).read_text())
-    if plan.model.fingerprint != model.fingerprint():
-        raise RuntimeError(
-            f"{plan_path} was made for model '{plan.model.name}', not '{model.name}' (fingerprints differ)"
-        )
-    if plan.model.num_layers != model.num_layers:
-        raise RuntimeError(
-            f"{plan_path} has {plan.model.num_layers} layers (head in {plan.model.head_chunks} chunk(s)) but"
-            f" model '{model.name}' has {model.num_layers} (head in {model.num_head_chunks} chunk(s))"
-        )
     if plan.training.pp != world:
         raise RuntimeError(f"the plan has pp = {plan.training.pp} but torchrun started {world} processes")
     tr = plan.training
@@ -118,6 +116,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         dtype=dtype,
         timeout_s=args.timeout_s,
         p2p_order=args.p2p_order if args.p2p_order != "auto" else ("global" if device.type == "cuda" else "peer"),
+        recompute=[st.recompute for st in plan.stages],
     )
     opt = _optimizer(rt.parameters(), args.optimizer, args.lr)
     fault = Fault.from_env()
@@ -172,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     job_out = out
     try:
+        start_lifeline(out, rank)
         timeout = timedelta(seconds=args.timeout_s)
         if args.device == "cuda":
             device = torch.device("cuda", local_rank)
