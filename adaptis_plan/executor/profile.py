@@ -21,8 +21,8 @@ Per distinct layer and repeat (medians over `repeats` after `warmup`):
 A head split into vocabulary chunks is profiled chunk by chunk (`distinct_layers` says which
 chunks share an entry): a later chunk gets a packed [b, s, h + 2] float32 input, and only the
 last chunk's output is a loss (the others are backpropagated from a seeded output gradient).
-Memory: `act_bytes` = distinct storages autograd saves during F (a saved-tensor hook;
-parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
+Memory: `act_bytes` = distinct storages autograd saves during F and still holds after it
+(`saved_bytes`: a saved-tensor hook; parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
 gradients, distinct storages; capped at `act_bytes`, since the cost model's memory semantics
 only let I free memory). On CPU everything runs with one intra-op thread, like the
 one-thread-per-rank executor. `measure_link` times gloo point-to-point between two local
@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -83,18 +84,31 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _saved_bytes(fn, params: set[int]) -> tuple[object, int]:  # noqa: ANN001
-    seen: dict[int, int] = {}
+def saved_bytes(fn, exclude: set[int]) -> tuple[object, int]:  # noqa: ANN001
+    """`fn()` and the bytes autograd keeps for its backward: the distinct storages of the tensors
+    saved during `fn` and still saved when it returns (storages whose data pointer is in `exclude`,
+    the parameters', left out).
+
+    Only tensors still held at the end count: a branch of the graph that `fn` drops (an SSD scan's
+    state after its last chunk) frees its saved tensors, and their memory may be reused within `fn`
+    for another one, so tensors are tracked by weak reference and told apart by storage only among
+    the live ones."""
+    saved: list[weakref.ref] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        st = t.untyped_storage()
-        if st.data_ptr() not in params:
-            seen[st.data_ptr()] = st.nbytes()
+        saved.append(weakref.ref(t))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()
-    return out, sum(seen.values())
+    live: dict[int, int] = {}
+    for ref in saved:
+        t = ref()
+        if t is not None:
+            st = t.untyped_storage()
+            if st.data_ptr() not in exclude:
+                live[st.data_ptr()] = st.nbytes()
+    return out, sum(live.values())
 
 
 def _profile_layer(
@@ -138,7 +152,7 @@ def _profile_layer(
     for rep in range(warmup + repeats):
         _sync(device)
         t0 = time.perf_counter()
-        (out, _), nbytes = _saved_bytes(forward, params)
+        (out, _), nbytes = saved_bytes(forward, params)
         _sync(device)
         t1 = time.perf_counter()
         grad = None if is_loss else torch.ones_like(out) / out.numel()

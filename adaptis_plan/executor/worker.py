@@ -14,7 +14,8 @@ runs several (plan, model) pairs one after another in the same process group (wh
 launcher uses to measure several plans side by side). Imports torch and the executor.
 
 Output per job and rank, in `<out>/<job name>/`: `rank{r}.json` (step times, losses, action
-timeline), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
+timeline and projection GEMM FLOPs of the last step: forward, recomputed forwards included,
+input-gradient, weight-gradient), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
 step's backward and tied-gradient sync, before the optimizer step). On failure
 `<out>/error.rank{r}.json` (the last error line, the traceback, and whether it was a communication
 error, i.e. probably a consequence of another rank's failure) and exit code 1. Before anything
@@ -42,6 +43,7 @@ from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.processes import start_lifeline
 from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, warm_up_pairs
+from adaptis_plan.executor.wgrad import FLOPS
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
@@ -132,7 +134,9 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         rt.zero_grad()
         dist.barrier()
         t0 = time.perf_counter()
+        FLOPS.reset()
         res = rt.run_step(inputs, labels, fault=fault, step=step)
+        flops = {"forward": FLOPS.forward, "input_grad": FLOPS.input_grad, "weight_grad": FLOPS.weight_grad}
         rt.sync_tied_grads()
         if args.verify and step == 0:
             grads = {n: (None if p.grad is None else p.grad.detach().float().cpu()) for n, p in rt.named_parameters()}
@@ -155,6 +159,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
             "median_step_time_s": statistics.median(measured) if measured else None,
             "losses": losses,
             "timeline": [list(a) for a in timeline],
+            "gemm_flops": flops,
         },
     )
 
