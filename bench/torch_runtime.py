@@ -11,7 +11,8 @@ Data flow: config (model spec file, a list of runs: `{"name", "runtime": "torch"
   `stages[*].device` is checked against torch's loop / V stage-to-rank mapping) and torch's
   schedule class (`ScheduleGPipe`, `Schedule1F1B`, `ScheduleInterleaved1F1B`,
   `ScheduleZBVZeroBubble`), stepped by torch's runtime;
-- "ours": the executor's `RankRuntime` on the plan file (`adaptis run`'s interpreter).
+- "ours": the executor's `RankRuntime` on the plan file (`adaptis run`'s interpreter), with the
+  plan's per-stage recomputation.
 Then rounds: every run takes one step per round, in config order on even rounds and in reverse
 order on odd rounds (A B C C B A ...), so slow drift of the machine's load hits every run
 alike; rank 0 also records, per round, the share of the machine's CPU time that processes
@@ -198,6 +199,7 @@ class OursRun:
             dtype=torch.float32,
             timeout_s=timeout_s,
             p2p_order="peer",
+            recompute=[st.recompute for st in plan.stages],
         )
         self.busy_s: list[dict[str, float]] = []  # per step: op letter -> summed action spans
 
