@@ -370,7 +370,12 @@ def export_cmd(plan_path, fmt, model_arg, output) -> None:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
 @click.option(
-    "--timeout", "timeout_s", default=120, show_default=True, type=int, help="seconds before a stuck collective fails"
+    "--timeout",
+    "timeout_s",
+    default=120,
+    show_default=True,
+    type=int,
+    help="seconds before a stuck peer, a stopped rank or an incomplete rendezvous ends the run",
 )
 @click.option("--nnodes", default=1, show_default=True, type=int, help="torchrun: number of nodes")
 @click.option("--node-rank", default=0, show_default=True, type=int, help="torchrun: this node's rank")

@@ -440,25 +440,31 @@ def _supervise(run: _Run, cmd: list[str], options: RunOptions, nproc: int, dev: 
             cmd, stdout=sink, stderr=subprocess.STDOUT, env=run.child_env(dev), start_new_session=True
         )
     t0 = time.monotonic()
-    started = False
+    spawned: float | None = None  # when torchrun had started its workers (its rendezvous completed)
     first_error: float | None = None
     stuck: tuple[int, float] | None = None
     while proc.poll() is None:
         time.sleep(_POLL_S)
         now = time.monotonic()
-        if not started:
-            started = bool(processes.children(proc.pid)) or bool(processes.heartbeats(run.out))
-            if not started and options.nnodes > 1 and now - t0 > options.timeout_s:
+        beats = processes.heartbeats(run.out)
+        if spawned is None:
+            if beats or processes.worker_children(proc.pid):
+                spawned = now
+            elif options.nnodes > 1 and now - t0 > options.timeout_s:
                 run.stop()
                 raise InputError(_rendezvous_message(options))
-            if not started and now - t0 > options.timeout_s + START_BACKSTOP_S:
+            elif now - t0 > options.timeout_s + START_BACKSTOP_S:
                 run.stop()
                 raise AdaptisError(f"torchrun did not start the workers within {now - t0:.0f} s")
             continue
+        missing = [r for r in local if r not in beats]
+        if missing and now - spawned > options.timeout_s + START_BACKSTOP_S:
+            run.stop()
+            raise AdaptisError(f"rank {missing[0]} failed: it did not start within {now - spawned:.0f} s")
         late = [
             (rank, age)
-            for rank, (pid, age) in processes.heartbeats(run.out).items()
-            if age > stale_s and processes.carries_token(pid, run.token) and _running(pid)
+            for rank, (pid, age) in beats.items()
+            if age > stale_s and processes.carries_token(pid, run.token) and processes.is_running(pid)
         ]
         if late:
             stuck = min(late)
@@ -478,17 +484,9 @@ def _supervise(run: _Run, cmd: list[str], options: RunOptions, nproc: int, dev: 
             " the process was stopped or is frozen; the run was ended"
         )
     if proc.returncode != 0 or first_error is not None:
-        _raise_port_problem(output, options)
+        if not any(run.out.glob("error.rank*.json")):  # no rank ran: torchrun itself failed (its port?)
+            _raise_port_problem(output, options)
         raise AdaptisError(_diagnose(run.out, local, output))
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a rank that exited is not stuck, whatever its last heartbeat)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _rendezvous_message(options: RunOptions) -> str:

@@ -93,34 +93,37 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def kill_run(token: str, pids: Iterable[int] = (), *, grace_s: float = 2.0) -> None:
-    """End every process of run `token` (plus `pids`, where /proc cannot be scanned): SIGTERM first, so
-    torchrun stops its workers in order, then SIGKILL to whatever is left after `grace_s` (a stopped
-    process only ever reacts to SIGKILL)."""
-    targets = set(run_processes(token)) | {p for p in pids if p > 0}
+    """End every process of run `token`: SIGTERM first, so torchrun stops its workers in order, then
+    SIGKILL to whatever is left after `grace_s` (a stopped process only ever reacts to SIGKILL).
+
+    The processes are found by their token; `pids` are used only where /proc cannot be scanned (and
+    then trusted as they are, since the token cannot be checked)."""
+    scan = _PROC.is_dir()
+    targets = set(run_processes(token)) if scan else {p for p in pids if p > 0}
     for pid in targets:
         _signal(pid, signal.SIGCONT)  # a stopped process would hold SIGTERM pending forever
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        alive = [p for p in targets if _alive(p, token)]
-        if not alive:
+        if not [p for p in targets if _alive(p, token)]:
             return
         time.sleep(0.05)
-    for pid in set(run_processes(token)) | {p for p in targets if _alive(p, token)}:
-        _signal(pid, signal.SIGKILL)
+    for pid in (set(run_processes(token)) | targets) if scan else targets:
+        if _alive(pid, token):
+            _signal(pid, signal.SIGKILL)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and run_processes(token):
+    while time.monotonic() < deadline and (run_processes(token) if scan else [p for p in targets if _alive(p, token)]):
         time.sleep(0.05)
 
 
-def _alive(pid: int, token: str) -> bool:
-    """Alive and still ours (a reused pid is not); zombies count as gone."""
+def is_running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (a process that has exited but is not yet reaped)."""
     if _PROC.is_dir():
         try:
             state = (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             return False
-        return state != "Z" and carries_token(pid, token)
+        return state not in ("Z", "X")
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -128,6 +131,23 @@ def _alive(pid: int, token: str) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _alive(pid: int, token: str) -> bool:
+    """Running and still ours (a reused pid is not; without /proc the token cannot be checked)."""
+    return is_running(pid) and (carries_token(pid, token) or not _PROC.is_dir())
+
+
+def worker_children(pid: int) -> list[int]:
+    """The children of `pid` (torchrun) that are executor workers: torchrun has started its workers."""
+    found = []
+    for c in children(pid):
+        try:
+            if b"adaptis_plan.executor.worker" in (_PROC / str(c) / "cmdline").read_bytes():
+                found.append(c)
+        except OSError:
+            continue
+    return found
 
 
 # ---------------------------------------------------------------- the worker's lifeline
@@ -212,8 +232,11 @@ def heartbeats(out: Path) -> dict[int, tuple[int, float]]:
 
 
 def reap(token: str, folders: list[Path]) -> None:
-    """What the reaper does once the launcher is gone: end the run's processes, remove its folders."""
-    kill_run(token)
+    """What the reaper does once the launcher is gone: end the run's processes, remove its folders.
+
+    A short grace: with the launcher gone nobody waits for an orderly shutdown, and torchrun's own
+    (SIGTERM, then its workers, then Python's teardown) can take seconds on a loaded machine."""
+    kill_run(token, grace_s=0.5)
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
 
