@@ -30,7 +30,7 @@ timeouts cannot end every stuck run:
 - once a rank has written its error file, torchrun gets `ERROR_GRACE_S` to end the others
   itself (it waits 30 s for a stopped process before SIGKILL); then the launcher does;
 - with `nnodes` > 1, a rendezvous that has not started the workers within timeout_s is ended
-  and named (torchrun's own rendezvous waits ~15 min);
+  and named (torchrun's own static rendezvous was seen waiting 908 s for a missing node);
 - a busy or unusable `--master-port` is caught before the launch (a test bind) or, racing
   another process for it, in torchrun's output, and named as a port problem (exit 2).
 Whatever ends the launcher (normal end, error, Ctrl-C, SIGTERM / SIGHUP, which raise
@@ -413,7 +413,7 @@ class _Run:
 
     def stop(self) -> None:
         """End every process of the run (idempotent)."""
-        processes.kill_run(self.token, [self.torchrun.pid] if self.torchrun is not None else [])
+        processes.kill_run(self.token, [self.torchrun.pid] if self.torchrun is not None else [], grace_s=1.0)
         if self.torchrun is not None:
             try:
                 self.torchrun.wait(timeout=5)
