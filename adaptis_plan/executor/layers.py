@@ -32,10 +32,9 @@ Every projection goes through `wgrad.linear` so its weight gradient can be defer
 Recomputation (`set_recompute`, per stage from the plan's `stages[*].recompute`): "full" runs
 a decoder block through `recomputed`: its forward runs without autograd and saves only the
 block input; its backward reruns the block's forward with autograd and backpropagates through
-it. "selective"
-wraps only the attention core (`causal_attention`): q, k, v are saved, whatever the core's
-kernel saves beyond them (its output and log-sum-exp for a flash-style kernel, the
-probabilities for the math path) is recomputed. The I / W split is unchanged: the backward
+it. "selective" runs only the attention core (`causal_attention`) that way: q, k, v are saved,
+whatever the core's kernel saves beyond them (its output and log-sum-exp for a flash-style
+kernel, the probabilities for the math path) is recomputed. The I / W split is unchanged: the backward
 through the recomputed forward still defers every weight GEMM (with the recomputed GEMM input)
 to W, and I + W does B's arithmetic plus one forward of what was recomputed, never a GEMM
 twice otherwise.
@@ -56,6 +55,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -148,7 +148,7 @@ class _Recomputed(torch.autograd.Function):
         ) * ctx.num_params
 
 
-def recomputed(fn, inputs: tuple[torch.Tensor, ...], params: list[torch.Tensor] = ()) -> torch.Tensor:  # noqa: ANN001
+def recomputed(fn, inputs: tuple[torch.Tensor, ...], params: Sequence[torch.Tensor] = ()) -> torch.Tensor:  # noqa: ANN001
     """`fn(*inputs)` keeping only `inputs` for the backward, which reruns `fn` first (`_Recomputed`).
 
     Own code rather than `torch.utils.checkpoint`, whose non-reentrant mode adds Python work per

@@ -93,15 +93,15 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def kill_run(token: str, pids: Iterable[int] = (), *, grace_s: float = 2.0) -> None:
-    """End every process of run `token`: SIGTERM first, so torchrun stops its workers in order, then
-    SIGKILL to whatever is left after `grace_s` (a stopped process only ever reacts to SIGKILL).
+    """End every process of run `token`: SIGTERM first (after SIGCONT, which a stopped process needs to
+    act on it), so torchrun stops its workers in order, then SIGKILL to whatever is left after `grace_s`.
 
     The processes are found by their token; `pids` are used only where /proc cannot be scanned (and
     then trusted as they are, since the token cannot be checked)."""
     scan = _PROC.is_dir()
     targets = set(run_processes(token)) if scan else {p for p in pids if p > 0}
     for pid in targets:
-        _signal(pid, signal.SIGCONT)  # a stopped process would hold SIGTERM pending forever
+        _signal(pid, signal.SIGCONT)
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
@@ -173,7 +173,7 @@ def start_lifeline(out: Path, rank: int) -> None:
     """
     out.mkdir(parents=True, exist_ok=True)
     beat = out / f"alive.rank{rank}"
-    tmp = beat.with_suffix(".tmp")
+    tmp = out / f".alive.rank{rank}.tmp"
     tmp.write_text(str(os.getpid()))
     os.replace(tmp, beat)
     parent = os.getppid()

@@ -135,8 +135,9 @@ def test_killed_rank_ends_the_run_quickly_naming_it(plans: dict, monkeypatch: py
     monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "exit:1:1")  # rank 1 calls os._exit(1) during step 1
     t0 = time.monotonic()
     with pytest.raises(AdaptisError, match=r"^rank 1 failed: the process died") as e:
-        run_plan(read_plan(path), model, RunOptions(steps=2, warmup=1, timeout_s=60))
-    assert time.monotonic() - t0 < 20
+        run_plan(read_plan(path), model, RunOptions(steps=2, warmup=1, timeout_s=300))
+    # torchrun's teardown ended it, not rank 0's 300 s wait (start-up alone takes 10-30 s on a loaded 2-core box)
+    assert time.monotonic() - t0 < 120
     assert not isinstance(e.value, InputError)
 
 
@@ -147,7 +148,7 @@ def test_hung_rank_times_out_and_is_named(plans: dict, monkeypatch: pytest.Monke
     t0 = time.monotonic()
     with pytest.raises(AdaptisError, match=r"^rank 1 failed: .*hung.*rank 0 saw: .*Timed out"):
         run_plan(read_plan(path), model, RunOptions(steps=1, warmup=0, timeout_s=3))
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 120  # the fault sleeps 3600 s: ended by rank 0's 3 s timeout
 
 
 @pytest.mark.slow
