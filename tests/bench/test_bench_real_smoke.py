@@ -25,6 +25,8 @@ pytest.importorskip("torch.distributed.pipelining")
 
 from bench import real  # noqa: E402
 
+pytestmark = pytest.mark.slow  # profiles and one torchrun launch: minutes on 2 loaded cores
+
 SMOKE = real.RealConfig(
     cases=(real.ModelCase("tiny-llama", 32, 2),),
     warmup=1,
