@@ -494,7 +494,12 @@ def export_cmd(plan_path, fmt, model_arg, output, torchtitan_config, as_json) ->
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
 @click.option(
-    "--timeout", "timeout_s", default=120, show_default=True, type=int, help="seconds before a stuck collective fails"
+    "--timeout",
+    "timeout_s",
+    default=120,
+    show_default=True,
+    type=int,
+    help="seconds before a stuck peer, a stopped rank or an incomplete rendezvous ends the run",
 )
 @click.option("--nnodes", default=1, show_default=True, type=int, help="torchrun: number of nodes")
 @click.option("--node-rank", default=0, show_default=True, type=int, help="torchrun: this node's rank")
@@ -530,26 +535,22 @@ def run_cmd(
         from adaptis_plan.planfile.io import check_output_path
 
         check_output_path(trace_path, "--trace")
-    from adaptis_plan.usecases import load_plan_for_run
+    from adaptis_plan.executor.launch import RunOptions
+    from adaptis_plan.usecases import run_plan_file
 
-    plan, model = load_plan_for_run(plan_path, model_arg)
-    from adaptis_plan.executor.launch import run_plan
-
-    out = run_plan(
-        plan_path,
-        model,
+    options = RunOptions(
         steps=steps,
         warmup=warmup,
         verify=verify,
-        trace_path=trace_path,
+        device=device,
+        dtype=dtype,
+        timeout_s=timeout_s,
         nnodes=nnodes,
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
         master_port=master_port,
-        device=device,
-        dtype=dtype,
-        timeout_s=timeout_s,
     )
+    plan, out = run_plan_file(plan_path, options, model_arg=model_arg, trace_path=trace_path)
     if as_json:
         emit_json(out)
         return
@@ -558,6 +559,9 @@ def run_cmd(
         f"[bold]{plan.strategy}[/] on {plan.training.pp} ranks: measured step {fmt_time(out['measured_step_time_s'], 'ms')}"
         f" (median of {out['steps']}), predicted {fmt_time(out['predicted_step_time_s'], 'ms')}"
     )
+    recomputed = [f"{st.stage}: {st.recompute}" for st in plan.stages if st.recompute != "none"]
+    if recomputed:
+        c.print(f"recomputation (stage: mode): {', '.join(recomputed)}")
     if verify:
         ok = "[green]verified[/]" if out["verified"] else "[red]NOT verified[/]"
         c.print(f"{ok}: loss diff {out['loss_diff']:.2e}, max |grad diff| {out['max_abs_grad_diff']:.2e}")
@@ -588,10 +592,17 @@ def run_cmd(
     help="also measure the head split into these many vocabulary chunks (comma list, or none), so plans that"
     " split the head are costed with the chunks' own times",
 )
+@click.option(
+    "--recompute",
+    "recompute",
+    is_flag=True,
+    help="also measure every decoder block under selective and full recomputation (shown, and in --json; not"
+    " written to the profile)",
+)
 @click.option("-o", "--output", required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def profile_cmd(
-    model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, head_chunks_arg, output, as_json
+    model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, head_chunks_arg, recompute, output, as_json
 ) -> None:
     """Measure per-layer F / I / W time and activation memory on this machine."""
     from adaptis_plan.planfile.io import check_output_path
@@ -606,25 +617,26 @@ def profile_cmd(
         if not parts or not all(x.isdigit() and 2 <= int(x) <= 64 for x in parts):
             raise InputError(f"--head-chunks = {head_chunks_arg!r}: use a comma list of whole numbers 2..64, or none")
         chunk_counts = tuple(int(x) for x in parts)
-    from adaptis_plan.inputs.models.load import load_model
-
-    spec = load_model(model_arg)
-    from adaptis_plan.executor.profile import profile_model
     from adaptis_plan.planfile.io import write_json_atomic
+    from adaptis_plan.usecases import ProfileRequest, profile_for
 
-    prof = profile_model(
-        spec,
-        seq_len=seq_len,
-        micro_batch_size=micro_batch_size,
-        device=device,
-        dtype=dtype,
-        repeats=repeats,
-        runtime=(device == "cpu") if runtime is None else runtime,
-        head_chunks=chunk_counts,
+    outcome = profile_for(
+        ProfileRequest(
+            model_arg=model_arg,
+            device=device,
+            seq_len=seq_len,
+            micro_batch_size=micro_batch_size,
+            dtype=dtype,
+            repeats=repeats,
+            runtime=(device == "cpu") if runtime is None else runtime,
+            recompute=recompute,
+            head_chunks=chunk_counts,
+        )
     )
+    spec, prof = outcome.model, outcome.profile
     write_json_atomic(prof.model_dump(mode="json", exclude_none=True), output)
     if as_json:
-        emit_json(prof.model_dump(mode="json", exclude_none=True))
+        emit_json(outcome.json_summary())
         return
     from rich.table import Table
 
@@ -632,9 +644,8 @@ def profile_cmd(
     for c in ("layers", "kind", "F ms", "I ms", "W ms", "B ms", "act"):
         t.add_column(c)
     for e in prof.entries:
-        shown = ",".join(map(str, e.layers[:6])) + ("..." if len(e.layers) > 6 else "")
         t.add_row(
-            shown,
+            _shown_layers(e.layers),
             e.kind,
             fmt_time(e.f_s, "ms", suffix=False),
             fmt_time(e.i_s, "ms", suffix=False),
@@ -643,7 +654,29 @@ def profile_cmd(
             fmt_bytes(e.act_bytes),
         )
     console().print(t)
+    if outcome.recompute:
+        base = {tuple(e.layers): e for e in prof.entries}
+        r = Table(title="with recomputation (I and B include the recomputed forward)")
+        for c in ("layers", "kind", "mode", "I ms", "B ms", "act", "act kept"):
+            r.add_column(c)
+        for mode, entries in outcome.recompute.items():
+            for e in entries:
+                kept = e.act_bytes / base[tuple(e.layers)].act_bytes if base[tuple(e.layers)].act_bytes else 1.0
+                r.add_row(
+                    _shown_layers(e.layers),
+                    e.kind,
+                    mode,
+                    fmt_time(e.i_s, "ms", suffix=False),
+                    fmt_time(e.b_s, "ms", suffix=False),
+                    fmt_bytes(e.act_bytes),
+                    f"{kept * 100:.0f}%",
+                )
+        console().print(r)
     console().print(f"wrote {output}")
+
+
+def _shown_layers(layers: list[int]) -> str:
+    return ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
 
 
 # ----------------------------------------------------------------------------- schema

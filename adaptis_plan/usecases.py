@@ -1,4 +1,5 @@
-"""Use cases behind the CLI: plan, simulate a plan file, export a plan file, load a plan's model.
+"""Use cases behind the CLI: plan, simulate a plan file, export a plan file, load a plan's model,
+run a plan file, profile a model.
 
 Data flow: CLI arguments -> (model spec, hardware, training, cost table) -> search or classic
 builder -> simulator -> plan file / summaries. No rich, no click: renderers print, this
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InfeasibleError, InputError
@@ -22,6 +24,9 @@ from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.read import path_kind, read_boundary_file
 from adaptis_plan.spec.training import TrainingConfig
 from adaptis_plan.units import fmt_bytes
+
+if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or a model profiled
+    from adaptis_plan.executor.launch import RunOptions
 
 
 @dataclass(frozen=True)
@@ -656,3 +661,105 @@ def export_plan_file(
         f" {plan.training.num_microbatches} micro-batches",
     )
     return [(str(csv_path), to_torch_csv(programs)), (str(config_path), module)]
+
+
+# ----------------------------------------------------------------------------- run and profile (the executor)
+def run_plan_file(
+    plan_path: str, options: RunOptions, *, model_arg: str | None = None, trace_path: str | None = None
+) -> tuple[PlanFile, dict]:
+    """`adaptis run`: read the plan file and check it once (`load_plan_for_run`: the contract and the
+    judge), then hand the objects to the launcher, which lowers and launches them (it never rereads
+    `plan_path`). Returns the plan and the launcher's result (the `run` JSON keys)."""
+    from adaptis_plan.executor.launch import run_plan
+
+    plan, model = load_plan_for_run(plan_path, model_arg)
+    return plan, run_plan(plan, model, options, trace_path=trace_path, label=plan_path)
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    model_arg: str
+    device: str = "cpu"
+    seq_len: int = 128
+    micro_batch_size: int = 1
+    dtype: str = "fp32"
+    repeats: int = 7
+    runtime: bool = False  # also the gloo link and the runtime's time per action (2 local ranks)
+    recompute: bool = False  # also every decoder block under selective and full recomputation
+    head_chunks: tuple[int, ...] = ()  # also the head split into these many vocabulary chunks
+
+
+@dataclass
+class ProfileOutcome:
+    model: ModelSpec
+    profile: CostProfile
+    recompute: dict[str, list] = field(default_factory=dict)  # mode -> LayerCostEntry list
+
+    def json_summary(self) -> dict:
+        """The profile file's content, plus `recompute` ({mode: entries}) when it was measured."""
+        out = self.profile.model_dump(mode="json", exclude_none=True)
+        if self.recompute:
+            out["recompute"] = {m: [e.model_dump(mode="json") for e in es] for m, es in self.recompute.items()}
+        return out
+
+
+def profile_for(req: ProfileRequest) -> ProfileOutcome:
+    """`adaptis profile`: per-layer costs measured on this machine, then (with `runtime`) the gloo link and
+    the executor's time per action (`measure_action_overhead`), which the planner and simulator charge."""
+    from adaptis_plan.executor.profile import measure_link, profile_model, profile_recompute
+    from adaptis_plan.inputs.models.load import load_model
+
+    model = load_model(req.model_arg)
+    shape = dict(seq_len=req.seq_len, micro_batch_size=req.micro_batch_size, device=req.device, dtype=req.dtype)
+    profile = profile_model(model, repeats=req.repeats, head_chunks=req.head_chunks, **shape)
+    if req.runtime:
+        profile = profile.model_copy(update={"link": measure_link(), "action_overhead_s": measure_action_overhead()})
+    recompute = profile_recompute(model, repeats=req.repeats, **shape) if req.recompute else {}
+    return ProfileOutcome(model, profile, recompute)
+
+
+def measure_action_overhead(*, num_microbatches: int = 16, steps: int = 5, timeout_s: float = 120.0) -> float:
+    """Host time per action of the executor on 2 local ranks (gloo, one thread each).
+
+    Runs a GPipe pipeline whose layers do almost no arithmetic (hidden 8, 8 tokens), so a step
+    is the runtime's own work per action: Python dispatch, autograd bookkeeping, posting and
+    waiting on P2P. The measured step (median after warm-up) divided by the number of actions
+    on its critical path (the simulator's step for the same plan with unit-cost actions) is the
+    `action_overhead_s` a measured profile carries. The probe plan is built here (a classic
+    builder and the simulator); the executor only runs it.
+    """
+    from adaptis_plan.executor.launch import RunOptions, run_plan
+
+    plan, model, critical_actions = _overhead_probe(num_microbatches)
+    out = run_plan(plan, model, RunOptions(steps=steps, warmup=2, timeout_s=timeout_s), label="overhead probe")
+    return float(out["measured_step_time_s"]) / critical_actions
+
+
+def _overhead_probe(num_microbatches: int) -> tuple[PlanFile, ModelSpec, float]:
+    """The probe plan of `measure_action_overhead`, its model, and its critical path in actions."""
+    import dataclasses
+
+    from adaptis_plan.core import uniform_costs
+    from adaptis_plan.schedules import get_spec
+    from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec
+
+    block = LayerSpec(kind="decoder", attention=AttentionSpec(num_heads=1, num_kv_heads=1, head_dim=8),
+                      mlp=MlpSpec(intermediate_size=8))  # fmt: skip
+    model = ModelSpec(name="overhead-probe", hidden_size=8, vocab_size=16,
+                      layers=[LayerSpec(kind="embedding"), block, block, LayerSpec(kind="head")])  # fmt: skip
+    hw = HardwareProfile.model_validate(
+        {"name": "probe", "device_types": {"cpu": {"peak_bf16_tflops": 1, "matmul_efficiency": 1, "hbm_bytes": 2**34,
+         "hbm_bandwidth_gbps": 1, "source": "probe"}}, "groups": [{"device_type": "cpu", "num_nodes": 1,
+         "devices_per_node": 2}], "intra_node": {"bandwidth_gbps": 1, "latency_s": 0, "source": "probe"},
+         "inter_node": {"bandwidth_gbps": 1, "latency_s": 0, "source": "probe"}}
+    )  # fmt: skip
+    training = TrainingConfig(num_microbatches=num_microbatches, micro_batch_size=1, seq_len=8, pp=2)
+    spec = get_spec("GPipe")
+    layout = Layout(bounds=(0, 2, 4), stage_device=spec.stage_device(2), num_devices=2)
+    programs = spec.build(layout.stage_device, 2, num_microbatches)
+    # every action costs one unit of "overhead" and nothing else: the step is the critical path in actions
+    unit = dataclasses.replace(uniform_costs(4, 2, f=0.0, i=0.0, w=0.0, mem_limit=2.0**34), action_overhead_s=1.0)
+    critical = simulate(layout, unit, programs, num_microbatches)
+    plan = make_plan(strategy=spec.name, model=model, hardware=hw, training=training, layout=layout,
+                     programs=programs, result=critical, costs=unit)  # fmt: skip
+    return plan, model, critical.step_time_s

@@ -15,7 +15,8 @@ this rank's part of
 - "torch-csv": the same `PipelineStage`s under torch's `_PipelineScheduleRuntime`, whose
   per-rank orders come from the plan's exported CSV (`adaptis export --format torch-csv`): any
   plan torch can express, adaptive ones included, run by torch's own runtime;
-- "ours": the executor's `RankRuntime` on the plan file (`adaptis run`'s interpreter).
+- "ours": the executor's `RankRuntime` on the plan file (`adaptis run`'s interpreter), with the
+  plan's per-stage recomputation.
 Then rounds: every run takes one step per round, in config order on even rounds and in reverse
 order on odd rounds (A B C C B A ...), so slow drift of the machine's load hits every run
 alike; rank 0 also records, per round, the share of the machine's CPU time that processes
@@ -242,6 +243,7 @@ class OursRun:
             dtype=torch.float32,
             timeout_s=timeout_s,
             p2p_order="peer",
+            recompute=[st.recompute for st in plan.stages],
         )
         self.busy_s: list[dict[str, float]] = []  # per step: op letter -> summed action spans
 

@@ -4,7 +4,8 @@
 `greedy_programs` produces valid per-device orders of several styles by a round-based list
 scheduler (each round every device runs one ready action, picked by the style's priority),
 so every order it returns is accepted by the dependency simulator by construction;
-`write_plan_file` wraps a layout and programs in a plan file.
+`plan_file` / `write_plan_file` wrap a layout and programs in a plan file (with per-stage
+recomputation), `job` makes a launcher job of a plan file on disk.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import random
 from pathlib import Path
 
 from adaptis_plan.core import Action, Layout, Programs
+from adaptis_plan.cost.recompute import layer_modes
 from adaptis_plan.cost.table import build_cost_table
+from adaptis_plan.executor.launch import PlanJob
 from adaptis_plan.inputs.hardware import load_hardware
-from adaptis_plan.planfile.io import plan_costs, write_plan
+from adaptis_plan.planfile.io import plan_costs, read_plan, write_plan
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 from adaptis_plan.spec.plan_file import PlanDevice, PlanFile, PlanHardwareRef, PlanModelRef, PlanStage, Predicted
 from adaptis_plan.spec.training import TrainingConfig
@@ -141,8 +144,7 @@ def greedy_programs(layout: Layout, num_microbatches: int, style: str, seed: int
     return programs
 
 
-def write_plan_file(
-    path: Path,
+def plan_file(
     model: ModelSpec,
     layout: Layout,
     programs: Programs,
@@ -152,7 +154,11 @@ def write_plan_file(
     micro_batch_size: int = 1,
     strategy: str = "handmade",
     predicted_s: float = 0.0,
-) -> Path:
+    recompute: tuple[str, ...] | None = None,
+) -> PlanFile:
+    """A self-contained plan file object for `layout` and `programs` on the `cpu` profile, its costs the
+    analytic ones (`recompute`: one mode per stage; default none)."""
+    modes = recompute or ("none",) * layout.num_stages
     training = TrainingConfig(
         num_microbatches=num_microbatches,
         micro_batch_size=micro_batch_size,
@@ -161,7 +167,8 @@ def write_plan_file(
         dtype="fp32",
     )
     hardware = load_hardware("cpu")
-    plan = PlanFile(
+    costs = build_cost_table(model, hardware, training, recompute=layer_modes(layout.bounds, list(modes)))
+    return PlanFile(
         schema_version=2,
         strategy=strategy,
         model=PlanModelRef(
@@ -173,9 +180,14 @@ def write_plan_file(
         ),
         hardware=PlanHardwareRef(name=hardware.name, fingerprint=hardware.fingerprint(), profile=hardware),
         training=training,
-        costs=plan_costs(layout, build_cost_table(model, hardware, training), None),
+        costs=plan_costs(layout, costs, None),
         stages=[
-            PlanStage(stage=s, device=layout.stage_device[s], layers=(layout.bounds[s], layout.bounds[s + 1]))
+            PlanStage(
+                stage=s,
+                device=layout.stage_device[s],
+                layers=(layout.bounds[s], layout.bounds[s + 1]),
+                recompute=modes[s],
+            )
             for s in range(layout.num_stages)
         ],
         devices=[
@@ -188,8 +200,19 @@ def write_plan_file(
             peak_memory_bytes=[0.0] * layout.num_devices,
         ),
     )
-    write_plan(plan, path)
+
+
+def write_plan_file(
+    path: Path, model: ModelSpec, layout: Layout, programs: Programs, num_microbatches: int, **kw: object
+) -> Path:
+    """`plan_file(...)` written to `path` (keywords as `plan_file`)."""
+    write_plan(plan_file(model, layout, programs, num_microbatches, **kw), path)  # type: ignore[arg-type]
     return path
+
+
+def job(path: Path, model: ModelSpec, trace: Path | None = None) -> PlanJob:
+    """A launcher job for the plan file at `path`, read and checked as `adaptis run` reads it."""
+    return PlanJob(read_plan(path), model, trace, str(path))
 
 
 # (name, stage_device, style): the placements and orders every family is run with.

@@ -1,14 +1,19 @@
 """The torch executor: run any plan for real, and measure layer costs.
 
 The only package that imports torch (lazily: importing `adaptis_plan.executor` alone does not).
-Data flow: plan file + `ModelSpec` -> `launch.run_plan` -> torchrun -> `worker` (one process per
-plan device) -> `runtime.RankRuntime` (stages from `layers`, I/W split from `wgrad`, sends and
-receives ordered by `lowering`) -> measured step times, the measured trace, and with `--verify`
-the comparison against a single-process step (`verify`). `profile.profile_model` measures
-per-layer F / I / W / B costs for `adaptis profile`.
+Data flow: a `PlanFile` + the `ModelSpec` it was made for (read and checked once by the use
+case) -> `launch.run_plan(plan, model, RunOptions)` -> torchrun -> `worker` (one process per
+plan device) -> `runtime.RankRuntime` (stages from `layers`, with the plan's per-stage
+recomputation; I/W split from `wgrad`; sends and receives ordered by `lowering`) -> measured
+step times, the measured trace, and with `--verify` the comparison against a single-process
+step (`verify`). `processes` keeps the run's process tree from outliving the launcher.
+`profile.profile_model` / `profile_recompute` measure per-layer F / I / W / B costs and
+activation bytes for `adaptis profile`. The executor runs what it is given: it never makes or
+simulates a plan (the use cases do).
 
-Modules: `layers` (every layer kind), `wgrad` (deferred weight gradients), `lowering` (pure
-Python: executability check, global order, transfers), `runtime` (one rank's interpreter),
-`worker` (`python -m adaptis_plan.executor.worker` under torchrun), `launch` (`run_plan`,
-`run_plans`), `verify`, `data`, `profile`.
+Modules: `layers` (every layer kind, recomputation), `wgrad` (deferred weight gradients),
+`lowering` (pure Python: executability check, global order, transfers), `runtime` (one rank's
+interpreter), `worker` (`python -m adaptis_plan.executor.worker` under torchrun), `launch`
+(`RunOptions`, `run_plan`, `run_plans`), `processes` (run token, reaper, worker lifeline;
+standard library only), `verify`, `data`, `profile`.
 """

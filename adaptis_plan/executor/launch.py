@@ -1,19 +1,20 @@
-"""Launch a plan on real devices under torchrun and report measured vs predicted step time.
+"""Launch plans on real devices under torchrun and report measured vs predicted step time.
 
-Use from Python (the CLI's `adaptis run PLAN.json [--verify] [--trace T.json]` calls this):
+Use from Python (the `adaptis run` use case calls this with the plan it read and checked):
 
-    from adaptis_plan.executor.launch import run_plan
-    result = run_plan("plan.json", model_spec, steps=3, verify=True)
+    from adaptis_plan.executor.launch import RunOptions, run_plan
+    result = run_plan(plan, model, RunOptions(steps=3, verify=True))
 
-Data flow: plan file (+ the `ModelSpec` it was made for) -> checks (`read_plan`, model
-fingerprint, the layer count and head chunks (an unsplit model is split into the plan's
-`model.head_chunks` vocabulary chunks, `models.transform.split_head`), `lowering.lower`:
-refused before any process starts) -> one
-`python -m torch.distributed.run --nproc-per-node P --max-restarts 0 ... -m
-adaptis_plan.executor.worker` (one process per plan device; gloo on CPU, NCCL on GPU) ->
-result files in a temporary folder -> the `run` JSON keys of DESIGN.md (+ the optional
-single-process verification and the measured Chrome trace). Imports torch (for the device
-check and the verification), the executor and the plan IO.
+Data flow: a `PlanFile` and the `ModelSpec` it was made for, as objects (the caller read and
+checked the plan file once; the launcher never rereads the user's path) -> the pairing check
+(fingerprint; an unsplit model is split into the plan's `model.head_chunks` vocabulary chunks,
+`models.transform.split_head`) and `lowering.lower` (a plan the runtime cannot finish is
+refused before any process starts) -> a temporary run folder holding, per plan, the plan file
+and the model spec the workers read, and the job list -> one `python -m torch.distributed.run
+--nproc-per-node P --max-restarts 0 ... -m adaptis_plan.executor.worker` (one process per plan
+device; gloo on CPU, NCCL on GPU) -> result files in that folder -> the `run` JSON keys of
+DESIGN.md (+ the optional single-process verification and the measured Chrome trace). Imports
+torch (for the device check and the verification), the executor, the plan IO and `processes`.
 
 A failing rank ends the whole run: torchrun (max restarts 0) tears the group down as soon as
 one worker exits non-zero, and `init_process_group` has `timeout_s` so no wait is endless.
@@ -21,28 +22,51 @@ The launcher then names the rank that failed first and its last error line: a ra
 error (not a communication error) wins; else a rank that died without leaving an error file
 (crash, os._exit, killed), preferring torchrun's "root cause" rank; else the earliest
 communication error.
+
+While torchrun runs, the launcher supervises it (`_supervise`, every 0.1 s), because torch's
+timeouts cannot end every stuck run:
+- a rank whose heartbeat (`processes.start_lifeline`) is older than max(timeout_s, 3 s) while
+  its process is alive is stuck (stopped, frozen): the run is ended at once and that rank named;
+- once a rank has written its error file, torchrun gets `ERROR_GRACE_S` to end the others
+  itself (it waits 30 s for a stopped process before SIGKILL); then the launcher does;
+- with `nnodes` > 1, a rendezvous that has not started the workers within timeout_s is ended
+  and named (torchrun's own static rendezvous was seen waiting 908 s for a missing node);
+- a busy or unusable `--master-port` is caught before the launch (a test bind) or, racing
+  another process for it, in torchrun's output, and named as a port problem (exit 2).
+Whatever ends the launcher (normal end, error, Ctrl-C, SIGTERM / SIGHUP, which raise
+`Terminated` here; SIGKILL, which the reaper notices), no process of the run and no run folder
+survives it: see `processes.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import os
 import re
+import secrets
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from adaptis_plan.errors import AdaptisError, InputError, located
+from adaptis_plan.executor import processes
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.inputs.models.transform import split_head
-from adaptis_plan.planfile.io import check_model_matches, plan_layout, plan_programs, read_plan, write_json_atomic
+from adaptis_plan.planfile.io import check_model_matches, plan_layout, plan_programs, write_json_atomic, write_plan
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 
@@ -50,173 +74,176 @@ log = logging.getLogger(__name__)
 
 _OP_NAMES = {"F": "forward", "B": "backward", "I": "backward (inputs)", "W": "backward (weights)"}
 _DTYPES = ("fp32", "bf16", "fp16")
+_POLL_S = 0.1
+ERROR_GRACE_S = 3.0  # after a rank's error file: torchrun's time to end the other ranks itself
+STALE_MIN_S = 3.0  # a heartbeat older than max(timeout_s, this) marks a stuck rank (it beats every 1 s)
+START_BACKSTOP_S = 120.0  # one node: torchrun must have started its workers by timeout_s + this
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run: everything `adaptis run` takes besides the plan and the model.
+
+    `steps` measured after `warmup` steps; `verify`: compare the first step's loss and every gradient
+    with a single-process step; `device` auto / cpu / cuda; `timeout_s`: the longest wait on any peer
+    (and on a stuck rank or a rendezvous); `seed`: weights and data; `nnodes`, `node_rank`,
+    `rdzv_endpoint` (HOST:PORT of node 0), `master_port` (one node): torchrun's; `p2p_order`: "auto"
+    (per peer on gloo, one line per rank on NCCL), "peer" or "global" (see `runtime.py`).
+    """
+
+    steps: int = 3
+    warmup: int = 1
+    verify: bool = False
+    device: str = "auto"
+    dtype: str = "fp32"
+    timeout_s: float = 60.0
+    seed: int = 0
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    master_port: int | None = None
+    p2p_order: str = "auto"
+
+    def check(self) -> None:
+        """Raise `InputError` naming the option, its value and the fix, for the first bad one."""
+        if self.steps < 1:
+            raise InputError(f"--steps = {self.steps}: need at least 1 measured step")
+        if self.warmup < 0:
+            raise InputError(f"--warmup = {self.warmup}: must be >= 0")
+        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+            raise InputError(
+                f"--node-rank = {self.node_rank}: must be in 0..{self.nnodes - 1} for --nnodes {self.nnodes}"
+            )
+        if self.dtype not in _DTYPES:
+            raise InputError(f"dtype = {self.dtype!r}: use one of {', '.join(_DTYPES)}")
+        if not self.timeout_s > 0:
+            raise InputError(f"--timeout = {self.timeout_s}: must be > 0 seconds")
+        if self.optimizer not in ("sgd", "adamw"):
+            raise InputError(f"optimizer = {self.optimizer!r}: use 'sgd' or 'adamw'")
+        if self.p2p_order not in ("auto", "peer", "global"):
+            raise InputError(f"p2p_order = {self.p2p_order!r}: use auto, peer or global")
+        if self.verify and self.nnodes > 1:
+            raise InputError(
+                "--verify with --nnodes > 1: the other nodes' gradients are not visible here; verify on one node"
+            )
+        if self.master_port is not None:
+            _check_port_number("--master-port", self.master_port)
+        if self.rdzv_endpoint is not None:
+            _endpoint(self.rdzv_endpoint)
+        elif self.nnodes > 1:
+            raise InputError(f"--nnodes = {self.nnodes} needs --rdzv-endpoint HOST:PORT of node 0")
 
 
 @dataclass(frozen=True)
 class PlanJob:
-    """One plan to run; several run one after another in a single torchrun launch (`run_plans`)."""
+    """One plan to run (with the model it was made for); several run one after another in one launch.
 
-    plan_path: str | Path
+    `label` names the plan in messages and in the result's `plan` key (the CLI passes the file's path).
+    """
+
+    plan: PlanFile
     model: ModelSpec
     trace_path: str | Path | None = None
+    label: str = "plan"
+
+
+class Terminated(AdaptisError):
+    """The launcher got SIGTERM or SIGHUP; the run's processes were stopped. Exits 128 + the signal number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(
+            f"adaptis run got {signal.Signals(signum).name}: stopped torchrun and every worker, removed the run folder"
+        )
+        self.exit_code = 128 + signum
 
 
 def run_plan(
-    plan_path: str | Path,
+    plan: PlanFile,
     model: ModelSpec,
+    options: RunOptions | None = None,
     *,
-    steps: int = 3,
-    warmup: int = 1,
-    verify: bool = False,
     trace_path: str | Path | None = None,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    rdzv_endpoint: str | None = None,
-    master_port: int | None = None,
-    device: str = "auto",
-    dtype: str = "fp32",
-    timeout_s: float = 60.0,
-    seed: int = 0,
-    optimizer: str = "adamw",
-    lr: float = 1e-3,
+    label: str = "plan",
 ) -> dict[str, Any]:
-    """Execute `plan_path` for `warmup + steps` steps; returns the `run` JSON keys of DESIGN.md.
+    """Execute `plan` for `warmup + steps` steps; returns the `run` JSON keys of DESIGN.md.
 
     Keys: `steps`, `measured_step_time_s` (median of the steps after warm-up, rank 0's wall
     time from a barrier to a barrier), `predicted_step_time_s` (the plan's), `step_times_s`,
     and with `verify` also `loss_diff`, `max_abs_grad_diff`, `verified` (the first step's loss
     and every gradient against a single-process step; tolerances in `verify.py`).
     """
-    return run_plans(
-        [PlanJob(plan_path, model, trace_path)],
-        steps=steps,
-        warmup=warmup,
-        verify=verify,
-        nnodes=nnodes,
-        node_rank=node_rank,
-        rdzv_endpoint=rdzv_endpoint,
-        master_port=master_port,
-        device=device,
-        dtype=dtype,
-        timeout_s=timeout_s,
-        seed=seed,
-        optimizer=optimizer,
-        lr=lr,
-    )[0]
+    return run_plans([PlanJob(plan, model, trace_path, label)], options)[0]
 
 
-def run_plans(
-    jobs: list[PlanJob],
-    *,
-    steps: int = 3,
-    warmup: int = 1,
-    verify: bool = False,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    rdzv_endpoint: str | None = None,
-    master_port: int | None = None,
-    device: str = "auto",
-    dtype: str = "fp32",
-    timeout_s: float = 60.0,
-    seed: int = 0,
-    optimizer: str = "adamw",
-    lr: float = 1e-3,
-    p2p_order: str = "auto",
-) -> list[dict[str, Any]]:
-    """Run several plans (same `pp`) side by side in one torchrun launch; one result dict each.
-
-    `p2p_order`: "auto" (per peer on gloo, one line per rank on NCCL), "peer" or "global"
-    (see `runtime.py`)."""
+def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[dict[str, Any]]:
+    """Run several plans (same `pp`) side by side in one torchrun launch; one result dict each."""
     if not jobs:
         return []
-    _check_options(steps, warmup, nnodes, node_rank, dtype, timeout_s, optimizer, verify)
-    if p2p_order not in ("auto", "peer", "global"):
-        raise InputError(f"p2p_order = {p2p_order!r}: use auto, peer or global")
-    plans = [_load(job) for job in jobs]
-    jobs = [dataclasses.replace(job, model=_model_for_plan(job, plan)) for job, plan in zip(jobs, plans, strict=True)]
-    pp = plans[0].training.pp
-    for job, plan in zip(jobs, plans, strict=True):
-        if plan.training.pp != pp:
+    options = options or RunOptions()
+    options.check()
+    jobs = [_prepare(job) for job in jobs]
+    pp = jobs[0].plan.training.pp
+    for job in jobs:
+        if job.plan.training.pp != pp:
             raise InputError(
-                f"{job.plan_path}: training.pp = {plan.training.pp}: plans run together need the same pp"
+                f"{job.label}: training.pp = {job.plan.training.pp}: plans run together need the same pp"
                 f" ({pp}); run them separately"
             )
-    if pp % nnodes:
+    if pp % options.nnodes:
         raise InputError(
-            f"nnodes = {nnodes}: the plan's {pp} devices do not split evenly over the nodes; use a divisor of {pp}"
+            f"--nnodes = {options.nnodes}: the plan's {pp} devices do not split evenly over the nodes;"
+            f" use a divisor of {pp}"
         )
-    nproc = pp // nnodes
-    dev = _resolve_device(device, nproc)
-    work = Path(tempfile.mkdtemp(prefix="adaptis-run-"))
-    try:
+    nproc = pp // options.nnodes
+    dev = _resolve_device(options.device, nproc)
+    cmd = _torchrun_command(nproc, options)
+    with _terminate_on_signals(), _Run() as run:
         manifest = []
         for j, job in enumerate(jobs):
-            model_file = work / f"model{j}.json"
+            plan_file, model_file = run.work / f"plan{j}.json", run.work / f"model{j}.json"
+            write_plan(job.plan, plan_file)
             model_file.write_text(job.model.model_dump_json())
-            manifest.append({"name": f"job{j}", "plan": str(Path(job.plan_path).resolve()), "model": str(model_file)})
-        write_json_atomic(manifest, work / "jobs.json")
+            manifest.append({"name": f"job{j}", "plan": str(plan_file), "model": str(model_file)})
+        write_json_atomic(manifest, run.work / "jobs.json")
+        o = options
         worker_args = [
-            "--jobs", str(work / "jobs.json"), "--out", str(work / "out"),
-            "--steps", str(steps), "--warmup", str(warmup), "--seed", str(seed),
-            "--device", dev, "--dtype", dtype, "--optimizer", optimizer, "--lr", repr(lr),
-            "--timeout-s", repr(float(timeout_s)), "--p2p-order", p2p_order,
+            "--jobs", str(run.work / "jobs.json"), "--out", str(run.out),
+            "--steps", str(o.steps), "--warmup", str(o.warmup), "--seed", str(o.seed),
+            "--device", dev, "--dtype", o.dtype, "--optimizer", o.optimizer, "--lr", repr(o.lr),
+            "--timeout-s", repr(float(o.timeout_s)), "--p2p-order", o.p2p_order,
         ]  # fmt: skip
-        if verify:
+        if o.verify:
             worker_args.append("--verify")
-        cmd = _torchrun_command(nproc, nnodes, node_rank, rdzv_endpoint, master_port) + worker_args
-        _launch(cmd, work / "out", pp, nproc, node_rank, dev)
-        results = []
-        for j, (job, plan) in enumerate(zip(jobs, plans, strict=True)):
-            results.append(
-                _collect(job, plan, work / "out" / f"job{j}", nproc, node_rank, steps, warmup, verify, seed, dev, dtype)
-            )
-        return results
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _supervise(run, cmd + worker_args, options, nproc, dev)
+        return [_collect(job, run.out / f"job{j}", nproc, options, dev) for j, job in enumerate(jobs)]
 
 
 # ---------------------------------------------------------------- checks
 
 
-def _check_options(
-    steps: int, warmup: int, nnodes: int, node_rank: int, dtype: str, timeout_s: float, optimizer: str, verify: bool
-) -> None:
-    if steps < 1:
-        raise InputError(f"--steps = {steps}: need at least 1 measured step")
-    if warmup < 0:
-        raise InputError(f"--warmup = {warmup}: must be >= 0")
-    if nnodes < 1 or not 0 <= node_rank < nnodes:
-        raise InputError(f"--node-rank = {node_rank}: must be in 0..{nnodes - 1} for --nnodes {nnodes}")
-    if dtype not in _DTYPES:
-        raise InputError(f"dtype = {dtype!r}: use one of {', '.join(_DTYPES)}")
-    if timeout_s <= 0:
-        raise InputError(f"timeout_s = {timeout_s}: must be > 0 seconds")
-    if optimizer not in ("sgd", "adamw"):
-        raise InputError(f"optimizer = {optimizer!r}: use 'sgd' or 'adamw'")
-    if verify and nnodes > 1:
-        raise InputError(
-            "--verify with --nnodes > 1: the other nodes' gradients are not visible here; verify on one node"
-        )
-
-
-def _load(job: PlanJob) -> PlanFile:
-    plan = read_plan(job.plan_path)
-    check_model_matches(plan, job.model, job.plan_path)
+def _prepare(job: PlanJob) -> PlanJob:
+    """The pairing check and the lowering: the one check of the plan the launcher does itself."""
+    model = _model_for_plan(job)
+    plan = job.plan
     try:
         lower(plan_layout(plan), plan_programs(plan), plan.training.num_microbatches)
     except InputError as e:
-        raise located(e, job.plan_path) from None
-    return plan
+        raise located(e, job.label) from None
+    return dataclasses.replace(job, model=model)
 
 
-def _model_for_plan(job: PlanJob, plan: PlanFile) -> ModelSpec:
+def _model_for_plan(job: PlanJob) -> ModelSpec:
     """The model as planned: split into the plan's head chunks when given unsplit (same fingerprint)."""
-    model, k = job.model, plan.model.head_chunks
+    plan, model = job.plan, job.model
+    check_model_matches(plan, model, job.label)
+    k = plan.model.head_chunks
     if k > 1 and model.num_head_chunks == 1:
         model = split_head(model, k)
     if model.num_head_chunks != k or model.num_layers != plan.model.num_layers:
         raise InputError(
-            f"{job.plan_path}: model.num_layers = {plan.model.num_layers} with the head in {k} chunk(s), but"
+            f"{job.label}: model.num_layers = {plan.model.num_layers} with the head in {k} chunk(s), but"
             f" '{model.name}' has {model.num_layers} layers with the head in {model.num_head_chunks} chunk(s);"
             " pass the model the plan was made for or re-plan"
         )
@@ -236,58 +263,257 @@ def _resolve_device(device: str, nproc: int) -> str:
     return "cuda" if n >= nproc else "cpu"
 
 
+def _check_port_number(flag: str, port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise InputError(f"{flag} = {port}: not a TCP port; use a free port in 1024..65535")
+
+
+def _endpoint(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--rdzv-endpoint = {text!r}: expected HOST:PORT, e.g. node0:29500")
+    _check_port_number("--rdzv-endpoint", int(port))
+    return host, int(port)
+
+
+def _check_port_free(flag: str, port: int) -> None:
+    """Bind `port` here the way torchrun's store will (all interfaces, SO_REUSEADDR); name what is wrong."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError as e:
+            raise InputError(_port_message(flag, port, e.errno)) from None
+
+
+def _port_message(flag: str, port: int, err: int | None) -> str:
+    if err in (errno.EACCES, errno.EPERM):
+        return (
+            f"{flag} = {port}: this user may not listen on port {port} (below 1024 needs root); use a port above 1023"
+        )
+    return (
+        f"{flag} = {port}: the port is already in use on this machine (another run or service listens there);"
+        " pick a free port"
+        + (" or leave --master-port out (torchrun then picks one)" if flag == "--master-port" else "")
+    )
+
+
 # ---------------------------------------------------------------- launching
 
 
-def _torchrun_command(
-    nproc: int, nnodes: int, node_rank: int, rdzv_endpoint: str | None, master_port: int | None
-) -> list[str]:
+def _torchrun_command(nproc: int, options: RunOptions) -> list[str]:
     cmd = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         f"--nproc-per-node={nproc}",
-        f"--nnodes={nnodes}",
+        f"--nnodes={options.nnodes}",
         "--max-restarts=0",
     ]
-    if rdzv_endpoint:
-        host, _, port = rdzv_endpoint.rpartition(":")
-        if not host or not port.isdigit():
-            raise InputError(f"rdzv_endpoint = {rdzv_endpoint!r}: expected HOST:PORT, e.g. node0:29500")
-        cmd += [f"--node-rank={node_rank}", f"--master-addr={host}", f"--master-port={port}"]
-    elif nnodes > 1:
-        raise InputError(f"--nnodes = {nnodes} needs --rdzv-endpoint HOST:PORT of node 0")
-    elif master_port is not None:
-        cmd += ["--node-rank=0", "--master-addr=127.0.0.1", f"--master-port={master_port}"]
+    if options.rdzv_endpoint:
+        host, port = _endpoint(options.rdzv_endpoint)
+        if options.node_rank == 0:  # node 0 hosts the rendezvous store on that port
+            _check_port_free("--rdzv-endpoint", port)
+        cmd += [f"--node-rank={options.node_rank}", f"--master-addr={host}", f"--master-port={port}"]
+    elif options.master_port is not None:
+        _check_port_free("--master-port", options.master_port)
+        cmd += ["--node-rank=0", "--master-addr=127.0.0.1", f"--master-port={options.master_port}"]
     else:
         cmd += ["--standalone"]
     return cmd + ["-m", "adaptis_plan.executor.worker"]
 
 
-def _launch(cmd: list[str], out: Path, world: int, nproc: int, node_rank: int, dev: str) -> None:
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if dev == "cpu":
-        env["OMP_NUM_THREADS"] = "1"
-    out.mkdir(parents=True, exist_ok=True)
-    log.info("launching: %s", " ".join(cmd))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+@contextmanager
+def _terminate_on_signals() -> Iterator[None]:
+    """SIGTERM / SIGHUP raise `Terminated` while a run is on, so its `finally` clean-up runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        output, _ = proc.communicate()
-    except BaseException:
-        # Ctrl-C or similar: SIGTERM lets torchrun stop its workers before we give up on it.
-        proc.terminate()
+        yield
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ignore SIGINT / SIGTERM / SIGHUP during the clean-up (a second Ctrl-C must not cut it short)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+
+
+class _Run:
+    """One launch: its token, its reaper, its temporary folder; leaving the `with` ends all of them."""
+
+    def __init__(self) -> None:
+        self.token = secrets.token_hex(8)
+        self.root = str(Path(__file__).resolve().parents[2])
+        # the reaper first: from here on, even a SIGKILL of this process leaves nothing behind
+        self.reaper = subprocess.Popen(
+            [sys.executable, "-m", "adaptis_plan.executor.processes", self.token],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=self._env(os.environ, token=False),
+            start_new_session=True,
+            text=True,
+        )
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        raise
+            self.work = Path(tempfile.mkdtemp(prefix="adaptis-run-"))
+            self._tell_reaper(f"dir {self.work}")
+        except BaseException:
+            self._end_reaper()
+            raise
+        self.out = self.work / "out"
+        self.out.mkdir()
+        (self.work / "tmp").mkdir()
+        self.torchrun: subprocess.Popen | None = None
+
+    def _env(self, base: os._Environ | dict, *, token: bool) -> dict[str, str]:
+        env = dict(base)
+        env["PYTHONPATH"] = self.root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.pop(processes.RUN_ID_ENV, None)
+        if token:
+            env[processes.RUN_ID_ENV] = self.token
+            env[processes.LAUNCHER_PID_ENV] = str(os.getpid())
+            env["TMPDIR"] = str(self.work / "tmp")  # torchrun's and the workers' temporary files die with the run
+        return env
+
+    def child_env(self, dev: str) -> dict[str, str]:
+        env = self._env(os.environ, token=True)
+        if dev == "cpu":
+            env["OMP_NUM_THREADS"] = "1"
+        return env
+
+    def _tell_reaper(self, line: str) -> None:
+        assert self.reaper.stdin is not None
+        self.reaper.stdin.write(line + "\n")
+        self.reaper.stdin.flush()
+
+    def _end_reaper(self) -> None:
+        try:
+            if self.reaper.stdin is not None:
+                self.reaper.stdin.close()  # EOF: the reaper checks once more and exits
+            self.reaper.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.reaper.kill()
+
+    def stop(self) -> None:
+        """End every process of the run (idempotent)."""
+        processes.kill_run(self.token, [self.torchrun.pid] if self.torchrun is not None else [], grace_s=1.0)
+        if self.torchrun is not None:
+            try:
+                self.torchrun.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                log.warning("torchrun (pid %d) did not exit after SIGKILL", self.torchrun.pid)
+
+    def __enter__(self) -> _Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with _signals_held():
+            self.stop()
+            shutil.rmtree(self.work, ignore_errors=True)
+            self._end_reaper()
+
+
+def _supervise(run: _Run, cmd: list[str], options: RunOptions, nproc: int, dev: str) -> None:
+    """Run torchrun to its end, or end it (see the module docstring); raise naming what failed."""
+    log.info("launching: %s", " ".join(cmd))
+    stale_s = max(options.timeout_s, STALE_MIN_S)
+    local = range(options.node_rank * nproc, (options.node_rank + 1) * nproc)
+    with open(run.work / "torchrun.log", "w") as sink:
+        run.torchrun = proc = subprocess.Popen(
+            cmd, stdout=sink, stderr=subprocess.STDOUT, env=run.child_env(dev), start_new_session=True
+        )
+    t0 = time.monotonic()
+    spawned: float | None = None  # when torchrun had started its workers (its rendezvous completed)
+    first_error: float | None = None
+    stuck: tuple[int, float] | None = None
+    while proc.poll() is None:
+        time.sleep(_POLL_S)
+        now = time.monotonic()
+        beats = processes.heartbeats(run.out)
+        if spawned is None:
+            if beats or processes.worker_children(proc.pid):
+                spawned = now
+            elif options.nnodes > 1 and now - t0 > options.timeout_s:
+                run.stop()
+                raise InputError(_rendezvous_message(options))
+            elif now - t0 > options.timeout_s + START_BACKSTOP_S:
+                run.stop()
+                raise AdaptisError(f"torchrun did not start the workers within {now - t0:.0f} s")
+            continue
+        missing = [r for r in local if r not in beats]
+        if missing and now - spawned > options.timeout_s + START_BACKSTOP_S:
+            run.stop()
+            raise AdaptisError(f"rank {missing[0]} failed: it did not start within {now - spawned:.0f} s")
+        late = [
+            (rank, age)
+            for rank, (pid, age) in beats.items()
+            if age > stale_s and processes.carries_token(pid, run.token) and processes.is_running(pid)
+        ]
+        if late:
+            stuck = min(late)
+            break
+        if first_error is None and any(run.out.glob("error.rank*.json")):
+            first_error = now
+        if first_error is not None and now - first_error > ERROR_GRACE_S:
+            break
+    run.stop()
+    output = (run.work / "torchrun.log").read_text(errors="replace")
     if output:
         log.debug("torchrun output:\n%s", output)
-    if proc.returncode != 0:
-        local = range(node_rank * nproc, (node_rank + 1) * nproc)
-        raise AdaptisError(_diagnose(out, local, output or ""))
+    if stuck is not None:
+        rank, age = stuck
+        raise AdaptisError(
+            f"rank {rank} failed: it stopped responding (no heartbeat for {age:.0f} s, --timeout {options.timeout_s:g}):"
+            " the process was stopped or is frozen; the run was ended"
+        )
+    if proc.returncode != 0 or first_error is not None:
+        if not any(run.out.glob("error.rank*.json")):  # no rank ran: torchrun itself failed (its port?)
+            _raise_port_problem(output, options)
+        raise AdaptisError(_diagnose(run.out, local, output))
+
+
+def _rendezvous_message(options: RunOptions) -> str:
+    return (
+        f"--rdzv-endpoint = {options.rdzv_endpoint}: the rendezvous of --nnodes {options.nnodes} did not complete"
+        f" within --timeout {options.timeout_s:g} s (not every node joined); start `adaptis run` with the same"
+        " plan, --nnodes and --rdzv-endpoint on every node (--node-rank 0 .. N-1), or raise --timeout"
+    )
+
+
+def _raise_port_problem(output: str, options: RunOptions) -> None:
+    """Raise the port's `InputError` when torchrun's output says its rendezvous port could not be bound."""
+    text = output.lower()
+    if "eaddrinuse" in text or "address already in use" in text:
+        err: int | None = errno.EADDRINUSE
+    elif "eacces" in text or ("permission denied" in text and "socket" in text):
+        err = errno.EACCES
+    else:
+        return
+    if options.rdzv_endpoint:
+        flag, port = "--rdzv-endpoint", _endpoint(options.rdzv_endpoint)[1]
+    elif options.master_port is not None:
+        flag, port = "--master-port", options.master_port
+    else:
+        m = re.search(r"port[:= ]+(\d+)", text)
+        flag, port = "the rendezvous port", int(m.group(1)) if m else 0
+    raise InputError(_port_message(flag, port, err))
 
 
 def _diagnose(out: Path, ranks: range, output: str) -> str:
@@ -345,41 +571,33 @@ def _torchrun_failures(output: str) -> tuple[int | None, dict[int, int]]:
 # ---------------------------------------------------------------- results
 
 
-def _collect(
-    job: PlanJob,
-    plan: PlanFile,
-    out: Path,
-    nproc: int,
-    node_rank: int,
-    steps: int,
-    warmup: int,
-    verify: bool,
-    seed: int,
-    dev: str,
-    dtype: str,
-) -> dict[str, Any]:
-    ranks = range(node_rank * nproc, (node_rank + 1) * nproc)
+def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str) -> dict[str, Any]:
+    ranks = range(options.node_rank * nproc, (options.node_rank + 1) * nproc)
     per_rank = {r: json.loads((out / f"rank{r}.json").read_text()) for r in ranks}
     first = per_rank[ranks[0]]
     times = first["step_times_s"]
     losses = next((d["losses"] for d in per_rank.values() if d["losses"]), [])
+    plan = job.plan
     result: dict[str, Any] = {
-        "plan": str(job.plan_path),
+        "plan": job.label,
         "strategy": plan.strategy,
-        "steps": steps,
-        "warmup": warmup,
+        "steps": options.steps,
+        "warmup": options.warmup,
         "measured_step_time_s": statistics.median(times),
         "predicted_step_time_s": plan.predicted.step_time_s,
         "step_times_s": times,
         "device": dev,
         "backend": "nccl" if dev == "cuda" else "gloo",
-        "dtype": dtype,
+        "dtype": options.dtype,
         "pp": plan.training.pp,
         "num_microbatches": plan.training.num_microbatches,
+        "recompute": [st.recompute for st in plan.stages],
         "losses": losses,
+        # this node's projection GEMMs in the last step; forward includes what recomputation reran
+        "gemm_flops": {k: sum(d["gemm_flops"][k] for d in per_rank.values()) for k in first["gemm_flops"]},
     }
-    if verify:
-        result.update(_verify(plan, job.model, out, ranks, seed, dev, dtype))
+    if options.verify:
+        result.update(_verify(plan, job.model, out, ranks, options.seed, dev, options.dtype))
     if job.trace_path is not None:
         write_json_atomic(measured_trace(plan, {r: d["timeline"] for r, d in per_rank.items()}), job.trace_path)
         result["trace"] = str(job.trace_path)

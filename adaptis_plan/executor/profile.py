@@ -6,9 +6,12 @@ Use from Python (the CLI's `adaptis profile --model M -o PROFILE.json` calls thi
     profile = profile_model(model_spec, seq_len=256, micro_batch_size=1)
 
 Data flow: `ModelSpec` -> one torch layer per *distinct* layer spec (identical specs are
-measured once; `layers` lists all their indices) -> `CostProfile` (spec/profile.py), which
-`plan --costs` and `simulate --costs` read instead of the analytic numbers. Imports torch,
-the executor's layers and `wgrad`, and the profile spec.
+measured once; `layers` lists all their indices) -> `CostProfile` (spec/cost_profile.py), which
+`plan --costs` and `simulate --costs` read instead of the analytic numbers. `profile_recompute`
+measures the same layers under selective and full recomputation (`layers.set_recompute`).
+Imports torch, the executor's layers and `wgrad`, and the profile spec; never a plan, a
+builder or the simulator (the runtime's time per action is measured by the `adaptis profile`
+use case, which builds the probe plan and runs it through `launch.run_plan`).
 
 Per distinct layer and repeat (medians over `repeats` after `warmup`):
 - F: forward of one micro-batch ([micro_batch_size, seq_len] tokens), building the graph;
@@ -20,8 +23,8 @@ chunks share an entry): a later chunk gets a packed [b, s, h + 2] float32 input,
 last chunk's output is a loss (the others are backpropagated from a seeded output gradient).
 `head_chunks` = (2, 3, 4, ...) also measures an unsplit model's head split that many ways
 (`CostProfile.head_chunks`), so a plan that splits the head is costed with its chunks' own times.
-Memory: `act_bytes` = distinct storages autograd saves during F (a saved-tensor hook;
-parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
+Memory: `act_bytes` = distinct storages autograd saves during F and still holds after it
+(`saved_bytes`: a saved-tensor hook; parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
 gradients, distinct storages; capped at `act_bytes`, since the cost model's memory semantics
 only let I free memory). On CPU everything runs with one intra-op thread, like the
 one-thread-per-rank executor. `measure_link` times gloo point-to-point between two local
@@ -33,7 +36,6 @@ the entry point of those two processes:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import socket
@@ -42,13 +44,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from adaptis_plan.errors import AdaptisError
-from adaptis_plan.executor.layers import build_layer
+from adaptis_plan.executor.layers import build_layer, set_recompute
 from adaptis_plan.executor.wgrad import WeightGradStore
 from adaptis_plan.spec.cost_profile import CostProfile, HeadChunkProfile, LayerCostEntry, MeasuredLink, ProfiledModel
 from adaptis_plan.spec.model import ModelSpec
@@ -81,18 +86,31 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _saved_bytes(fn, params: set[int]) -> tuple[object, int]:  # noqa: ANN001
-    seen: dict[int, int] = {}
+def saved_bytes(fn, exclude: set[int]) -> tuple[object, int]:  # noqa: ANN001
+    """`fn()` and the bytes autograd keeps for its backward: the distinct storages of the tensors
+    saved during `fn` and still saved when it returns (storages whose data pointer is in `exclude`,
+    the parameters', left out).
+
+    Only tensors still held at the end count: a branch of the graph that `fn` drops (an SSD scan's
+    state after its last chunk) frees its saved tensors, and their memory may be reused within `fn`
+    for another one, so tensors are tracked by weak reference and told apart by storage only among
+    the live ones."""
+    saved: list[weakref.ref] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        st = t.untyped_storage()
-        if st.data_ptr() not in params:
-            seen[st.data_ptr()] = st.nbytes()
+        saved.append(weakref.ref(t))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()
-    return out, sum(seen.values())
+    live: dict[int, int] = {}
+    for ref in saved:
+        t = ref()
+        if t is not None:
+            st = t.untyped_storage()
+            if st.data_ptr() not in exclude:
+                live[st.data_ptr()] = st.nbytes()
+    return out, sum(live.values())
 
 
 def _profile_layer(
@@ -106,8 +124,9 @@ def _profile_layer(
     repeats: int,
     warmup: int,
     seed: int,
+    recompute: str = "none",
 ) -> LayerCostEntry:
-    layer = build_layer(model, index, seed=seed).to(device=device, dtype=dtype)
+    layer = set_recompute(build_layer(model, index, seed=seed), recompute).to(device=device, dtype=dtype)
     kind = model.layers[index].kind
     g = torch.Generator().manual_seed(seed + 1000 + index)
     shape = (micro_batch_size, seq_len)
@@ -135,7 +154,7 @@ def _profile_layer(
     for rep in range(warmup + repeats):
         _sync(device)
         t0 = time.perf_counter()
-        (out, _), nbytes = _saved_bytes(forward, params)
+        (out, _), nbytes = saved_bytes(forward, params)
         _sync(device)
         t1 = time.perf_counter()
         grad = None if is_loss else torch.ones_like(out) / out.numel()
@@ -184,35 +203,23 @@ def profile_model(
     repeats: int = 5,
     warmup: int = 2,
     seed: int = 0,
-    link: bool = False,
-    runtime: bool = False,
     head_chunks: tuple[int, ...] = (),
 ) -> CostProfile:
     """Measured F / I / W / B seconds and activation bytes per distinct layer (see the module docstring).
 
-    `link`: also time the gloo link; `runtime`: the link and this runtime's host time per action
-    (`measure_action_overhead`), both of which the planner and simulator then charge; `head_chunks`:
-    chunk counts to measure the head split into (ignored for a tied or already split head).
+    `head_chunks`: chunk counts to measure the head split into (ignored for a tied or already split
+    head). The gloo link (`measure_link`) and the runtime's time per action are measured separately
+    (the `adaptis profile` use case adds them to the profile).
     """
-    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
-    prev_threads = torch.get_num_threads()
-    if dev.type == "cpu":
-        torch.set_num_threads(1)
-    try:
-        entries = []
-        for group in distinct_layers(model):
-            e = _profile_layer(
-                model, group[0], seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
-                dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed,
-            )  # fmt: skip
-            entries.append(e.model_copy(update={"layers": group}))
+    with _measuring(device) as dev:
+        entries = _entries(
+            model, distinct_layers(model), "none", seq_len, micro_batch_size, dev, dtype, repeats, warmup, seed
+        )
         chunked = _profile_head_chunks(
             model, head_chunks, seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
             dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed,
         )  # fmt: skip
         threads = torch.get_num_threads()
-    finally:
-        torch.set_num_threads(prev_threads)
     return CostProfile(
         model=ProfiledModel(name=model.name, fingerprint=model.fingerprint()),
         device="cpu" if dev.type == "cpu" else f"cuda: {torch.cuda.get_device_name(dev)}",
@@ -224,8 +231,6 @@ def profile_model(
         repeats=repeats,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         entries=entries,
-        link=measure_link() if link or runtime else None,
-        action_overhead_s=measure_action_overhead() if runtime else None,
         head_chunks=chunked,
     )
 
@@ -248,6 +253,78 @@ def _profile_head_chunks(model: ModelSpec, counts: tuple[int, ...], **kw: object
             entries.append(e.model_copy(update={"layers": [i - first for i in group]}))
         out.append(HeadChunkProfile(num_chunks=k, entries=entries))
     return out
+
+
+def profile_recompute(
+    model: ModelSpec,
+    *,
+    seq_len: int,
+    micro_batch_size: int,
+    modes: tuple[str, ...] = ("selective", "full"),
+    device: str = "cpu",
+    dtype: str = "fp32",
+    repeats: int = 5,
+    warmup: int = 2,
+    seed: int = 0,
+) -> dict[str, list[LayerCostEntry]]:
+    """{mode: entries}: the distinct layers that `mode` changes, measured as they run under it.
+
+    The same measurement as `profile_model` with the layer built by `layers.set_recompute(layer,
+    mode)`: `act_bytes` is what the forward keeps (full: the block input; selective: all but the
+    attention core's internals), I and B include the forward they rerun. "full" lists every decoder
+    block, "selective" only blocks with attention (it changes nothing in the others); the embedding
+    and the head never recompute. What `adaptis profile --recompute` reports, so the cost model's
+    recompute figures can be checked against a real run.
+    """
+    out: dict[str, list[LayerCostEntry]] = {}
+    with _measuring(device) as dev:
+        for mode in modes:
+            groups = [g for g in distinct_layers(model) if _changes(model, g[0], mode)]
+            out[mode] = _entries(model, groups, mode, seq_len, micro_batch_size, dev, dtype, repeats, warmup, seed)
+    return out
+
+
+def _changes(model: ModelSpec, index: int, mode: str) -> bool:
+    """Whether recompute `mode` changes what layer `index` keeps (see `layers.set_recompute`)."""
+    layer = model.layers[index]
+    if layer.kind in ("embedding", "head") or mode == "none":
+        return False
+    return mode == "full" or layer.attention is not None
+
+
+def _entries(
+    model: ModelSpec,
+    groups: list[list[int]],
+    mode: str,
+    seq_len: int,
+    micro_batch_size: int,
+    dev: torch.device,
+    dtype: str,
+    repeats: int,
+    warmup: int,
+    seed: int,
+) -> list[LayerCostEntry]:
+    entries = []
+    for group in groups:
+        e = _profile_layer(
+            model, group[0], seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
+            dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed, recompute=mode,
+        )  # fmt: skip
+        entries.append(e.model_copy(update={"layers": group}))
+    return entries
+
+
+@contextmanager
+def _measuring(device: str) -> Iterator[torch.device]:
+    """The device to measure on; on CPU one intra-op thread meanwhile, as each executor rank runs."""
+    dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    prev_threads = torch.get_num_threads()
+    if dev.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield dev
+    finally:
+        torch.set_num_threads(prev_threads)
 
 
 # ---------------------------------------------------------------- point-to-point link
@@ -336,51 +413,6 @@ def measure_link(*, repeats: int = 20, large_bytes: int = 16 * 2**20, timeout_s:
             raise AdaptisError("measuring the gloo link failed: " + "; ".join(errors))
         latency, bw = (float(x) for x in Path(out).read_text().split())
     return MeasuredLink(latency_s=latency, bandwidth_gbps=bw / 1e9, backend="gloo")
-
-
-# ---------------------------------------------------------------- runtime overhead per action
-
-
-def measure_action_overhead(*, num_microbatches: int = 16, steps: int = 5, timeout_s: float = 120.0) -> float:
-    """Host time per action of this runtime on 2 local ranks (gloo, one thread each).
-
-    Runs a GPipe pipeline whose layers do almost no arithmetic (hidden 8, 8 tokens), so a step
-    is the runtime's own work per action: Python dispatch, autograd bookkeeping, posting and
-    waiting on P2P. The measured step (median after warm-up) divided by the number of actions
-    on its critical path (the simulator's step for the same plan with unit-cost actions) is the
-    `action_overhead_s` a measured profile carries.
-    """
-    from adaptis_plan.core import Layout, uniform_costs
-    from adaptis_plan.executor.launch import PlanJob, run_plans
-    from adaptis_plan.judge.simulate import simulate
-    from adaptis_plan.planfile.io import make_plan, write_plan
-    from adaptis_plan.schedules import get_spec
-    from adaptis_plan.spec.hardware import HardwareProfile
-    from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec
-    from adaptis_plan.spec.training import TrainingConfig
-
-    block = LayerSpec(kind="decoder", attention=AttentionSpec(num_heads=1, num_kv_heads=1, head_dim=8),
-                      mlp=MlpSpec(intermediate_size=8))  # fmt: skip
-    model = ModelSpec(name="overhead-probe", hidden_size=8, vocab_size=16,
-                      layers=[LayerSpec(kind="embedding"), block, block, LayerSpec(kind="head")])  # fmt: skip
-    hw = HardwareProfile.model_validate(
-        {"name": "probe", "device_types": {"cpu": {"peak_bf16_tflops": 1, "matmul_efficiency": 1, "hbm_bytes": 2**34,
-         "hbm_bandwidth_gbps": 1, "source": "probe"}}, "groups": [{"device_type": "cpu", "num_nodes": 1,
-         "devices_per_node": 2}], "intra_node": {"bandwidth_gbps": 1, "latency_s": 0, "source": "probe"},
-         "inter_node": {"bandwidth_gbps": 1, "latency_s": 0, "source": "probe"}}
-    )  # fmt: skip
-    training = TrainingConfig(num_microbatches=num_microbatches, micro_batch_size=1, seq_len=8, pp=2)
-    spec = get_spec("GPipe")
-    layout = Layout(bounds=(0, 2, 4), stage_device=spec.stage_device(2), num_devices=2)
-    programs = spec.build(layout.stage_device, 2, num_microbatches)
-    unit = dataclasses.replace(uniform_costs(4, 2, f=0.0, i=0.0, w=0.0), action_overhead_s=1.0)
-    critical = simulate(layout, unit, programs, num_microbatches)
-    with tempfile.TemporaryDirectory(prefix="adaptis-overhead-") as tmp:
-        path = Path(tmp) / "probe.json"
-        write_plan(make_plan(strategy=spec.name, model=model, hardware=hw, training=training, layout=layout,
-                             programs=programs, result=critical, costs=unit), path)  # fmt: skip
-        out = run_plans([PlanJob(path, model)], steps=steps, warmup=2, timeout_s=timeout_s)[0]
-    return float(out["measured_step_time_s"]) / critical.step_time_s
 
 
 if __name__ == "__main__":

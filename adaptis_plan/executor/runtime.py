@@ -16,7 +16,9 @@ Per action, in the rank's plan order:
 - `I(s, m)` / `B(s, m)`: take the output gradient (none for the last stage: the loss itself;
   else the local handoff or the received gradient), run autograd backward to the stage input
   (`I` inside `WeightGradStore.deferring`: weight GEMMs stashed; `B`: everything), hand the
-  input gradient to stage s-1.
+  input gradient to stage s-1. On a stage the plan marks for recomputation, F keeps only
+  what `layers.set_recompute` lets it keep and the backward (I or B) reruns that forward
+  first; nothing else changes.
 - `W(s, m)`: run the stashed weight GEMMs of (s, m).
 Gradients accumulate over the micro-batches in `.grad`; the worker then syncs the tied
 embedding gradient (`sync_tied_grads`) and takes the optimizer step.
@@ -63,6 +65,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -71,7 +74,7 @@ import torch.distributed as dist
 from torch import nn
 
 from adaptis_plan.core import Action
-from adaptis_plan.executor.layers import boundary_spec, build_layer
+from adaptis_plan.executor.layers import boundary_spec, build_layer, set_recompute
 from adaptis_plan.executor.lowering import Lowered, Transfer
 from adaptis_plan.executor.wgrad import WeightGradStore
 from adaptis_plan.spec.model import ModelSpec
@@ -82,14 +85,22 @@ class CommError(RuntimeError):
 
 
 class Stage(nn.Module):
-    """Layers [start, stop) of the model; parameters are named `{layer index}.{name in layer}`."""
+    """Layers [start, stop) of the model; parameters are named `{layer index}.{name in layer}`.
 
-    def __init__(self, model: ModelSpec, stage: int, start: int, stop: int, *, seed: int) -> None:
+    `recompute` ("none", "selective", "full"): the plan's choice for this stage, applied to each of its
+    decoder blocks (`layers.set_recompute`)."""
+
+    def __init__(
+        self, model: ModelSpec, stage: int, start: int, stop: int, *, seed: int, recompute: str = "none"
+    ) -> None:
         super().__init__()
         self.stage = stage
         self.first = start == 0
         self.last = stop == model.num_layers
-        self.layers = nn.ModuleDict({str(i): build_layer(model, i, seed=seed) for i in range(start, stop)})
+        self.recompute = recompute
+        self.layers = nn.ModuleDict(
+            {str(i): set_recompute(build_layer(model, i, seed=seed), recompute) for i in range(start, stop)}
+        )
         self.has_head = any(model.layers[i].kind == "head" for i in range(start, stop))
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
@@ -251,7 +262,9 @@ class RankRuntime:
         dtype: torch.dtype,
         timeout_s: float,
         p2p_order: str = "peer",
+        recompute: Sequence[str] | None = None,
     ) -> None:
+        """`recompute[s]`: stage s's recomputation (the plan's `stages[s].recompute`); None = none anywhere."""
         self.rank = rank
         self.model = model
         self.lowered = lowered
@@ -260,9 +273,13 @@ class RankRuntime:
         self.num_microbatches = lowered.num_microbatches
         self.device, self.dtype = device, dtype
         self.stages: dict[int, Stage] = {}
+        modes = list(recompute) if recompute is not None else ["none"] * self.layout.num_stages
+        if len(modes) != self.layout.num_stages:
+            raise ValueError(f"recompute lists {len(modes)} stages, the layout has {self.layout.num_stages}")
         for s in self.layout.stages_of(rank):
             b = self.layout.bounds
-            self.stages[s] = Stage(model, s, b[s], b[s + 1], seed=seed).to(device=device, dtype=dtype)
+            stage = Stage(model, s, b[s], b[s + 1], seed=seed, recompute=modes[s])
+            self.stages[s] = stage.to(device=device, dtype=dtype)
         self.store = WeightGradStore()
         b = self.layout.bounds
         boundaries = {

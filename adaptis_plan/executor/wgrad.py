@@ -33,12 +33,15 @@ _ACTIVE: list | None = None
 
 @dataclass
 class FlopCounter:
-    """Multiply-add FLOPs of the backward GEMMs (2 * m * n * k each), for the I + W == B check."""
+    """Multiply-add FLOPs of the projections' GEMMs (2 * m * n * k each): forward, input-gradient and
+    weight-gradient, for the I + W == B check and for counting what a recomputation reruns."""
 
+    forward: int = 0
     input_grad: int = 0
     weight_grad: int = 0
 
     def reset(self) -> None:
+        self.forward = 0
         self.input_grad = 0
         self.weight_grad = 0
 
@@ -72,6 +75,7 @@ class _LinearFn(torch.autograd.Function):
         ctx.save_for_backward(x, weight)
         ctx.param = weight
         ctx.has_bias = bias is not None
+        FLOPS.forward += 2 * x.numel() * weight.shape[0]
         return F.linear(x, weight, bias)
 
     @staticmethod

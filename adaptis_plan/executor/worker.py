@@ -1,22 +1,27 @@
 """One pipeline rank under torchrun: build this rank's stages and run the plan for real.
 
-Run (normally `launch.run_plan` / `adaptis run` does this for you):
+Run (normally `launch.run_plan` / `adaptis run` does this for you, and checks that the plan
+and the model belong together first: the worker does not):
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 --max-restarts 0 \
         -m adaptis_plan.executor.worker --plan plan.json --model model.json --out results/
 
-Data flow: plan + model spec (JSON files) -> `lowering.lower` -> `RankRuntime` -> per-step
-timings, the timeline of the last step, and with `--verify` the first step's loss and
-gradients, written under `--out` (one file per rank; the launcher merges them). `--jobs FILE`
+Data flow: plan + model spec (JSON files) -> `lowering.lower` -> `RankRuntime` (with the
+plan's per-stage recomputation) -> per-step timings, the timeline of the last step, and with
+`--verify` the first step's loss and gradients, written under `--out` (one file per rank; the
+launcher merges them). `--jobs FILE`
 runs several (plan, model) pairs one after another in the same process group (what the
 launcher uses to measure several plans side by side). Imports torch and the executor.
 
 Output per job and rank, in `<out>/<job name>/`: `rank{r}.json` (step times, losses, action
-timeline), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
+timeline and projection GEMM FLOPs of the last step: forward, recomputed forwards included,
+input-gradient, weight-gradient), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
 step's backward and tied-gradient sync, before the optimizer step). On failure
 `<out>/error.rank{r}.json` (the last error line, the traceback, and whether it was a communication
-error, i.e. probably a consequence of another rank's failure) and exit code 1.
-Logs go to stderr only.
+error, i.e. probably a consequence of another rank's failure) and exit code 1. Before anything
+else the worker starts its lifeline (`processes.start_lifeline`): the heartbeat file
+`<out>/alive.rank{r}` the launcher watches, and an exit within a second of the launcher's or
+torchrun's death. Logs go to stderr only.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ import torch.distributed as dist
 
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
+from adaptis_plan.executor.processes import start_lifeline
 from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, warm_up_pairs
+from adaptis_plan.executor.wgrad import FLOPS
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
@@ -91,17 +98,10 @@ def _optimizer(params: list, name: str, lr: float) -> torch.optim.Optimizer:
 
 def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
+    # the launcher checked this pair (fingerprint, head chunks, layer count) and lowered the plan
+    # before it started anything; here only what depends on the launch itself is checked
     plan = PlanFile.model_validate_json(Path(plan_path).read_text())
     model = ModelSpec.model_validate_json(Path(model_path).read_text())
-    if plan.model.fingerprint != model.fingerprint():
-        raise RuntimeError(
-            f"{plan_path} was made for model '{plan.model.name}', not '{model.name}' (fingerprints differ)"
-        )
-    if plan.model.num_layers != model.num_layers:
-        raise RuntimeError(
-            f"{plan_path} has {plan.model.num_layers} layers (head in {plan.model.head_chunks} chunk(s)) but"
-            f" model '{model.name}' has {model.num_layers} (head in {model.num_head_chunks} chunk(s))"
-        )
     if plan.training.pp != world:
         raise RuntimeError(f"the plan has pp = {plan.training.pp} but torchrun started {world} processes")
     tr = plan.training
@@ -118,6 +118,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         dtype=dtype,
         timeout_s=args.timeout_s,
         p2p_order=args.p2p_order if args.p2p_order != "auto" else ("global" if device.type == "cuda" else "peer"),
+        recompute=[st.recompute for st in plan.stages],
     )
     opt = _optimizer(rt.parameters(), args.optimizer, args.lr)
     fault = Fault.from_env()
@@ -133,7 +134,9 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         rt.zero_grad()
         dist.barrier()
         t0 = time.perf_counter()
+        FLOPS.reset()
         res = rt.run_step(inputs, labels, fault=fault, step=step)
+        flops = {"forward": FLOPS.forward, "input_grad": FLOPS.input_grad, "weight_grad": FLOPS.weight_grad}
         rt.sync_tied_grads()
         if args.verify and step == 0:
             grads = {n: (None if p.grad is None else p.grad.detach().float().cpu()) for n, p in rt.named_parameters()}
@@ -156,6 +159,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
             "median_step_time_s": statistics.median(measured) if measured else None,
             "losses": losses,
             "timeline": [list(a) for a in timeline],
+            "gemm_flops": flops,
         },
     )
 
@@ -172,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     job_out = out
     try:
+        start_lifeline(out, rank)
         timeout = timedelta(seconds=args.timeout_s)
         if args.device == "cuda":
             device = torch.device("cuda", local_rank)

@@ -40,10 +40,10 @@ MAX_DP = 2**20
 #: micro-batches per step.
 MAX_MICROBATCHES = 8192
 #: pipeline ranks x micro-batches per step. A step has ~3 actions per pair and stage, and every
-#: classic baseline is built and simulated for it, outside the search's time limit: measured
-#: on 2 cores, 1F1B for gemma-s at pp 8 costs 0.5 s of CPU at 16 micro-batches, 2.6 s at 1,024
-#: and 4.7 s at 2,048; this bound keeps that part under ~3 s however the sizes are chosen.
-MAX_DEVICE_MICROBATCHES = 8192
+#: classic baseline is built and simulated for it: the bound admits the largest pipelines the
+#: planner is held to (pp 64 x 512 micro-batches) and refuses what would only make the plan,
+#: its baselines and its file grow without bound.
+MAX_DEVICE_MICROBATCHES = 32768
 
 #: bytes of one device's memory (1 PiB).
 MAX_BYTES = 2**50

@@ -25,6 +25,8 @@ pytest.importorskip("torch.distributed.pipelining")
 
 from bench import real  # noqa: E402
 
+pytestmark = pytest.mark.slow  # profiles and one torchrun launch: minutes on 2 loaded cores
+
 SMOKE = real.RealConfig(
     cases=(real.ModelCase("tiny-llama", 32, 2),),
     warmup=1,
@@ -70,26 +72,36 @@ def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) 
     text = real.render(results)
     targets = _table_after(text, "### Targets")
     judged = [r for r in targets if r[3] != "context"]
-    # ours / torch, prediction with the planning profile, prediction with the layers as run;
-    # tiny-gemma's speed-up target is not part of this run
-    assert len(judged) == 3
+    # ours / torch, prediction with the planning profile, prediction with the layers as run, the
+    # recompute plan's prediction; tiny-gemma's speed-up target is not part of this run
+    assert len(judged) == 4
     assert all(r[3] in ("PASS", "MISS") for r in judged)
     assert all(re.match(NUM, r[1]) for r in targets)
 
     rows = _table_after(text, "### Per model")
-    assert [r[2].split(" ")[0] for r in rows] == list(real.STRATEGIES)
+    assert [r[2].split(" ")[0] for r in rows] == list(real.RUNS)
     for r in rows:
         assert r[0] == "tiny-llama"
         assert float(r[5]) > 0 and float(r[7]) > 0  # ours ms, predicted ms
         assert re.fullmatch(NUM + "%", r[8]) and re.fullmatch(NUM + "%", r[9])  # errors: plan's, after-run profile
-        if r[2] != "adaptive" and not r[2].startswith("adaptive"):
+        if r[2].split(" ")[0] in real.CLASSIC:
             assert float(r[4]) > 0 and float(r[6]) > 0  # torch ms, ours / torch
     (noise,) = _table_after(text, "### Other jobs on the machine")
     assert re.fullmatch(r"\d+ of \d+", noise[2]) and noise[1].endswith("%")
     (speed,) = _table_after(text, "### Adaptive vs the best torch schedule")
     assert speed[2] in real.CLASSIC and float(speed[5].removesuffix("x")) > 0
-    assert len(_table_after(text, "### Where our runtime's time goes")) == len(real.STRATEGIES)
+    assert len(_table_after(text, "### Where our runtime's time goes")) == len(real.RUNS)
     assert "max |difference|" in text and "torch 2." in text and "set_num_threads(1)" in text
+
+
+def test_the_recompute_plan_runs_recomputation_on_every_stage(results: real.RealResults) -> None:
+    (m,) = results.models
+    p = m.plans[real.RECOMPUTE]
+    assert p.torch_s is None and p.ours > 0 and p.predicted_s > 0
+    assert [s[:2] for s in p.stages] == [s[:2] for s in m.plans["1F1B"].stages]  # the same split
+    # charged one more forward per block: predicted slower than the same plan without recomputation
+    assert p.predicted_s > m.plans["1F1B"].predicted_s
+    assert abs(p.ours_losses[0] - m.plans["1F1B"].ours_losses[0]) <= real.LOSS_TOL  # the same math
 
 
 def test_section_replaces_only_its_own_part() -> None:

@@ -130,7 +130,7 @@ def test_absurd_model_sizes(adaptis, tmp_path: Path, key: str, value: float, nee
         (("--head-chunks", "٣"), ("--head-chunks",)),
         (("--pp", "5000"), ("--pp = 5000", "1..1024")),
         (("--microbatches", "1000000000000"), ("--microbatches = 1,000,000,000,000", "8192")),
-        (("--microbatches", "5000"), ("--pp 2 x --microbatches 5000 = 10000", "more than 8192")),
+        (("--microbatches", "5000", "--pp", "8"), ("--pp 8 x --microbatches 5000 = 40000", "more than 32768")),
         (("--seq-len", "1000000000"), ("--seq-len",)),
         (("--micro-batch-size", "99999999"), ("--micro-batch-size",)),
         (("--tp", "100000"), ("--tp",)),
@@ -304,8 +304,8 @@ def test_absurd_micro_batch_counts_are_refused_up_front(adaptis, tmp_path: Path)
     """The plan's size is bounded, so the classic baselines and the plan file cannot outgrow the time limit."""
     args = ("--model", "gemma-s", "--hardware", "h200", "--time-limit", "1", "-o", tmp_path / "p.json")
     t0 = time.perf_counter()
-    for pp, m in ((8, 2048), (4, 100_000), (1024, 16)):
-        one_line_error(adaptis("plan", *args, "--pp", pp, "--microbatches", m), 2, "8192")
+    for pp, m, limit in ((32, 2048, "32768"), (4, 100_000, "8192"), (1024, 64, "32768")):
+        one_line_error(adaptis("plan", *args, "--pp", pp, "--microbatches", m), 2, limit)
     assert time.perf_counter() - t0 < 30
 
 

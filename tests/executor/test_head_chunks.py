@@ -17,7 +17,7 @@ from helpers_executor import (
 
 from adaptis_plan.core import Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.executor.launch import PlanJob, run_plan, run_plans
+from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plan, run_plans
 from adaptis_plan.executor.layers import build_layer
 from adaptis_plan.executor.profile import distinct_layers, profile_model
 from adaptis_plan.executor.wgrad import WeightGradStore
@@ -121,16 +121,16 @@ def test_split_head_plans_verify_under_torchrun(tmp_path: Path) -> None:
         assert plan.model.head_chunks == k and plan.model.num_layers == model.num_layers
         check_model_matches(plan, model, path)  # a split model keeps its fingerprint
         check_model_matches(plan, base, path)
-        jobs.append(PlanJob(path, model))
-    jobs.append(PlanJob(jobs[1].plan_path, base))  # given unsplit, the launcher splits it as planned
+        jobs.append(PlanJob(plan, model, label=str(path)))
+    jobs.append(PlanJob(jobs[1].plan, base))  # given unsplit, the launcher splits it as planned
     with pytest.raises(InputError, match=r"head in 3 chunk\(s\).*head in 2 chunk\(s\)"):
-        run_plan(jobs[1].plan_path, split_head(base, 2))
-    results = run_plans(jobs, steps=1, warmup=0, verify=True)
+        run_plan(jobs[1].plan, split_head(base, 2))
+    results = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True))
     assert [r["verified"] for r in results] == [True] * len(jobs), [r["mismatched_params"][:3] for r in results]
     for r in results:
         assert r["loss_diff"] <= 1e-5 * r["reference_loss"] and r["max_abs_grad_diff"] < 1e-6
     # bf16: the packed boundary crosses devices in fp32 while the hidden states are bf16
-    (bf16,) = run_plans(jobs[1:2], steps=1, warmup=0, verify=True, dtype="bf16")
+    (bf16,) = run_plans(jobs[1:2], RunOptions(steps=1, warmup=0, verify=True, dtype="bf16"))
     assert bf16["verified"], bf16["mismatched_params"][:3]
 
 

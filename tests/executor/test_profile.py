@@ -1,9 +1,13 @@
-"""`adaptis profile`'s measurements: per-layer F / I / W, head chunks, the gloo link.
+"""`adaptis profile`'s measurements: per-layer F / I / W, head chunks, the gloo link, the
+runtime's time per action (its probe plan is built by the use case), recompute figures.
 
 Run: `pytest tests/executor/test_profile.py`.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from helpers_executor import (
@@ -11,7 +15,11 @@ from helpers_executor import (
 )
 
 from adaptis_plan.executor.profile import distinct_layers, measure_link, profile_model
+from adaptis_plan.inputs.models.load import load_model
+from adaptis_plan.judge.semantics import check_programs
+from adaptis_plan.planfile.io import check_model_matches, plan_layout, plan_programs
 from adaptis_plan.spec.cost_profile import CostProfile
+from adaptis_plan.usecases import ProfileRequest, _overhead_probe, profile_for
 
 M = 4  # micro-batches in the executor runs
 
@@ -45,3 +53,43 @@ def test_profile_measures_the_head_split_into_chunks() -> None:
     for hp in prof.head_chunks:
         assert all(e.kind == "head" and min(e.f_s, e.i_s, e.w_s) > 0 for e in hp.entries)
     assert profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0).head_chunks == []
+
+
+# ---------------------------------------------------------------- the `adaptis profile` use case
+
+
+@pytest.mark.parametrize("num_microbatches", [4, 16])
+def test_overhead_probe_is_a_gpipe_plan_whose_critical_path_is_counted_in_actions(num_microbatches: int) -> None:
+    plan, model, critical = _overhead_probe(num_microbatches)
+    check_programs(plan_layout(plan), plan_programs(plan), num_microbatches)
+    check_model_matches(plan, model, "probe")
+    assert plan.strategy == "GPipe" and [len(d.actions) for d in plan.devices] == [2 * num_microbatches] * 2
+    # GPipe on 2 devices: device 0's forwards, device 1's last forward, its backwards, device 0's last backward
+    assert critical == 2 * num_microbatches + 2
+
+
+def test_profile_command_writes_the_profile_and_reports_recompute(adaptis, tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    r = adaptis(
+        "profile", "--model", "tiny-llama", "--seq-len", "16", "--repeats", "1", "--no-runtime", "--recompute",
+        "--json", "-o", out,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    shown = json.loads(r.stdout)
+    written = CostProfile.model_validate_json(out.read_text())  # the file stays a plain profile
+    assert "recompute" not in json.loads(out.read_text()) and written.link is None
+    assert [e["layers"] for e in shown["entries"]] == [e.layers for e in written.entries]
+    blocks = [e for e in written.entries if e.kind not in ("embedding", "head")]
+    assert [e["layers"] for e in shown["recompute"]["full"]] == [e.layers for e in blocks]
+    for e in shown["recompute"]["full"]:
+        assert e["act_bytes"] == 16 * load_model("tiny-llama").hidden_size * 4  # the block input, fp32
+    base = {tuple(e.layers): e.act_bytes for e in blocks}
+    assert all(e["act_bytes"] < base[tuple(e["layers"])] for e in shown["recompute"]["selective"])
+
+
+@pytest.mark.slow
+def test_profile_with_runtime_measures_the_link_and_the_time_per_action(tmp_path: Path) -> None:
+    got = profile_for(ProfileRequest(model_arg="tiny-llama", seq_len=16, repeats=1, runtime=True))
+    assert got.profile.link is not None and got.profile.link.bandwidth_gbps > 0
+    # the runtime's own work per action on this CPU: tens to hundreds of microseconds, never zero
+    assert 1e-6 < got.profile.action_overhead_s < 0.05

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptis_plan.executor.launch import PlanJob, run_plans
+from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
 from adaptis_plan.planfile.io import write_plan
 from adaptis_plan.schedules import STRATEGIES
 from adaptis_plan.usecases import PlanRequest, load_plan_and_model, make_plan_for
@@ -36,9 +36,9 @@ def test_every_strategy_and_adaptive_verify(model: str, tmp_path: Path) -> None:
         path = tmp_path / f"{strategy}.json"
         write_plan(outcome.plan, path)
         plan, spec = load_plan_and_model(str(path), None)
-        jobs.append(PlanJob(path, spec))
+        jobs.append(PlanJob(plan, spec, label=str(path)))
         labels.append(f"{strategy} ({plan.search.get('source') if plan.search else ''})")
-    results = run_plans(jobs, steps=1, warmup=0, verify=True, timeout_s=120)
+    results = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
     failed = [
         (label, r["max_abs_grad_diff"], r["loss_diff"])
         for label, r in zip(labels, results, strict=True)
