@@ -4,7 +4,7 @@ Run through `python -m bench.run` (see `bench.run`); the smoke test calls `run_t
 `*_section` renderers directly on tiny cases.
 
 Data flow: `BenchConfig` (which cases each section needs) -> `run_tasks` (a process pool; each
-worker runs `planning.make_plan_for`, the same path as `adaptis plan`, or `search_plan` with a
+worker runs `usecases.make_plan_for`, the same path as `adaptis plan`, or `search_plan` with a
 subset of components for the ablation) -> plain result records -> one markdown section per
 experiment, with the paper's published figures (research/paper.md §2.3, §3.5, §5.2, §5.3,
 §5.5, §5.6) beside ours. Nothing measured is stored here: only the paper's numbers are data;

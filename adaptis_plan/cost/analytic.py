@@ -2,7 +2,7 @@
 
 Data flow: a `LayerSpec` of a `ModelSpec` + the `TrainingConfig` -> `layer_work` (what one
 tensor-parallel rank computes, moves and keeps; device independent) -> `op_seconds` on a
-`DeviceTypeSpec` -> `costs.build_cost_table` puts the numbers of every layer and pipeline rank
+`DeviceTypeSpec` -> `cost.table.build_cost_table` puts the numbers of every layer and pipeline rank
 into a `CostTable`; measured profiles (`adaptis profile`) replace the times there.
 Imports only the specs and `params`: no torch, no ortools, no rich/click. Never prints.
 
@@ -134,7 +134,7 @@ Memory, per tensor-parallel rank:
   fp32 master) = 18 B/param in bf16 at dp 1; the 12 B divide by dp at ZeRO >= 1, the gradient
   buffer at ZeRO >= 2, the weights at ZeRO 3; fp32 training needs no master copy (16 B/param).
   The head holds the vocabulary matrix even when embeddings are tied (the last stage keeps its
-  own copy, as Megatron does); `params.py` counts it once for the model card.
+  own copy, as Megatron does); `cost.params` counts it once for the model card.
 - `act_bytes`: what autograd saves from F until I/B for one micro-batch, tensor by tensor,
   with flash attention (no s^2 term), no dropout: per pre-norm sub-block the norm input and
   output; attention q, k, v, output and the fp32 log-sum-exp; MLP pre-activation(s) and the

@@ -2,7 +2,7 @@
 
 Data flow: `ModelSpec`, `HardwareProfile`, `TrainingConfig` and optionally a measured
 `CostProfile` -> here -> `core.CostTable` -> the schedule builders, the search and the
-simulator. Per-layer numbers come from `costmodel` (each distinct layer and device type is
+simulator. Per-layer numbers come from `cost.analytic` (each distinct layer and device type is
 computed once); pipeline rank r runs on the device type and node that
 `HardwareProfile.rank_slots(pp, tp)` gives it.
 
@@ -357,7 +357,7 @@ def build_cost_table(
 def layer_cost_rows(model: ModelSpec, hardware: HardwareProfile, training: TrainingConfig) -> list[dict[str, Any]]:
     """Per-layer costs on the first pipeline rank's device type, for `adaptis model show --hardware`.
 
-    Keys: index, kind, name, parameters (model-card count, see params.py), f_s, i_s, w_s,
+    Keys: index, kind, name, parameters (model-card count, see `cost.params`), f_s, i_s, w_s,
     act_bytes, act_w_bytes, static_bytes, out_bytes.
     """
     check_tensor_parallel(model, training.tp)

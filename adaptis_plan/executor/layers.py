@@ -49,7 +49,7 @@ live on any device. The runtime sums the two copies' gradients after the step's 
 (locally when both stages share a device, else by exchanging them between the two ranks), so
 both copies receive the full tied gradient and stay equal through the optimizer step; that
 gradient equals the single-process model's (where the head uses the embedding parameter
-itself). The copy is not counted as a parameter (`own_param_count`), matching `params.py`.
+itself). The copy is not counted as a parameter (`own_param_count`), matching `cost.params`.
 """
 
 from __future__ import annotations
@@ -464,7 +464,7 @@ class HeadChunkLayer(nn.Module):
     cat(y, lse, tgt) [b, s, h + 2] in float32 whatever the model dtype (y's cast to fp32 and
     back is exact). Autograd through the chain gives the unsplit head's gradients: the identity
     path of y carries every later chunk's input gradient back to the norm.
-    Parameters: `norm.*` (chunk 0 only) and `lm_weight` [hi - lo, h], as `params.py` counts.
+    Parameters: `norm.*` (chunk 0 only) and `lm_weight` [hi - lo, h], as `cost.params` counts.
     """
 
     kind = "head"
@@ -616,6 +616,6 @@ def build_model(model: ModelSpec, *, seed: int = 0) -> nn.ModuleDict:
 
 
 def own_param_count(layer: nn.Module) -> int:
-    """Parameters the layer owns (a tied head's copy of the embedding excluded), as `params.py` counts."""
+    """Parameters the layer owns (a tied head's copy of the embedding excluded), as `cost.params` counts."""
     skip = set(getattr(layer, "tied_copy_names", ()))
     return sum(p.numel() for name, p in layer.named_parameters() if name not in skip)

@@ -1,7 +1,7 @@
 """Hardware profiles: find, read and validate them (built-in names or files).
 
 Data flow: `--hardware HW` (CLI) -> `load_hardware` -> `HardwareProfile` -> the cost model
-(`costmodel`, per device type) and `costs.build_cost_table` (rank slots, links).
+(`cost.analytic`, per device type) and `cost.table.build_cost_table` (rank slots, links).
 Built-ins are the `profiles/*.json` files shipped inside the package (`adaptis_plan/profiles`
 is a link to the top-level `profiles/` folder); a file there is a hardware profile when it has
 a `device_types` key (measured layer-cost profiles live in the same folder).

@@ -1,7 +1,7 @@
 """Hardware profile: device types, the cluster as device groups, and the links (pydantic).
 
 Data flow: read from `profiles/*.json` (built-ins, shipped in the package) or a user file;
-read by the cost model (device speed/memory) and by `costs.build_cost_table` (links).
+read by the cost model (device speed/memory) and by `cost.table.build_cost_table` (links).
 Imports only `spec.limits` (the physical-sense bounds).
 
 Pipeline rank r is mapped to a physical slot by filling the groups in order: group 0's
@@ -40,7 +40,7 @@ class DeviceTypeSpec(_Strict):
     hbm_bandwidth_gbps: float = Field(gt=0, le=MAX_GBPS, description="memory bandwidth, GB/s")
     memory_efficiency: float = Field(0.8, gt=0, le=1, description="achievable fraction of HBM bandwidth")
     source: str = Field(description="where the numbers come from")
-    # Kernel-level refinements of the roofline (costmodel.py's docstring has the formulas). The
+    # Kernel-level refinements of the roofline (`cost/analytic.py`'s docstring has the formulas). The
     # defaults switch each one off, so a profile without them times every kernel as before.
     kernel_overhead_s: float = Field(
         0.0, ge=0, le=MAX_LATENCY_S, description="fixed time per kernel launch (launch + ramp-up + tail), seconds"

@@ -1,4 +1,4 @@
-"""Analytic cost model (adaptis_plan/costmodel.py) and cost-table assembly (adaptis_plan/costs.py).
+"""Analytic cost model (adaptis_plan/cost/analytic.py) and cost-table assembly (adaptis_plan/cost/table.py).
 
 Model specs are built here directly, shaped like the paper's scaled families (research/paper.md
 §5.1) and the published models; the zoo in `adaptis_plan/models/` is not used.
@@ -296,7 +296,7 @@ def test_forward_ratios_match_the_paper_profile() -> None:
     paper's TP degrees (§5.1: Gemma TP 4, DeepSeek and Nemotron-H TP 2) within 35% of the profiled ones.
 
     Not in the list: Nemotron-H attention / Mamba (paper 3.12), which a per-kernel model does not reproduce
-    for the paper-shaped attention-only layer (ours ~0.6; see costmodel.py's docstring, "Calibration": the
+    for the paper-shaped attention-only layer (ours ~0.6; see cost/analytic.py's docstring, "Calibration": the
     paper's own 4K -> 32K scaling puts most of that layer's 4K time in s-independent host-side overhead)."""
     gemma, ds, nh = gemma_s(), deepseek(16, 3, 131072, "deepseek-s-like"), nemotron_h_paper()
     cases = [

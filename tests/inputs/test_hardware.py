@@ -63,7 +63,7 @@ KERNEL_FIELDS = (
 
 
 def test_kernel_model_parameters() -> None:
-    """GPU profiles set the kernel-level refinements of the roofline (costmodel.py), each explained."""
+    """GPU profiles set the kernel-level refinements of the roofline (cost/analytic.py), each explained."""
     sms = {"h200-sxm-141gb": 132, "h100-sxm5-80gb": 132, "a100-sxm4-80gb": 108}
     builtin = {}
     for name in ("a100", "h100", "h200"):

@@ -251,7 +251,7 @@ def _mb_out_of_range(data: dict) -> None:
 
 
 STRUCTURE = [
-    # spec/plan.py PlanFile._check_structure, one case per rule
+    # spec/plan_file.py PlanFile._check_structure, one case per rule
     ("stage ids out of order", _swap_stage_ids, ("stages[0].stage is 1", "in order")),
     ("stage without layers", _set("stages.1.layers", [3, 3]), ("stages[1].layers = [3, 3)", "no layer")),
     ("gap between stages", _set("stages.1.layers", [4, 5]), ("stages[1]", "starts at layer 4", "consecutive")),
@@ -287,7 +287,7 @@ STRUCTURE = [
 ]
 
 ORDERS = [
-    # validate.check_programs on the plan's layout and programs
+    # judge.semantics.check_programs on the plan's layout and programs
     ("action on the wrong device", _move_first_action, ("device 1 step 0", "0F0", "device 0")),
     ("missing W", _drop_first_w, ("3I0 has no matching 3W0",)),
     ("duplicate F", _duplicate_first_f, ("0F0 appears again", "remove the duplicate")),
