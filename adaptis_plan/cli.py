@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
 
 from adaptis_plan.errors import AdaptisError, InputError
+
+# when the command started: `plan --time-limit` counts from here (imports included)
+_STARTED = time.perf_counter()
 
 _STDERR = None
 
@@ -224,7 +228,13 @@ def _check_positive(**values: int | float | None) -> None:
 )
 @click.option("--recompute", is_flag=True, help="full activation recompute")
 @click.option("--costs", "costs_arg", default=None, type=click.Path(), help="measured profile from `adaptis profile`")
-@click.option("--time-limit", default=5.0, show_default=True, type=float, help="adaptive search wall time, seconds")
+@click.option(
+    "--time-limit",
+    default=5.0,
+    show_default=True,
+    type=float,
+    help="seconds: sizes the adaptive search's work (same limit, same plan) and hard-stops the command",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
@@ -288,9 +298,9 @@ def plan_cmd(
         from adaptis_plan.render.progress import progress_bar
 
         with progress_bar(console()) as tick:
-            outcome = make_plan_for(req, progress=tick)
+            outcome = make_plan_for(req, progress=tick, started_at=_STARTED)
     else:
-        outcome = make_plan_for(req)
+        outcome = make_plan_for(req, started_at=_STARTED)
     from adaptis_plan.planfile.io import write_plan
 
     write_plan(outcome.plan, output)

@@ -11,6 +11,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -23,6 +24,14 @@ from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.training import TrainingConfig
+
+if TYPE_CHECKING:
+    from adaptis_plan.search.budget import SearchBudget
+
+#: Seconds per planned action kept back from `--time-limit` for assembling and writing the plan file,
+#: and the share of the limit at which the search aborts (the rest absorbs the last step's overrun).
+_FINALIZE_S_PER_ACTION = 2e-5
+_ABORT_SHARE = 0.95
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class PlanRequest:
     head_chunks: int | None = None  # None = adaptive decides (classic: 1)
     time_limit_s: float = 5.0
     seed: int = 0
+    budget: SearchBudget | None = None  # the search's work; None = SearchBudget.for_time_limit(time_limit_s)
 
 
 @dataclass
@@ -115,13 +125,20 @@ def cost_table_for(
     return build_cost_table(model, hw, training, profile)
 
 
-def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanOutcome:
-    """Plan with the requested strategy; the simulator's verdict is the prediction."""
+def make_plan_for(
+    req: PlanRequest, progress: ProgressFn | None = None, *, started_at: float | None = None
+) -> PlanOutcome:
+    """Plan with the requested strategy; the simulator's verdict is the prediction.
+
+    `started_at` (a `time.perf_counter()` value, default now) is when the command started:
+    `--time-limit` counts from there."""
     from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
 
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if started_at is None else started_at
     classic = _classic_strategy(req.strategy)
+    if classic is None and req.time_limit_s <= 0:
+        raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
     training = _training(req)
@@ -139,21 +156,24 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         if req.pp > forced.num_layers:
             raise InputError(f"--pp = {req.pp}: more devices than the {forced.num_layers} layers; lower --pp")
 
+    from adaptis_plan.search.budget import Deadline, SearchBudget
     from adaptis_plan.search.generator import classic_baselines, classic_candidate
     from adaptis_plan.search.head_chunks import head_split_options, search_head_options
 
+    # --time-limit is a hard abort on the whole command; keep back what writing the plan takes
+    planned_actions = req.num_microbatches * 3 * min(2 * req.pp, model.num_layers)
+    deadline = Deadline(t0 + _ABORT_SHARE * req.time_limit_s - planned_actions * _FINALIZE_S_PER_ACTION)
     baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
     if classic is None:
         if req.partition is not None or req.stages_per_device is not None:
             raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
-        if req.time_limit_s <= 0:
-            raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
         if forced is not None:
             options = [(forced, cost_table_for(forced, hw, training, profile))]
         else:
             options = [(model, costs)]
             if req.head_chunks is None and "partition" in req.search:
                 options += [(m, cost_table_for(m, hw, training, profile)) for m in head_split_options(model, costs)]
+        budget = req.budget or SearchBudget.for_time_limit(req.time_limit_s)
         k_best, outcome = search_head_options(
             [c for _, c in options],
             [m.num_layers for m, _ in options],
@@ -162,13 +182,17 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             time_limit_s=req.time_limit_s,
             seed=req.seed,
             progress=progress,
-            baselines=baselines,
+            # classic plans are candidates only on the cost table they were built on (the unsplit head)
+            baselines=baselines if forced is None else {},
+            budget=budget,
+            deadline=deadline,
         )
         model, costs = options[k_best]
         best = outcome.best
         strategy = "adaptive"
         search_info = {
-            "source": best.source if best.source != "adaptive" else best.label,
+            "source": best.label,
+            "plan": best.describe(),
             "components": list(req.search),
             "phases": outcome.phases,
             "solver": outcome.solver,
@@ -176,6 +200,9 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             "head_chunks": model.num_head_chunks,
             "head_chunk_options": [m.num_head_chunks for m, _ in options],
             "seed": req.seed,
+            "budget": budget.summary(),
+            "aborted": deadline.aborted,
+            "abort_phase": deadline.where,
         }
     else:
         if forced is not None:
@@ -202,7 +229,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         layout=best.layout,
         programs=best.programs,
         result=result,
-        search=search_info,
+        search=plan_file_search_info(search_info),
     )
     base_results = {k: c.result for k, c in baselines.items() if c.result is not None}
     return PlanOutcome(
@@ -216,6 +243,16 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         plan_time_s=time.perf_counter() - t0,
         search_info=search_info,
     )
+
+
+def plan_file_search_info(info: object) -> object:
+    """The search record without its wall times: what the plan file stores, so that the same
+    inputs give a byte-identical file under any machine load (`--json` keeps the wall times)."""
+    if isinstance(info, dict):
+        return {k: plan_file_search_info(v) for k, v in info.items() if k != "wall_s"}
+    if isinstance(info, list):
+        return [plan_file_search_info(v) for v in info]
+    return info
 
 
 def _classic_strategy(strategy: str) -> str | None:
