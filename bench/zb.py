@@ -54,9 +54,7 @@ ACT_PER_STAGE = 1.0
 ACT_W_SHARE = 0.5
 
 
-def grid_costs(
-    num_devices: int, cost_set: str, layers_per_stage: int = 1, mem_limit: float = math.inf
-) -> CostTable:
+def grid_costs(num_devices: int, cost_set: str, layers_per_stage: int = 1, mem_limit: float = math.inf) -> CostTable:
     """The abstract pipeline: `num_devices` sequential stages of `layers_per_stage` equal layers
     each (so a V or loop placement can cut it finer), P2P = the comm time between devices."""
     f, i, w, comm = COST_SETS[cost_set]
@@ -103,7 +101,8 @@ class ZBParams:
 
     @property
     def label(self) -> str:
-        flags = [n for n, on in zip(("extra-F", "small-gap-W", "skip-F", "strict"), dataclasses.astuple(self)) if on]
+        names = ("extra-F", "small-gap-W", "skip-F", "strict")
+        flags = [n for n, on in zip(names, dataclasses.astuple(self), strict=True) if on]
         return "+".join(flags) or "plain"
 
 
@@ -169,7 +168,7 @@ def zb_reference_programs(layout: Layout, costs: CostTable, num_microbatches: in
         f_left = any(n_f[s] < m for s in stages)
         b_left = any(n_i[s] < m for s in stages)
 
-        def try_w(gap: float) -> bool:
+        def try_w(gap: float, d: int = d) -> bool:
             if not w_queue[d]:
                 return False
             s0 = w_queue[d][0][0]
@@ -314,3 +313,530 @@ def v_layout(num_devices: int, layers_per_stage: int = 2) -> Layout:
 def best_reference(refs: Sequence[Reference | None]) -> Reference | None:
     found = [r for r in refs if r is not None]
     return min(found, key=lambda r: r.result.step_time_s) if found else None
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+#: The budget every benchmarked search runs with: what `adaptis plan --time-limit 5` does.
+BENCH_TIME_LIMIT_S = 30.0
+#: The wall-clock abort of a benchmarked search: generous, so a busy machine changes wall times only.
+BENCH_ABORT_S = 600.0
+
+GRID_P = (4, 8)
+GRID_M = (8, 16, 32, 64)
+GRID_MEM = (1, 2)
+PLACEMENTS = ("sequential", "free")
+
+
+@dataclass(frozen=True)
+class GridCell:
+    p: int
+    m: int
+    cost_set: str
+    mem: int  # multiple of 1F1B's peak activation memory
+    placement: str  # "sequential" or "free"
+
+    @property
+    def key(self) -> tuple:
+        return (self.placement, self.cost_set, self.mem, self.p, self.m)
+
+
+@dataclass(frozen=True)
+class GridResult:
+    cell: GridCell
+    limit: float
+    ref_name: str
+    ref_step: float | None
+    step: float
+    fits: bool
+    label: str
+    origin: str
+    lower_bound: float
+    aborted: bool
+    wall_s: float
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.ref_step is None else self.step / self.ref_step
+
+    @property
+    def own(self) -> bool:
+        """The plan's order comes from the search's own policies (not a classic strategy's order)."""
+        return self.origin.startswith("list policy")
+
+
+def grid_cells(quick: bool = False) -> list[GridCell]:
+    ps, ms = ((4,), (8, 16)) if quick else (GRID_P, GRID_M)
+    return [
+        GridCell(p, m, cs, mem, pl) for pl in PLACEMENTS for cs in COST_SETS for mem in GRID_MEM for p in ps for m in ms
+    ]
+
+
+def run_cell(cell: GridCell) -> GridResult:
+    """The reference and the adaptive search on one grid cell, both timed by the simulator."""
+    import time
+
+    from adaptis_plan.judge.bound import lower_bound
+    from adaptis_plan.search.budget import Deadline, SearchBudget
+    from adaptis_plan.search.generator import search_plan
+
+    limit = cell.mem * one_f_one_b_peak(cell.p, cell.cost_set, cell.m)
+    if cell.placement == "sequential":
+        costs = grid_costs(cell.p, cell.cost_set, 1, limit)
+        layout = sequential_layout(cell.p)
+        ref = zb_reference(layout, costs, cell.m, "ZB-H")
+
+        def allowed(sd: tuple[int, ...]) -> bool:
+            return sd == tuple(range(cell.p))
+
+    else:
+        costs = grid_costs(cell.p, cell.cost_set, 2, limit)
+        layout = v_layout(cell.p, 2)
+        ref = best_reference([zb_reference(layout, costs, cell.m, "ZB-V"), zbv_handcrafted(layout, costs, cell.m)])
+        allowed = None  # type: ignore[assignment]
+    t0 = time.perf_counter()
+    out = search_plan(
+        costs,
+        costs.num_layers,
+        cell.m,
+        placement_ok=allowed,
+        budget=SearchBudget.for_time_limit(BENCH_TIME_LIMIT_S),
+        deadline=Deadline.after(BENCH_ABORT_S),
+    )
+    wall = time.perf_counter() - t0
+    best = out.best
+    return GridResult(
+        cell,
+        limit,
+        ref.name if ref else "none fits",
+        ref.result.step_time_s if ref else None,
+        best.step_s,
+        best.feasible,
+        best.label,
+        best.origin,
+        lower_bound(costs, cell.p, cell.m),
+        out.aborted,
+        wall,
+    )
+
+
+def _pool_map(fn, items: Sequence, workers: int) -> list:
+    if workers <= 1:
+        return [fn(x) for x in items]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        return list(pool.map(fn, items))
+
+
+def _f(v: float | None, digits: int = 2) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def grid_section(results: Sequence[GridResult], command: str, wall_s: float | None = None) -> str:
+    seq = [r for r in results if r.cell.placement == "sequential"]
+    free = [r for r in results if r.cell.placement == "free"]
+    lines = [
+        "## Against the zero-bubble schedulers (abstract pipelines)",
+        "",
+        f"Reproduce: `{command}`" + (f" ({wall_s:.0f} s wall)." if wall_s is not None else "."),
+        "",
+        "The zero-bubble paper's own setting, on adaptis' simulator: p stages, each F = I = W = 1 with comm 0.01,"
+        " or F = 1, I = 1.1, W = 0.9 with comm 0.05 (time units; comm = the P2P time between two devices, zero on"
+        f" one device); activation {ACT_PER_STAGE:g} per stage forward, of which {ACT_W_SHARE:g} is held until W;"
+        " memory limit per device = 1x or 2x 1F1B's peak activation memory (simulated, max over devices). **Sequential**: one"
+        " stage per device, placement fixed. **Free**: the same model as 2p half-stages, the search chooses partition"
+        " and placement. The references are written here from the zero-bubble paper's description (`bench/zb.py`):"
+        " its heuristic (warm-up forwards within memory, F/B alternation, W into gaps longer than W, ...) with its"
+        " binary parameters grid-searched, on sequential placement (ZB-H1/H2-style) and on V placement (ZB-V-style),"
+        " plus torch's handcrafted ZBVZeroBubble order (the zero-bubble authors' ZB-V) for the free case; the best"
+        f" plan that fits memory counts. Ours: `search_plan` with the work budget of `--time-limit {BENCH_TIME_LIMIT_S:g}`"
+        " (deterministic: the same plan on any machine), classic strategies included as candidates and hints."
+        " `ours / ref` < 1 is faster than the reference; `LB` the lower bound; `origin` where the plan's order"
+        " comes from at the root (a list policy of ours, or a classic strategy's order that CP-SAT refined).",
+        "",
+    ]
+    for title, rows in (("Sequential placement (vs ZB-H1/H2-style)", seq), ("Free placement (vs ZB-V-style)", free)):
+        if not rows:
+            continue
+        worse = [r for r in rows if r.ratio is not None and r.ratio > 1 + 1e-9]
+        lines += [
+            f"### {title}",
+            "",
+            f"Ours slower than the reference in {len(worse)} of {len(rows)} cells"
+            + (f" (worst {max(r.ratio for r in worse):.4f})" if worse else "")
+            + f"; ours / LB at most {max(r.step / r.lower_bound for r in rows):.4f}."
+            + (
+                f" 1x-memory plans whose order comes from our own list policies: "
+                f"{sum(r.own for r in rows if r.cell.mem == 1)} of {sum(1 for r in rows if r.cell.mem == 1)}."
+                if title.startswith("Free")
+                else ""
+            ),
+            "",
+            "| costs | memory | p | m | reference | ref step | ours | ours / ref | ours / LB | plan | origin |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in sorted(rows, key=lambda r: r.cell.key):
+            c = r.cell
+            lines.append(
+                f"| {c.cost_set} | {c.mem}x ({r.limit:g}) | {c.p} | {c.m} | {r.ref_name} | {_f(r.ref_step)} |"
+                f" {_f(r.step)}{'' if r.fits else ' OOM'}{' (aborted)' if r.aborted else ''} | {_f(r.ratio, 4)} |"
+                f" {r.step / r.lower_bound:.4f} | `{r.label}` | {r.origin} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the paper's cases
+
+
+@dataclass(frozen=True)
+class PaperCase:
+    model: str
+    seq_len: int
+    pp: int
+    num_microbatches: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.seq_len // 1024}K"
+
+
+@dataclass(frozen=True)
+class PaperResult:
+    case: PaperCase
+    step: float
+    lower_bound: float
+    label: str
+    origin: str
+    order_status: str
+    order_bound: float | None
+    order_gap: float | None
+    layers_per_device: tuple[int, ...]
+    wall_s: float
+    aborted: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.step / self.lower_bound
+
+
+def paper_cases(quick: bool = False) -> list[PaperCase]:
+    scales = ("s",) if quick else ("s", "m")
+    return [
+        PaperCase(f"{fam}-{sc}", seq, 4 if sc == "s" else 8, 16 if sc == "s" else 32)
+        for sc in scales
+        for fam in ("gemma", "deepseek", "nemotron-h")
+        for seq in (2048, 4096)
+    ]
+
+
+def run_paper_case(case: PaperCase) -> PaperResult:
+    import time
+
+    from adaptis_plan.judge.bound import lower_bound
+    from adaptis_plan.search.budget import Deadline, SearchBudget
+    from adaptis_plan.search.generator import search_plan
+    from bench.paper_profile import paper_costs
+
+    costs, num_layers = paper_costs(case.model, case.seq_len, case.pp)
+    t0 = time.perf_counter()
+    out = search_plan(
+        costs,
+        num_layers,
+        case.num_microbatches,
+        budget=SearchBudget.for_time_limit(BENCH_TIME_LIMIT_S),
+        deadline=Deadline.after(BENCH_ABORT_S),
+    )
+    wall = time.perf_counter() - t0
+    best = out.best
+    order = out.solver.get("order", {})
+    lay = best.layout
+    per_device = tuple(sum(lay.bounds[s + 1] - lay.bounds[s] for s in lay.stages_of(d)) for d in range(lay.num_devices))
+    return PaperResult(
+        case,
+        best.step_s,
+        lower_bound(costs, case.pp, case.num_microbatches),
+        best.label,
+        best.origin,
+        str(order.get("status", "")),
+        order.get("bound_s"),
+        order.get("gap"),
+        per_device,
+        wall,
+        out.aborted,
+    )
+
+
+def paper_section_zb(results: Sequence[PaperResult], command: str, wall_s: float | None = None) -> str:
+    s_cases = [r for r in results if r.case.model.endswith("-s")]
+    proven = [r for r in results if r.order_gap is not None]
+    optimal = [r for r in results if r.order_status == "OPTIMAL"]
+    lines = [
+        "## The paper's cases on the author's profiled costs",
+        "",
+        f"Reproduce: `{command}`" + (f" ({wall_s:.0f} s wall)." if wall_s is not None else "."),
+        "",
+        "Per-layer F, I (the paper's B) and W from the AdaPtis author's profile (`research/paper-profiled-ratios.csv`,"
+        " loaded by `bench/paper_profile.py`): T = attention / dense layer, X = MoE or Mamba layer, H = head, in units"
+        " of the reference layer's forward; the embedding costs nothing; zero communication; no memory limit."
+        " S = PP 4, 16 micro-batches; M = PP 8, 32 micro-batches. `search_plan` with the work budget of"
+        f" `--time-limit {BENCH_TIME_LIMIT_S:g}`. `LB` = the simulator's lower bound (`judge/bound.py`); `order` = CP-SAT's"
+        " status on the chosen plan's partition and placement, with its proven bound and the gap of the plan's"
+        " simulated step to it (OPTIMAL: no order of those stages is faster).",
+        "",
+        f"S cases within 2% of LB: {sum(r.ratio <= 1.02 for r in s_cases)} of {len(s_cases)}."
+        f" A proven order gap for {len(proven)} of {len(results)} plans; proven optimal for their partition and"
+        f" placement: {len(optimal)} of {len(results)}.",
+        "",
+        "| case | PP | m | step | LB | step / LB | plan | order | order bound | gap | layers per device | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        c = r.case
+        lines.append(
+            f"| {c.label} | {c.pp} | {c.num_microbatches} | {r.step:.2f} | {r.lower_bound:.2f} | {r.ratio:.4f} |"
+            f" `{r.label}` | {r.order_status} | {_f(r.order_bound)} |"
+            f" {'–' if r.order_gap is None else f'{r.order_gap:.2%}'} | {list(r.layers_per_device)} |"
+            f" {r.wall_s:.1f}{' (aborted)' if r.aborted else ''} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- planning time and scale
+
+#: The paper's AdaPtis generation times (research/paper.md §3.5), small / medium / large model.
+PAPER_GENERATION_S: dict[int, tuple[float, float, float]] = {
+    8: (0.016, 0.060, 0.281),
+    32: (0.151, 0.468, 2.03),
+    64: (0.56, 1.64, 6.65),
+    128: (2.15, 6.35, 23.7),
+    256: (8.57, 24.7, 92.3),
+}
+PLANTIME_MODELS = (("deepseek-s", 4), ("deepseek-m", 8), ("deepseek-l", 8))
+PLANTIME_MB = (8, 16, 32, 64, 128, 256, 512)
+#: The scale case: PP 64, 512 micro-batches, a 500-layer model (LLaMA-2-S blocks, seq 2048 on h200).
+SCALE_LAYERS = 500
+SCALE_PP = 64
+SCALE_MB = 512
+SCALE_TIME_LIMIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class PlanTimeCase:
+    model: str
+    pp: int
+    num_microbatches: int
+    seq_len: int = 4096
+    time_limit_s: float = BENCH_TIME_LIMIT_S
+
+
+@dataclass(frozen=True)
+class PlanTimeResult:
+    case: PlanTimeCase
+    wall_s: float
+    cpu_s: float
+    step: float
+    lower_bound: float
+    source: str
+    aborted: bool
+    candidates: int
+    plan_bytes: int
+    load: float
+
+    @property
+    def ratio(self) -> float:
+        return self.step / self.lower_bound
+
+
+def scale_model_path(folder: str) -> str:
+    """A 500-layer model spec: LLaMA-2-S's blocks repeated (written to `folder`)."""
+    from pathlib import Path
+
+    from adaptis_plan.inputs.models.load import load_model
+
+    base = load_model("llama-2-s")
+    blocks = base.layers[1:-1]
+    layers = [base.layers[0], *(blocks[i % len(blocks)] for i in range(SCALE_LAYERS - 2)), base.layers[-1]]
+    spec = base.model_copy(update={"name": f"llama-2-s-{SCALE_LAYERS}", "layers": layers})
+    path = Path(folder) / f"llama-2-s-{SCALE_LAYERS}.json"
+    path.write_text(spec.model_dump_json())
+    return str(path)
+
+
+def run_plan_time(case: PlanTimeCase) -> PlanTimeResult:
+    """`adaptis plan` as a user runs it (`make_plan_for` from the command's start, plan file written)."""
+    import os
+    import resource
+    import tempfile
+    import time
+
+    from adaptis_plan.planfile.io import write_plan
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = scale_model_path(tmp) if case.model == "scale" else case.model
+        seq = 2048 if case.model == "scale" else case.seq_len
+        req = PlanRequest(model, "h200", case.pp, case.num_microbatches, seq_len=seq, time_limit_s=case.time_limit_s)
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = time.perf_counter()
+        out = make_plan_for(req, started_at=t0)
+        path = os.path.join(tmp, "plan.json")
+        write_plan(out.plan, path)
+        wall = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        size = os.path.getsize(path)
+    info = out.search_info
+    return PlanTimeResult(
+        case,
+        wall,
+        (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
+        out.result.step_time_s,
+        out.result.lower_bound_s,
+        str(info.get("source", "")),
+        bool(info.get("aborted", False)),
+        int(info.get("candidates_evaluated", 0)),
+        size,
+        os.getloadavg()[0],
+    )
+
+
+def plan_time_cases(quick: bool = False) -> list[PlanTimeCase]:
+    mbs = PLANTIME_MB[:3] if quick else PLANTIME_MB
+    models = PLANTIME_MODELS[:1] if quick else PLANTIME_MODELS
+    cases = [PlanTimeCase(model, pp, m) for m in mbs for model, pp in models]
+    if not quick:
+        cases.append(PlanTimeCase("scale", SCALE_PP, SCALE_MB, time_limit_s=SCALE_TIME_LIMIT_S))
+    return cases
+
+
+def plan_time_section(results: Sequence[PlanTimeResult], command: str, wall_s: float | None = None) -> str:
+    by = {(r.case.model, r.case.num_microbatches): r for r in results}
+    models = [m for m, _ in PLANTIME_MODELS if any(k[0] == m for k in by)]
+    lines = [
+        "## Planning time, 8 to 512 micro-batches, and the 500-layer scale case",
+        "",
+        f"Reproduce: `{command}`" + (f" ({wall_s:.0f} s wall)." if wall_s is not None else "."),
+        "",
+        "`adaptis plan` as a user runs it (analytic costs on `h200`, seq 4096, TP 1, 90% of HBM per device; classic"
+        f" baselines, search, plan file written), default `--time-limit {BENCH_TIME_LIMIT_S:g}`: the search's work is"
+        " fixed by the limit (the same plan on any machine), so its wall time stays flat as micro-batches grow, until one"
+        " candidate alone is big; the limit then aborts (marked) and the plan is the best found so far. `cpu s` is"
+        " the process's CPU time (what an idle machine would take); this machine is shared, its 1-minute load is"
+        " shown. The paper's AdaPtis generation times (research/paper.md §3.5) beside ours: 8.6 s at S/256,"
+        " 23.7 s at L/128, 92 s at L/256.",
+        "",
+        "| micro-batches | "
+        + " | ".join(f"{m} (PP {pp}) wall s / cpu s / step÷LB" for m, pp in PLANTIME_MODELS if m in models)
+        + " | paper S / M / L s |",
+        "|---|" + "---|" * len(models) + "---|",
+    ]
+    for mb in PLANTIME_MB:
+        cells = []
+        for m in models:
+            r = by.get((m, mb))
+            cells.append(
+                "–"
+                if r is None
+                else f"{r.wall_s:.1f} / {r.cpu_s:.1f} / {r.ratio:.3f}{' (aborted)' if r.aborted else ''}"
+            )
+        paper = PAPER_GENERATION_S.get(mb)
+        lines.append(f"| {mb} | " + " | ".join(cells) + f" | {' / '.join(f'{x:g}' for x in paper) if paper else '–'} |")
+    scale = by.get(("scale", SCALE_MB))
+    if scale is not None:
+        lines += [
+            "",
+            f"Scale case: a {SCALE_LAYERS}-layer model (LLaMA-2-S blocks, seq 2048), PP {SCALE_PP}, {SCALE_MB}"
+            f" micro-batches, `--time-limit {scale.case.time_limit_s:g}`: planned in {scale.wall_s:.1f} s wall"
+            f" ({scale.cpu_s:.1f} s CPU, load {scale.load:.1f}), step / LB = {scale.ratio:.4f}, plan `{scale.source}`,"
+            f" {scale.candidates} candidates evaluated{', aborted by the limit' if scale.aborted else ''};"
+            f" plan file {scale.plan_bytes / 2**20:.1f} MiB.",
+        ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- entry point
+
+SECTIONS = ("grid", "paper", "plantime")
+
+
+def build(sections: Sequence[str], quick: bool, workers: int, command: str, log=print) -> str:
+    """The markdown of the selected sections (in `SECTIONS` order)."""
+    import time
+
+    parts = []
+    if "grid" in sections:
+        t0 = time.perf_counter()
+        cells = grid_cells(quick)
+        log(f"grid: {len(cells)} cells")
+        parts.append(grid_section(_pool_map(run_cell, cells, workers), command, time.perf_counter() - t0))
+    if "paper" in sections:
+        t0 = time.perf_counter()
+        cases = paper_cases(quick)
+        log(f"paper: {len(cases)} cases")
+        parts.append(paper_section_zb(_pool_map(run_paper_case, cases, workers), command, time.perf_counter() - t0))
+    if "plantime" in sections:
+        t0 = time.perf_counter()
+        cases = plan_time_cases(quick)
+        log(f"plantime: {len(cases)} runs (one at a time)")
+        parts.append(plan_time_section(_pool_map(run_plan_time, cases, 1), command, time.perf_counter() - t0))
+    return "\n".join(parts)
+
+
+def replace_sections(document: str, text: str) -> str:
+    """`document` with each `## ` section of `text` replacing the one of the same title (or appended)."""
+    import re
+
+    def split(md: str) -> list[tuple[str, str]]:
+        chunks = re.split(r"(?m)^(?=## )", md)
+        return [(c.splitlines()[0] if c.startswith("## ") else "", c) for c in chunks]
+
+    doc = split(document)
+    for title, chunk in split(text):
+        if not title:
+            continue
+        chunk = chunk.rstrip() + "\n\n"
+        for i, (t, _) in enumerate(doc):
+            if t == title:
+                doc[i] = (t, chunk)
+                break
+        else:
+            doc.append((title, chunk))
+    return "".join(c for _, c in doc).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import os
+    import sys
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(prog="python -m bench.zb", description=__doc__.splitlines()[0])
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {','.join(SECTIONS)}")
+    ap.add_argument("--quick", action="store_true", help="a small subset (smoke run)")
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--out", default=None, help="replace these sections in this markdown file (else print)")
+    args = ap.parse_args(argv)
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad or not sections:
+        ap.error(f"--sections = {args.sections}: use a comma list of {','.join(SECTIONS)}")
+    command = "python -m bench.zb --sections " + ",".join(sections) + (" --quick" if args.quick else "")
+    text = build(sections, args.quick, args.workers, command, log=lambda m: print(m, file=sys.stderr, flush=True))
+    if args.out:
+        path = Path(args.out)
+        old = path.read_text() if path.exists() else ""
+        path.write_text(replace_sections(old, text))
+        print(f"wrote {path}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

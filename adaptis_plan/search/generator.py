@@ -76,6 +76,13 @@ class Candidate:
     source: str = "adaptive"
     hint: str | None = None
     list_policy: ListPolicy | None = None
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        # where the plan's order comes from at the root: a list policy, a classic strategy, or
+        # (for CP-SAT orders) the root of the order it was hinted with
+        if not self.origin:
+            self.origin = self.source if self.source != "adaptive" else f"list policy {self.policy}"
 
     @property
     def label(self) -> str:
@@ -99,6 +106,7 @@ class Candidate:
             "partition": self.partition,
             "policy": self.policy,
             "hint": self.hint,
+            "origin": self.origin,
         }
 
 
@@ -198,21 +206,20 @@ def candidate_placements(num_devices: int, num_layers: int, max_chunks: int = 4)
 
 
 def policy_portfolio() -> list[ListPolicy]:
-    """The list policies the search tries, most often best first (on the zero-bubble grids and
-    the paper cases); each of them is the best policy somewhere. The first one ranks layouts."""
+    """The list policies the search tries, most often best first (a greedy cover of the zero-bubble
+    grids' cells, then the paper cases'); each is the best policy somewhere. The first ranks layouts."""
     return [
         ListPolicy(alternate=True),
         ListPolicy(alternate=True, w_lookahead="all", f_yield=1.0, yield_warmup_only=True),
-        ListPolicy(alternate=True, f_yield=1.0, yield_warmup_only=True),
+        ListPolicy(alternate=True, f_yield=0.5, eager_w=True),
         ListPolicy(w_lookahead="all", f_yield=0.5, yield_warmup_only=True),
-        ListPolicy(alternate=True, w_lookahead="backward", f_yield=1.0, yield_warmup_only=True, reserve_oldest=True),
+        ListPolicy(alternate=True, f_yield=1.0, yield_warmup_only=True),
+        ListPolicy(alternate=True, w_lookahead="all", f_yield=0.5, yield_warmup_only=True, eager_w=True),
         ListPolicy(w_lookahead="all", f_yield=0.5),
-        ListPolicy(alternate=True, f_yield=0.5, yield_warmup_only=True, reserve_oldest=True),
-        ListPolicy(alternate=True, w_lookahead="all", f_yield=0.5, yield_warmup_only=True),
-        ListPolicy(w_lookahead="backward", f_yield=0.5, yield_warmup_only=True),
-        ListPolicy(alternate=True, w_lookahead="backward", f_yield=0.5, yield_warmup_only=True),
+        ListPolicy(alternate=True, w_lookahead="backward", f_yield=1.0, yield_warmup_only=True, reserve_oldest=True),
         ListPolicy(f_yield=0.5, reserve_oldest=True),
         ListPolicy(alternate=True, f_yield=1.0, yield_warmup_only=True, reserve_oldest=True),
+        ListPolicy(alternate=True, f_yield=0.5, yield_warmup_only=True, reserve_oldest=True),
         ListPolicy(),
         ListPolicy(split_backward=False),
     ]
@@ -253,6 +260,7 @@ class _Search:
         self.solver: dict = {}
         self.best: Candidate | None = None
         self.by_layout: dict[tuple, Candidate] = {}  # best judged plan per layout, any source
+        self.by_layout_own: dict[tuple, Candidate] = {}  # ... whose order comes from a list policy
         self.rate_schedule = _INITIAL_SECONDS_PER_ACTION
         self.rate_simulate = _INITIAL_SECONDS_PER_ACTION
         self._phase_cap = 0
@@ -327,6 +335,9 @@ class _Search:
         known = self.by_layout.get(key)
         if known is None or better(cand, known):
             self.by_layout[key] = cand
+        own = self.by_layout_own.get(key)
+        if cand.origin.startswith("list policy") and (own is None or better(cand, own)):
+            self.by_layout_own[key] = cand
         if cand.source == "adaptive" and (self.best is None or better(cand, self.best)):
             self.best = cand
 
@@ -583,26 +594,36 @@ class _Search:
                         partition=start.partition,
                         policy="cp-sat order",
                         hint=hint_from,
+                        origin=start.origin,
                     )
                 )
-        current = self.by_layout[key]
-        if b.order_window_dtime > 0 and not self.deadline.expired():
+        # windows from the search's own best order for the layout, and from a better one of
+        # another source (a classic strategy's) if there is one, sharing the window budget
+        starts = [c for c in (self.by_layout_own.get(key), self.by_layout[key]) if c is not None]
+        if len(starts) == 2 and (starts[0] is starts[1] or not better(starts[1], starts[0])):
+            starts = starts[:1]
+        record["windows"] = []
+        for current in starts:
+            if b.order_window_dtime <= 0 or self.deadline.expired():
+                break
             res, stats = improve_order_windows(
                 layout,
                 self.costs,
                 self.m,
                 current.programs,
-                split_backward=split,
+                split_backward=any(a.op == "I" for p in current.programs for a in p),
                 mem_limit_bytes=limits,
                 window_actions=b.order_window_actions,
-                deterministic_time=b.order_window_dtime,
+                deterministic_time=b.order_window_dtime / len(starts),
                 window_deterministic_time=b.order_window_step_dtime,
                 time_limit_s=max(self.deadline.left(), 0.01),
                 seed=self.seed,
             )
             if res.clock_stopped:
                 self.deadline.abort("cp-sat windows")
-            record["windows"] = {"solved": stats.windows, "kept": stats.improved, "device_bound_s": res.bound}
+            record["windows"].append(
+                {"hint": current.label, "solved": stats.windows, "kept": stats.improved, "device_bound_s": res.bound}
+            )
             if res.feasible and stats.improved:
                 self.evaluated += 1
                 self.judge(
@@ -614,6 +635,7 @@ class _Search:
                         partition=start.partition,
                         policy="cp-sat windows",
                         hint=current.label,
+                        origin=current.origin,
                     )
                 )
         record["step_time_s"] = self.by_layout[key].step_s
@@ -629,9 +651,10 @@ class _Search:
             status = "WINDOWS_ONLY"
             if full is not None:
                 status, bound = full["status"], full["bound_s"]
-            device = rec.get("windows", {}).get("device_bound_s")
-            if device is not None:
-                bound = device if bound is None else max(bound, device)
+            for win in rec.get("windows", []):
+                device = win.get("device_bound_s")
+                if device is not None:
+                    bound = device if bound is None else max(bound, device)
             if bound is None:
                 continue
             step = best.step_s

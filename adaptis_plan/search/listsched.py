@@ -118,7 +118,9 @@ def list_schedule(
     stage_device = layout.stage_device
     dev_stages = [layout.stages_of(d) for d in range(num_devices)]
     limits = policy.mem_limit_bytes or tuple(float(x) for x in costs.mem_limit_bytes[:num_devices])
-    act_cap = [float(limits[d]) - float(st.static[d]) for d in range(num_devices)]
+    limit = [float(limits[d]) for d in range(num_devices)]
+    static = [float(st.static[d]) for d in range(num_devices)]
+    act_cap = [limit[d] - static[d] for d in range(num_devices)]
     per_mb = [sum(act[s] for s in dev_stages[d]) for d in range(num_devices)]
     # memory binds only where all micro-batches' activations at once would not fit
     binding = [math.isfinite(act_cap[d]) and act_cap[d] < m_total * per_mb[d] - _EPS for d in range(num_devices)]
@@ -152,11 +154,14 @@ def list_schedule(
     makespan = 0.0
     parked = [False] * num_devices
 
-    def safe(d: int, s: int, k: int) -> bool:
+    def safe(d: int, s: int, k: int, oldest: bool) -> bool:
         """Whether F(s, k) keeps device d in a safe state (module docstring)."""
         a = act[s]
         room = act_cap[d] + _EPS
-        if mem[d] + a > room:
+        # the simulator's own arithmetic (static + the running sum of the same changes, in the same
+        # order), so a plan the scheduler calls fitting is one the simulator calls fitting; the
+        # oldest micro-batch gets the rounding slack (a limit of exactly one micro-batch stays usable)
+        if static[d] + (mem[d] + a) > limit[d] and not (oldest and mem[d] + a <= room):
             return False
         if not multi[d]:
             return True  # one stage: older micro-batches have no forward left here
@@ -222,7 +227,7 @@ def list_schedule(
                 continue
             if inflight[d] >= cap[d] and k > oldest:
                 continue
-            if binding[d] and not safe(d, s, k):
+            if binding[d] and not safe(d, s, k, k <= oldest):
                 if fits_one[d] or k > oldest:
                     blocked = True
                     continue
@@ -235,8 +240,9 @@ def list_schedule(
             if next_b_arrival < soon or any(r < soon and key < best_fk for key, r in late_f):
                 best_f = None
         f_first = alternate and last_fb[d] == "B" and best_f is not None
-        if eager_w and last_op[d] == "B" and pending_w[d]:
+        if eager_w and last_op[d] == "B" and pending_w[d] and any(next_f[x] < m_total for x in stages):
             # the W of the backward just done runs next (the zero-bubble handcrafted rhythm F, I, W)
+            # while forwards remain; in the cool-down W's wait, so the backwards reach stage 0 sooner
             k, s = heapq.heappop(pending_w[d])
             choice_op, choice_s, choice_k = "W", s, k
         elif best_b is not None and not f_first:
