@@ -653,11 +653,12 @@ class WindowModel:
         self.start: dict[Key, cp_model.IntVar] = {}
         self.keys_on: dict[int, list[Key]] = {}
         self.horizon = horizon
-        inside: set[Key] = set()
         for d, (lo, hi) in window.items():
             self.keys_on[d] = [tuple(a) for a in programs[d][lo:hi]]  # type: ignore[misc]
-            inside.update(self.keys_on[d])
-        self.inside = inside
+        # a list in device and program order for every loop that builds the model (a set's order
+        # follows string hashing, which differs per process: the model, hence the answer, would too)
+        self.ordered: list[Key] = [k for keys in self.keys_on.values() for k in keys]
+        self.inside: set[Key] = set(self.ordered)
         before: set[Key] = set()
         for d, (lo, _hi) in window.items():
             before.update(tuple(a) for a in programs[d][:lo])  # type: ignore[misc]
@@ -684,7 +685,7 @@ class WindowModel:
 
     def _add_precedences(self, timed: dict[Key, tuple[Number, Number]]) -> None:
         # dependencies from fixed earlier actions are constants, among window actions constraints
-        for key in self.inside:
+        for key in self.ordered:
             for pred, lag in _predecessors(self.sc, key):
                 if pred in self.inside:
                     self.model.add(self.start[key] >= self._end(pred) + int(lag))
@@ -703,7 +704,7 @@ class WindowModel:
     def _add_mb_order(self, timed: dict[Key, tuple[Number, Number]]) -> None:
         # the micro-batches of one (stage, op) keep their order, as in the full model
         groups: dict[tuple[int, str], list[Key]] = {}
-        for key in self.inside:
+        for key in self.ordered:
             groups.setdefault((key[0], key[1]), []).append(key)
         for keys in groups.values():
             keys.sort(key=lambda k: k[2])
@@ -757,7 +758,7 @@ class WindowModel:
 
     def _add_objective(self, timed: dict[Key, tuple[Number, Number]], tail: dict[Key, Number]) -> None:
         # step = max over window actions of end + the longest path after it through the fixed rest
-        for key in self.inside:
+        for key in self.ordered:
             later = [
                 lag + self.sc.dur[nxt[0]][nxt[1]] + tail[nxt]
                 for nxt, lag in _successors(self.sc, key)

@@ -597,15 +597,18 @@ class _Search:
                         origin=start.origin,
                     )
                 )
-        # windows from the search's own best order for the layout, and from a better one of
-        # another source (a classic strategy's) if there is one, sharing the window budget
-        starts = [c for c in (self.by_layout_own.get(key), self.by_layout[key]) if c is not None]
-        if len(starts) == 2 and (starts[0] is starts[1] or not better(starts[1], starts[0])):
-            starts = starts[:1]
+        # windows from the search's own best order for the layout first, with the whole window
+        # budget; then, only if an order of another source (a classic strategy's) is still better
+        # for this layout, from that one with half the budget
         record["windows"] = []
-        for current in starts:
-            if b.order_window_dtime <= 0 or self.deadline.expired():
-                break
+        for share, pick in ((1.0, self.by_layout_own.get), (0.5, self.by_layout.get)):
+            current = pick(key)
+            if current is None or b.order_window_dtime <= 0 or self.deadline.expired():
+                continue
+            if share < 1.0:
+                own = self.by_layout_own.get(key)
+                if own is not None and not better(current, own):
+                    continue
             res, stats = improve_order_windows(
                 layout,
                 self.costs,
@@ -614,7 +617,7 @@ class _Search:
                 split_backward=any(a.op == "I" for p in current.programs for a in p),
                 mem_limit_bytes=limits,
                 window_actions=b.order_window_actions,
-                deterministic_time=b.order_window_dtime / len(starts),
+                deterministic_time=b.order_window_dtime * share,
                 window_deterministic_time=b.order_window_step_dtime,
                 time_limit_s=max(self.deadline.left(), 0.01),
                 seed=self.seed,
