@@ -51,6 +51,7 @@ race and are not bit-reproducible (an OPTIMAL status still means the same makesp
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -645,6 +646,7 @@ class WindowModel:
         window: dict[int, tuple[int, int]],
         tail: dict[Key, Number],
         horizon: int,
+        where: dict[Key, tuple[int, int]],
     ) -> None:
         self.sc = sc
         self.programs = programs
@@ -659,10 +661,17 @@ class WindowModel:
         # follows string hashing, which differs per process: the model, hence the answer, would too)
         self.ordered: list[Key] = [k for keys in self.keys_on.values() for k in keys]
         self.inside: set[Key] = set(self.ordered)
-        before: set[Key] = set()
-        for d, (lo, _hi) in window.items():
-            before.update(tuple(a) for a in programs[d][:lo])  # type: ignore[misc]
-        self.before = before
+        # an action outside the window is "before" it when it precedes the window on its device
+        # (devices without window actions: when it starts before the window does)
+        first = min(timed[k][0] for k in self.ordered) if self.ordered else 0
+
+        def is_before(key: Key) -> bool:
+            d, i = where[key]
+            if d in window:
+                return i < window[d][0]
+            return timed[key][0] < first
+
+        self.is_before = is_before
         self.objective = self.model.new_int_var(0, horizon, "step")
         self._add_actions(timed)
         self._add_precedences(timed)
@@ -689,7 +698,7 @@ class WindowModel:
             for pred, lag in _predecessors(self.sc, key):
                 if pred in self.inside:
                     self.model.add(self.start[key] >= self._end(pred) + int(lag))
-                elif pred in timed and pred in self.before:
+                elif pred in timed and self.is_before(pred):
                     self.model.add(self.start[key] >= int(timed[pred][1] + lag))
 
     def _add_no_overlap(self) -> None:
@@ -730,7 +739,7 @@ class WindowModel:
                         if demand <= 0:
                             continue
                         f_in, r_in = f_key in self.inside, rel in self.inside
-                        f_before, r_before = f_key in self.before, rel in self.before
+                        f_before, r_before = not f_in and self.is_before(f_key), not r_in and self.is_before(rel)
                         if f_before and r_before:
                             if timed[rel][1] <= window_start:
                                 continue
@@ -762,7 +771,7 @@ class WindowModel:
             later = [
                 lag + self.sc.dur[nxt[0]][nxt[1]] + tail[nxt]
                 for nxt, lag in _successors(self.sc, key)
-                if nxt not in self.inside and nxt not in self.before and nxt in tail
+                if nxt not in self.inside and nxt in tail and not self.is_before(nxt)
             ]
             self.model.add(self.objective >= self._end(key) + int(max(later, default=0)))
         for d, keys in self.keys_on.items():
@@ -839,9 +848,10 @@ def improve_order_windows(
     """Improve a long program window by window (rolling horizon), where one model is too big.
 
     Windows of `window_actions` consecutive actions (by start time) slide over the step by
-    half a window; each is solved by `WindowModel` with `window_deterministic_time` of work and
+    half a window (from both ends of the step inwards: the fill and the drain hold the bubbles); each is solved by `WindowModel` with `window_deterministic_time` of work and
     kept when the re-timed whole step gets shorter and still fits memory (both under this
-    module's model semantics). A pass that keeps no window ends the search, as does the total
+    module's model semantics). Programs already at the device bound come back at once as
+    OPTIMAL. A pass that keeps no window ends the search, as does the total
     `deterministic_time` (counted in the solver's own work units, so the same programs always
     give the same result) or the wall-clock abort `time_limit_s`. Status FEASIBLE with the best
     programs; the bound is the device bound (it holds without solving); None payload when the
@@ -859,53 +869,78 @@ def improve_order_windows(
     best = max(e for _, e in timed.values())
     hint_objective = best * sc.unit_s
     bound = min(_device_bound(sc), best)
+    if best <= bound:  # already at the bound no order of these stages can beat: nothing to improve
+        return (
+            SolveResult(
+                "OPTIMAL", best * sc.unit_s, bound * sc.unit_s, time.perf_counter() - t0, current, best * sc.unit_s
+            ),
+            stats,
+        )
     total = sum(len(p) for p in current)
     size = max(8, min(window_actions, total))
     step = max(1, size // 2)
-    spent, pos, kept_in_pass, windows, kept = 0.0, 0, 0, 0, 0
+    spent, kept_in_pass, windows, kept = 0.0, 0, 0, 0
     stopped = False
+    # window starts from both ends inwards: the fill and the drain hold the bubbles
+    starts_fwd = list(range(0, max(total - size, 0) + 1, step))
+    if starts_fwd[-1] != max(total - size, 0):
+        starts_fwd.append(max(total - size, 0))
+    positions = [x for pair in itertools.zip_longest(starts_fwd, reversed(starts_fwd)) for x in pair if x is not None]
+    positions = list(dict.fromkeys(positions))[: len(starts_fwd)]
+    at = 0
+    order: list[Key] = []
+    tail: dict[Key, Number] = {}
+    where: dict[Key, tuple[int, int]] = {}
+    stale = True  # the order by start time, tails and positions follow `current`; rebuilt after a kept window
     while spent + 1e-9 < deterministic_time:
         left_s = time_limit_s - (time.perf_counter() - t0)
         if left_s <= 0:
             stopped = True
             break
-        order = sorted(timed, key=lambda k: (timed[k][0], timed[k][1], _OP_RANK[k[1]], k[0], k[2]))
-        chosen = set(order[pos : pos + size])
+        if stale:
+            order = sorted(timed, key=lambda k: (timed[k][0], timed[k][1], _OP_RANK[k[1]], k[0], k[2]))
+            tail = _tails(sc, current, timed)
+            where = {tuple(a): (d, i) for d, program in enumerate(current) for i, a in enumerate(program)}  # type: ignore[misc]
+            stale = False
+        pos = positions[at]
         window: dict[int, tuple[int, int]] = {}
-        for d, program in enumerate(current):
-            idx = [i for i, a in enumerate(program) if tuple(a) in chosen]
-            if idx:
-                window[d] = (min(idx), max(idx) + 1)
-        tail = _tails(sc, current, timed)
-        model = WindowModel(sc, current, timed, window, tail, int(best))
+        for key in order[pos : pos + size]:
+            d, i = where[key]
+            lo, hi = window.get(d, (i, i + 1))
+            window[d] = (min(lo, i), max(hi, i + 1))
+        model = WindowModel(sc, current, timed, window, tail, int(best), where)
         model.add_hint(timed)
         status, starts, used, stopped = model.solve(
             left_s, seed, min(window_deterministic_time, deterministic_time - spent)
         )
-        spent += max(used, 1e-6)
+        # each window is charged at least a quarter of its budget: building it costs work too
+        spent += max(used, window_deterministic_time / 4)
         windows += 1
         if starts is not None:
-            trial = [list(p) for p in current]
+            trial = list(current)
+            changed = False
             for d, (lo, hi) in window.items():
                 part = sorted(
-                    trial[d][lo:hi],
+                    current[d][lo:hi],
                     key=lambda a: (starts[tuple(a)], _OP_RANK[a.op], a.stage if a.op == "F" else -a.stage, a.mb),
                 )
-                trial[d][lo:hi] = part
-            new_timed = sc.time_programs(trial)
+                if part != current[d][lo:hi]:
+                    trial[d] = current[d][:lo] + part + current[d][hi:]
+                    changed = True
+            new_timed = sc.time_programs(trial) if changed else None
             if new_timed is not None and sc.hint_feasible(new_timed):
                 makespan = max(e for _, e in new_timed.values())
                 if makespan < best:
-                    current, timed, best = trial, new_timed, makespan
+                    current, timed, best, stale = trial, new_timed, makespan, True
                     kept += 1
                     kept_in_pass += 1
         if stopped:
             break
-        pos += step
-        if pos >= total:
+        at += 1
+        if at >= len(positions):
             if not kept_in_pass:
                 break
-            pos, kept_in_pass = 0, 0
+            at, kept_in_pass = 0, 0
     result = SolveResult(
         status="FEASIBLE",
         objective=best * sc.unit_s,

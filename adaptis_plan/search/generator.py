@@ -42,7 +42,7 @@ from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.listsched import ListPolicy, list_schedule
-from adaptis_plan.search.partition import device_balanced_bounds, min_max_stage_bounds
+from adaptis_plan.search.partition import device_balanced_bounds, min_max_stage_bounds, packed_layouts
 
 ALL_COMPONENTS = ("partition", "placement", "schedule")
 
@@ -377,13 +377,19 @@ class _Search:
             k = 2 if 2 * self.p <= self.num_layers - 2 else 1
             placements = [("loop x2" if k == 2 else "sequential", placement("loop", self.p, k))]
         placements = [(label, sd) for label, sd in placements if self.placement_ok(sd)]
-        # presets first, mixtures after, fewer stages first
+        # presets first, mixtures after, fewer stages first; then the packed irregular placements
         placements.sort(key=lambda ls: (not ls[0].startswith(("sequential", "loop", "V")), len(ls[1])))
+        packed: dict[tuple[int, ...], tuple[int, ...]] = {}
+        if {"placement", "partition"} <= self.components:
+            for label, sd, bounds in packed_layouts(self.costs, self.p):
+                if self.placement_ok(sd) and all(sd != other for _, other in placements):
+                    placements.append((label, sd))
+                    packed[sd] = bounds
         base = self.portfolio[0]
         cands: list[Candidate] = []
         skipped = 0
         for n, (label, sd) in enumerate(placements):
-            parts = self.partitions_for(sd)
+            parts = [("packed", packed[sd])] if sd in packed else self.partitions_for(sd)
             layouts = [Layout(bounds=b, stage_device=sd, num_devices=self.p) for _, b in parts]
             if not all(self.affordable(lay, "placement x partition", minimum=3) for lay in layouts):
                 skipped = len(placements) - n
@@ -625,7 +631,13 @@ class _Search:
             if res.clock_stopped:
                 self.deadline.abort("cp-sat windows")
             record["windows"].append(
-                {"hint": current.label, "solved": stats.windows, "kept": stats.improved, "device_bound_s": res.bound}
+                {
+                    "hint": current.label,
+                    "status": res.status,
+                    "solved": stats.windows,
+                    "kept": stats.improved,
+                    "device_bound_s": res.bound,
+                }
             )
             if res.feasible and stats.improved:
                 self.evaluated += 1
@@ -658,6 +670,8 @@ class _Search:
                 device = win.get("device_bound_s")
                 if device is not None:
                     bound = device if bound is None else max(bound, device)
+                if win.get("status") == "OPTIMAL":
+                    status = "OPTIMAL"  # the order already met the device bound
             if bound is None:
                 continue
             step = best.step_s

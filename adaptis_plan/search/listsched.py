@@ -145,6 +145,9 @@ def list_schedule(
     mem = [0.0] * num_devices
     held = [[0.0] * m_total for _ in range(num_devices)]  # activation bytes per mb on the device
     need = [[per_mb[d]] * m_total for d in range(num_devices)]  # forward bytes still to allocate
+    held_done = [0.0] * num_devices  # held by micro-batches with every forward done on the device
+    # the largest need of a micro-batch with at least one forward done on the device
+    partial_need_max = [per_mb[d] - min((act[s] for s in dev_stages[d]), default=0.0) for d in range(num_devices)]
     inflight = [0] * num_devices
     free_at = [0.0] * num_devices
     remaining = [len(dev_stages[d]) * m_total * (3 if split else 2) for d in range(num_devices)]
@@ -169,13 +172,20 @@ def list_schedule(
         lo = min(next_f[x] for x in stages)
         if lo >= k:
             return True
-        hi = max(next_f[x] for x in stages)
         need_d, held_d = need[d], held[d]
         if reserve_oldest and mem[d] + a + need_d[lo] > room:
             return False  # keep room for the oldest micro-batch's next chunk right now, not after releases
-        # older micro-batches release everything they hold before k's turn; oldest first
-        older = mem[d] - sum(held_d[lo:hi])  # held by micro-batches below lo (forwards done)
+        # micro-batches below lo have done every forward here (need 0): they release all they hold
+        # (held_done) before anyone else's turn; from lo on, oldest first, each one's remaining
+        # forwards must fit once every older one has released
         level = mem[d] + a
+        older = held_done[d]
+        if level - older + partial_need_max[d] <= room:
+            return True  # even the largest remaining need fits: no loop needed
+        if len(stages) == 2:
+            # two stages: every micro-batch in [lo, k) has one forward left, on the same stage, so
+            # the oldest (least released before it) is the binding one
+            return level - older + need_d[lo] <= room
         for j in range(lo, k):
             if need_d[j] > 0.0 and level - older + need_d[j] > room:
                 return False
@@ -213,7 +223,8 @@ def list_schedule(
         blocked = False
         late_f: list[tuple[tuple[int, int], float]] = []  # forwards whose input is in flight: (key, arrival)
         oldest = min(next_b[s] for s in stages)
-        for s in stages:
+        # forwards matter only when no backward is ready, or when the policy alternates after one
+        for s in stages if best_b is None or (alternate and last_fb[d] == "B") else ():
             k = next_f[s]
             if k >= m_total:
                 continue
@@ -277,11 +288,16 @@ def list_schedule(
             mem[d] += act[s]
             held[d][k] += act[s]
             need[d][k] -= act[s]
+            if need[d][k] <= _EPS * per_mb[d]:
+                need[d][k] = 0.0
+                held_done[d] += held[d][k]
             inflight[d] += 1
         elif choice_op == "W":
             dur = w_dur[s]
             mem[d] -= act_w[s]
             held[d][k] -= act_w[s]
+            if need[d][k] == 0.0:
+                held_done[d] -= act_w[s]
         else:
             dur = b_dur[s]
             b_end[s][k] = t + dur
@@ -290,6 +306,8 @@ def list_schedule(
             freed = act_i[s] if split else act[s]
             mem[d] -= freed
             held[d][k] -= freed
+            if need[d][k] == 0.0:
+                held_done[d] -= freed
             if split:
                 heapq.heappush(pending_w[d], (k, s))
         last_op[d] = "F" if choice_op == "F" else "W" if choice_op == "W" else "B"
