@@ -1,6 +1,6 @@
 """Regenerate BENCHMARKS.md (and docs/img/*.svg) from scratch.
 
-Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections paper,bubbles,seq,ablation,plantime,real]
+Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections paper,bubbles,seq,ablation,plantime,real,zb]
 [--workers 2]` (`make bench` = the full run, about 5-10 minutes on 2 cores; `--quick` < 1 minute).
 
 Data flow: `bench.paper.default_config` says which cases each selected section needs ->
@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 from bench import charts, paper  # noqa: E402
 from bench.common import git_commit, machine  # noqa: E402
 
-SECTIONS = ("paper", "bubbles", "seq", "ablation", "plantime", "real")
+SECTIONS = ("paper", "bubbles", "seq", "ablation", "plantime", "real", "zb")
 
 
 def provenance(out: str, quick: bool) -> paper.Provenance:
@@ -148,6 +148,12 @@ def build_report(
         text, real_ok = real_section(prov, cfg.quick)
         parts.append(text)
         ok = ok and real_ok
+    if "zb" in sections:  # the zero-bubble comparison, the author's profiled costs, planning time and scale
+        from bench import zb
+
+        parts.append(
+            zb.build(zb.SECTIONS, cfg.quick, workers, f"python -m bench.zb{' --quick' if cfg.quick else ''}", log)
+        )
     wall = time.perf_counter() - t0
     skipped = [s for s in SECTIONS if s not in sections]
     head = [
