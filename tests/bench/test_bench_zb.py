@@ -16,11 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not an installed package
     sys.path.insert(0, str(ROOT))
 
-from bench import zb  # noqa: E402
-from bench.paper_profile import paper_costs  # noqa: E402
-
 from adaptis_plan.judge.bound import lower_bound  # noqa: E402
 from adaptis_plan.judge.semantics import check_programs  # noqa: E402
+from bench import zb  # noqa: E402
+from bench.paper_profile import paper_costs  # noqa: E402
 
 UNIT = next(iter(zb.COST_SETS))  # F = I = W = 1, comm 0.01
 
