@@ -36,8 +36,10 @@ class SearchBudget:
     policy_share: float = 0.40
     refine_share: float = 0.20
     irregular_share: float = 0.10
-    #: placements tried in phase 1: the presets, then per-round forward / reverse mixtures
+    #: placements tried in phase 1: the presets, then per-round forward / reverse mixtures, with up
+    #: to `max_chunks` stages per device; at least `min_placements` whatever the work budget
     max_chunks: int = 4
+    min_placements: int = 3
     #: phase 1 candidates simulated: the best by the list scheduler's estimate
     judged_layouts: int = 6
     #: CP-SAT partition solves (on the best distinct placements) and the work each may do

@@ -18,7 +18,9 @@ Phases (each keeps the best so far, as AdaPtis does):
 4. irregular placement: move or swap stages between the busiest and the idlest devices.
 5. CP-SAT order on the best few layouts, hinted from the best order known for each layout from
    any source (list policies, classic strategies): the whole model where it is small enough
-   (its status and proven bound are reported), then rolling-horizon windows on any size.
+   (its status and proven bound are reported), then rolling-horizon windows on any size, from
+   the search's own best order first (and from a better classic order, if one remains better).
+Packed irregular placements (`partition.packed_layouts`) join phase 1 after the presets.
 
 Determinism: every phase does a fixed amount of work from the `SearchBudget` (list-scheduled
 actions, simulated candidates, CP-SAT deterministic time on one worker), so the same inputs,
@@ -275,11 +277,11 @@ class _Search:
         self._phase_count = 0
         return time.perf_counter(), self.evaluated, self.actions
 
-    def affordable(self, layout: Layout, what: str, minimum: int = 1) -> bool:
-        """Whether the phase's work budget (at least `minimum` schedules) and the wall clock allow one
-        more list schedule (and its simulation) of `layout`."""
+    def affordable(self, layout: Layout, what: str, minimum: int | None = 1) -> bool:
+        """Whether the phase's work budget (which always allows `minimum` schedules; None: not
+        counted against it) and the wall clock allow one more list schedule (and its simulation)."""
         n = self.num_actions(layout)
-        if self._phase_count >= minimum and self.actions + n > self._phase_cap:
+        if minimum is not None and self._phase_count >= minimum and self.actions + n > self._phase_cap:
             return False
         if not self.deadline.can_afford(n * (self.rate_schedule + self.rate_simulate)):
             self.deadline.abort(what)
@@ -391,7 +393,7 @@ class _Search:
         for n, (label, sd) in enumerate(placements):
             parts = [("packed", packed[sd])] if sd in packed else self.partitions_for(sd)
             layouts = [Layout(bounds=b, stage_device=sd, num_devices=self.p) for _, b in parts]
-            if not all(self.affordable(lay, "placement x partition", minimum=3) for lay in layouts):
+            if not all(self.affordable(lay, "placement x partition", self.budget.min_placements) for lay in layouts):
                 skipped = len(placements) - n
                 break
             for (pname, _), layout in zip(parts, layouts, strict=True):
@@ -439,7 +441,7 @@ class _Search:
         self.solver.setdefault("partition", []).append({"placement": cand.placement, **_solve_summary(res)})
         if res.feasible and tuple(res.payload) != cand.layout.bounds:
             layout = Layout(bounds=tuple(res.payload), stage_device=sd, num_devices=self.p)
-            if self.affordable(layout, "cp-sat partition", minimum=1 << 30):
+            if self.affordable(layout, "cp-sat partition", minimum=None):
                 return self.schedule(layout, policy, cand.placement, "cp-sat")
         return None
 
