@@ -267,6 +267,7 @@ class _Search:
         self.rate_simulate = _INITIAL_SECONDS_PER_ACTION
         self._phase_cap = 0
         self._phase_count = 0
+        self._order_records: dict[tuple, dict] = {}  # layout -> its CP-SAT order record
 
     # -- work accounting
     def num_actions(self, layout: Layout, split: bool = True) -> int:
@@ -656,30 +657,30 @@ class _Search:
                     )
                 )
         record["step_time_s"] = self.by_layout[key].step_s
+        self._order_records[key] = record
         return record
 
     def plan_bound(self, best: Candidate) -> dict:
         """The order solve behind the chosen plan's layout: status, proven bound and gap (vs its simulated step)."""
-        for rec in self.solver.get("order_layouts", []):
-            if rec.get("placement") != best.placement or rec.get("partition") != best.partition:
-                continue
-            full = rec.get("full")
-            bound = None
-            status = "WINDOWS_ONLY"
-            if full is not None:
-                status, bound = full["status"], full["bound_s"]
-            for win in rec.get("windows", []):
-                device = win.get("device_bound_s")
-                if device is not None:
-                    bound = device if bound is None else max(bound, device)
-                if win.get("status") == "OPTIMAL":
-                    status = "OPTIMAL"  # the order already met the device bound
-            if bound is None:
-                continue
-            step = best.step_s
-            gap = max(0.0, (step - bound) / step) if step > 0 else 0.0
-            return {"status": status, "bound_s": bound, "gap": gap, "scope": "order, for this partition and placement"}
-        return {"status": "NOT_RUN", "bound_s": None, "gap": None}
+        rec = self._order_records.get(_layout_key(best.layout))
+        if rec is None:
+            return {"status": "NOT_RUN", "bound_s": None, "gap": None}
+        full = rec.get("full")
+        bound = None
+        status = "WINDOWS_ONLY"
+        if full is not None:
+            status, bound = full["status"], full["bound_s"]
+        for win in rec.get("windows", []):
+            device = win.get("device_bound_s")
+            if device is not None:
+                bound = device if bound is None else max(bound, device)
+            if win.get("status") == "OPTIMAL":
+                status = "OPTIMAL"  # the order already met the device bound
+        if bound is None:
+            return {"status": status, "bound_s": None, "gap": None}
+        step = best.step_s
+        gap = max(0.0, (step - bound) / step) if step > 0 else 0.0
+        return {"status": status, "bound_s": bound, "gap": gap, "scope": "order, for this partition and placement"}
 
 
 def _solve_summary(res) -> dict:
