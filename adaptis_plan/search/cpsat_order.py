@@ -2,7 +2,9 @@
 
 Data flow: `Layout` + `CostTable` + micro-batch count (+ an optional hint `Programs`) ->
 `SolveResult` whose payload is `Programs` (each device's actions sorted by the solver's start
-times). Called by the planner after the partition; the simulator judges the plan, never this
+times). Two entry points: `solve_order`, one model of the whole step (small and medium
+programs; its status and bound prove how far an order is from the best for the layout), and
+`improve_order_windows`, a rolling horizon of small window models for any size (see there). Called by the planner after the partition; the simulator judges the plan, never this
 model's makespan. `search/` is the only package that imports ortools; this module imports
 only `core` and `search.result` from the package (no simulator, no schedule builder).
 

@@ -16,6 +16,16 @@ the actions whose inputs have arrived:
    whole W. A W always runs when a forward is held back by memory (it frees memory);
 otherwise it idles until the next arrival it knows of, or until a neighbour wakes it.
 
+Policy variations on that rule, each the best somewhere (the generator tries a portfolio):
+`alternate` prefers a ready forward right after a backward (the 1F1B rhythm) instead of
+always the backward; `f_yield` keeps the device free for a more urgent action (a backward, or
+a forward ranked first) whose input lands within that fraction of the forward's duration, in
+the warm-up only with `yield_warmup_only` (the zero-bubble heuristic's "no extra forward that
+delays the first backward"); `eager_w` runs each backward's W right after it while forwards
+remain (the handcrafted ZB-V rhythm F, I, W, which keeps memory flat at the limit), and defers
+W's in the cool-down; `reserve_oldest` keeps room for the oldest micro-batch's next chunk
+right now, not only after older micro-batches release theirs.
+
 Memory, per device and across every stage the device holds. A forward is admitted only if
 the device stays in a *safe* state: taking micro-batches in order, each one's remaining
 forwards on this device must fit once every older micro-batch has released what it holds
@@ -52,9 +62,10 @@ class ListPolicy:
     `split_backward`: I + W instead of B. `f_order`: among ready forwards, "mb-depth" = oldest
     micro-batch first, then the later stage; "mb-breadth" = oldest first, then the earlier stage;
     "stage-depth" = the later stage first (finish the chunks of one micro-batch before starting
-    new ones). `w_lookahead`: see `W_LOOKAHEAD`. `inflight_cap` per device bounds forwards in
-    flight (F done, I/B not yet); None = memory only. `mem_limit_bytes` per device overrides the
-    cost table's limits. `label` names the policy in reports.
+    new ones). `w_lookahead`: see `W_LOOKAHEAD`. `f_yield`, `yield_warmup_only`, `alternate`,
+    `eager_w`, `reserve_oldest`: see the module docstring. `inflight_cap` per device bounds
+    forwards in flight (F done, I/B not yet); None = memory only. `mem_limit_bytes` per device
+    overrides the cost table's limits. `label` names the policy in reports (default: `name`).
     """
 
     split_backward: bool = True
