@@ -11,10 +11,12 @@ actions (the unit every heuristic phase spends), simulated candidates, CP-SAT de
 then give the same plan on any machine under any load. `--time-limit` is only a hard wall-clock
 abort on top (`Deadline`); when it fires, the plan says so.
 
-`SearchBudget.for_time_limit(T)` is the budget `adaptis plan --time-limit T` uses: about 0.4 T
-seconds of work on one idle core of a 2-core machine (measured: list scheduling plus simulation
-cost 5-7 us per action, CP-SAT 0.5-1 s per unit of deterministic time), so the abort only fires
-when the machine is more than twice slower than that; a longer limit buys proportionally more
+`SearchBudget.for_time_limit(T)` is the budget `adaptis plan --time-limit T` uses: about half
+of T of work on one idle core of a 2-core machine for mid-size pipelines (measured: list
+scheduling plus simulation cost 5-7 us per action; CP-SAT about 5-6 s of wall time per unit of
+its deterministic time on these models), so the abort fires only on a
+machine about twice slower than that, or on pipelines so big that one candidate is a large
+part of the limit; a longer limit buys proportionally more
 list scheduling (big pipelines evaluate more candidates) and more CP-SAT work.
 """
 
@@ -30,7 +32,7 @@ class SearchBudget:
     """Work per phase of the search (module docstring). Every field is a count, never seconds."""
 
     #: list-scheduled actions over all heuristic phases; big pipelines get fewer candidates
-    schedule_actions: int = 200_000
+    schedule_actions: int = 120_000
     #: shares of `schedule_actions` per phase: placements x partitions, policies, refinement, irregular
     layout_share: float = 0.30
     policy_share: float = 0.40
@@ -44,7 +46,7 @@ class SearchBudget:
     judged_layouts: int = 6
     #: CP-SAT partition solves (on the best distinct placements) and the work each may do
     partition_solves: int = 3
-    partition_dtime: float = 0.2
+    partition_dtime: float = 0.05
     #: layouts on which every list policy is tried (phase 2)
     policy_layouts: int = 3
     #: partition refinement rounds (each moves boundary layers of the busiest device)
@@ -55,9 +57,9 @@ class SearchBudget:
     #: CP-SAT order: layouts refined (the best distinct ones), full-model work per layout (a proof
     #: of the order's bound on small and medium programs), rolling-horizon work per layout
     order_layouts: int = 2
-    order_full_dtime: float = 0.25
+    order_full_dtime: float = 0.04
     order_full_max_actions: int = 4000
-    order_window_dtime: float = 0.35
+    order_window_dtime: float = 0.06
     order_window_actions: int = 120
     order_window_step_dtime: float = 0.1
 
