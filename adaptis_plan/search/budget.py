@@ -60,7 +60,7 @@ class SearchBudget:
     order_full_dtime: float = 0.04
     order_full_max_actions: int = 4000
     order_window_dtime: float = 0.06
-    order_window_actions: int = 120
+    order_window_actions: int = 60
     order_window_step_dtime: float = 0.1
 
     def __post_init__(self) -> None:

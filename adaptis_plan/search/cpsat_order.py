@@ -853,7 +853,8 @@ def improve_order_windows(
     half a window (from both ends of the step inwards: the fill and the drain hold the bubbles); each is solved by `WindowModel` with `window_deterministic_time` of work and
     kept when the re-timed whole step gets shorter and still fits memory (both under this
     module's model semantics). Programs already at the device bound come back at once as
-    OPTIMAL. A pass that keeps no window ends the search, as does the total
+    OPTIMAL. A pass that keeps no window doubles each window's work for the next pass; the
+    search ends when the next pass could not afford even one window of it, or with the total
     `deterministic_time` (counted in the solver's own work units, so the same programs always
     give the same result) or the wall-clock abort `time_limit_s`. Status FEASIBLE with the best
     programs; the bound is the device bound (it holds without solving); None payload when the
@@ -941,7 +942,10 @@ def improve_order_windows(
         at += 1
         if at >= len(positions):
             if not kept_in_pass:
-                break
+                # nothing kept this pass: search each window harder, while the budget lasts
+                window_deterministic_time *= 2
+                if window_deterministic_time > deterministic_time - spent:
+                    break
             at, kept_in_pass = 0, 0
     result = SolveResult(
         status="FEASIBLE",

@@ -18,8 +18,9 @@ Phases (each keeps the best so far, as AdaPtis does):
 4. irregular placement: move or swap stages between the busiest and the idlest devices.
 5. CP-SAT order on the best few layouts, hinted from the best order known for each layout from
    any source (list policies, classic strategies): the whole model where it is small enough
-   (its status and proven bound are reported), then rolling-horizon windows on any size, from
-   the search's own best order first (and from a better classic order, if one remains better).
+   (its status and proven bound are reported; it starts from the search's own best order for
+   the layout), then rolling-horizon windows on any size, from the search's own best order
+   first and then from a better order of another source (a classic strategy's), if one remains.
 Packed irregular placements (`partition.packed_layouts`) join phase 1 after the presets.
 
 Determinism: every phase does a fixed amount of work from the `SearchBudget` (list-scheduled
@@ -565,8 +566,12 @@ class _Search:
 
         layout = start.layout
         key = _layout_key(layout)
-        split = any(a.op == "I" for p in start.programs for a in p)
         limits = [float(x) for x in self.costs.mem_limit_bytes[: self.p]]
+        # the whole model starts from the search's own best order for the layout when there is one
+        # (its proven bound does not depend on the hint); another source's order still hints the
+        # windows below when it is better
+        start = self.by_layout_own.get(key, start)
+        split = any(a.op == "I" for p in start.programs for a in p)
         hint_from = start.label
         record: dict = {
             "placement": start.placement,
