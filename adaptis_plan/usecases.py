@@ -28,6 +28,14 @@ from adaptis_plan.units import fmt_bytes
 if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or a model profiled
     from adaptis_plan.executor.launch import RunOptions
 
+if TYPE_CHECKING:
+    from adaptis_plan.search.budget import SearchBudget
+
+#: Seconds per planned action kept back from `--time-limit` for assembling and writing the plan file,
+#: and the share of the limit at which the search aborts (the rest absorbs the last step's overrun).
+_FINALIZE_S_PER_ACTION = 2e-5
+_ABORT_SHARE = 0.95
+
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -48,6 +56,7 @@ class PlanRequest:
     time_limit_s: float = 5.0
     seed: int = 0
     target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
+    budget: SearchBudget | None = None  # the search's work; None = SearchBudget.for_time_limit(time_limit_s)
 
 
 @dataclass
@@ -164,14 +173,21 @@ def _recompute_request(req: PlanRequest, classic: str | None) -> str:
     return "none" if classic is not None and req.recompute == "auto" else req.recompute
 
 
-def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanOutcome:
-    """Plan with the requested strategy; the simulator's verdict is the prediction."""
+def make_plan_for(
+    req: PlanRequest, progress: ProgressFn | None = None, *, started_at: float | None = None
+) -> PlanOutcome:
+    """Plan with the requested strategy; the simulator's verdict is the prediction.
+
+    `started_at` (a `time.perf_counter()` value, default now) is when the command started:
+    `--time-limit` counts from there."""
     from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
 
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if started_at is None else started_at
     classic = _classic_strategy(req.strategy)
     recompute = _recompute_request(req, classic)
+    if classic is None and req.time_limit_s <= 0:
+        raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
     training = _training(req, recompute)
@@ -196,6 +212,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             raise InputError(f"--pp = {req.pp}: more devices than the {forced.num_layers} layers; lower --pp")
 
     from adaptis_plan.schedules.targets import get_target
+    from adaptis_plan.search.budget import Deadline, SearchBudget
     from adaptis_plan.search.generator import classic_baselines, classic_candidate
 
     target = get_target(req.target)
@@ -204,13 +221,14 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             f"--head-chunks = {req.head_chunks} with --target {target.name}: {target.head_problem(forced.num_head_chunks)};"
             " use --head-chunks 1 or --target adaptis"
         )
+    # --time-limit is a hard abort on the whole command; keep back what writing the plan takes
+    planned_actions = req.num_microbatches * 3 * min(2 * req.pp, model.num_layers)
+    deadline = Deadline(t0 + _ABORT_SHARE * req.time_limit_s - planned_actions * _FINALIZE_S_PER_ACTION)
     baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
     unrestricted, unrestricted_info = None, {}
     if classic is None:
         if req.partition is not None or req.stages_per_device is not None:
             raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
-        if req.time_limit_s <= 0:
-            raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
         if forced is not None:
             options = [(forced, table(forced))]
         else:
@@ -219,7 +237,12 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
                 from adaptis_plan.search.head_chunks import head_split_options
 
                 options += [(m, table(m)) for m in head_split_options(model, costs)]
-        k_best, outcome = _search_options(req, options, baselines, progress, None)
+        budget = req.budget or SearchBudget.for_time_limit(req.time_limit_s)
+        # classic plans are candidates only on the cost table they were built on (the unsplit head)
+        searched = baselines if forced is None else {}
+        # with a target, the unrestricted search and the restricted one share the budget
+        share = budget.scaled(0.5) if target.name != "adaptis" else budget
+        k_best, outcome = _search_options(req, options, searched, progress, None, share, deadline)
         if target.name != "adaptis":
             # what the restriction costs: the same search without it, beside the restricted one
             unrestricted = outcome.best.result or simulate(
@@ -233,7 +256,13 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             if fits is not None:  # the best plan needs what the target cannot run: search within its rules
                 runnable = [k for k, (m, _) in enumerate(options) if target.head_problem(m.num_head_chunks) is None]
                 k_run, outcome = _search_options(
-                    req, [options[k] for k in runnable], baselines, progress, target.placement_filter(req.pp)
+                    req,
+                    [options[k] for k in runnable],
+                    searched,
+                    progress,
+                    target.placement_filter(req.pp),
+                    share,
+                    deadline,
                 )
                 k_best = runnable[k_run]
         model, costs = options[k_best]
@@ -241,7 +270,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         if recompute == "auto":
             restrict = target.placement_filter(req.pp) if target.name != "adaptis" else None
             modes, costs, outcome, rc_info = _auto_recompute(
-                req, model, costs, outcome, baselines, table, progress, restrict
+                req, model, costs, outcome, baselines, table, progress, restrict, budget, deadline
             )
         best = outcome.best
         if target.runtime_schedule(best.layout.num_stages // req.pp) is not None:
@@ -250,7 +279,8 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             best = _with_runtime_order(target, best, costs, same_costs, req.num_microbatches)
         strategy = "adaptive"
         search_info = {
-            "source": best.source if best.source != "adaptive" else best.label,
+            "source": best.label,
+            "plan": best.describe(),
             "components": list(req.search),
             "phases": outcome.phases,
             "solver": outcome.solver,
@@ -259,6 +289,9 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
             "head_chunk_options": [m.num_head_chunks for m, _ in options],
             "seed": req.seed,
             "costs": cost_source(req.costs_path),
+            "budget": budget.summary(),
+            "aborted": deadline.aborted,
+            "abort_phase": deadline.where,
         }
     else:
         modes, rc_info = [uniform] * (forced or model).num_layers, {}
@@ -302,7 +335,7 @@ def make_plan_for(req: PlanRequest, progress: ProgressFn | None = None) -> PlanO
         profile=None if isinstance(profile, str) else profile,
         cost_source="paper" if isinstance(profile, str) else None,
         stage_recompute=_stage_recompute(best.layout, modes, model),
-        search=search_info,
+        search=plan_file_search_info(search_info),
         target=target.name,
     )
     base_results = {k: c.result for k, c in baselines.items() if c.result is not None}
@@ -324,15 +357,25 @@ def _with_runtime_order(target, best, costs: CostTable, baselines: dict, num_mic
     """For a runtime that runs its own schedule (Megatron): the searched layout with that schedule's
     order, or that schedule's classic plans (uniform / balanced partition) when one of them is
     better; the prediction is then what the runtime runs."""
+    import dataclasses
+
     from adaptis_plan.schedules import get_spec
-    from adaptis_plan.search.generator import Candidate, better
+    from adaptis_plan.search.generator import better
 
     pp = best.layout.num_devices
     name = target.runtime_schedule(best.layout.num_stages // pp)
     programs = get_spec(name).build(best.layout.stage_device, pp, num_microbatches)
     result = simulate(best.layout, costs, programs, num_microbatches)
-    label = f"{best.label} with {target.runtime}'s {name} order"
-    chosen = Candidate(label, best.layout, programs, result.step_time_s, result, source=label)
+    chosen = dataclasses.replace(
+        best,
+        programs=programs,
+        estimate_s=result.step_time_s,
+        result=result,
+        policy=f"{target.runtime}'s {name} order",
+        hint=None,
+        list_policy=None,
+        origin=f"{target.runtime}'s {name} order",
+    )
     for key, cand in baselines.items():
         ok = target.placement_problem(cand.layout.stage_device, pp) is None
         same = target.runtime_schedule(cand.layout.num_stages // pp) == key.split("/")[0]
@@ -341,8 +384,9 @@ def _with_runtime_order(target, best, costs: CostTable, baselines: dict, num_mic
     return chosen
 
 
-def _search_options(req: PlanRequest, options, baselines, progress, placement_ok):  # noqa: ANN001, ANN202
-    """The generator over the head-chunk options (each a (model, cost table)); (best index, outcome)."""
+def _search_options(req: PlanRequest, options, baselines, progress, placement_ok, budget, deadline):  # noqa: ANN001, ANN202
+    """The generator over the head-chunk options (each a (model, cost table)) on `budget`'s work
+    under the command's `deadline`; (best index, outcome)."""
     from adaptis_plan.search.head_chunks import search_head_options
 
     return search_head_options(
@@ -354,6 +398,8 @@ def _search_options(req: PlanRequest, options, baselines, progress, placement_ok
         seed=req.seed,
         progress=progress,
         baselines=baselines,
+        budget=budget,
+        deadline=deadline,
         placement_ok=placement_ok,
     )
 
@@ -366,11 +412,13 @@ def _auto_recompute(  # noqa: ANN202
     baselines,
     table,
     progress,
-    placement_ok,  # noqa: ANN001
+    placement_ok,
+    budget,
+    deadline,  # noqa: ANN001
 ):
     """`--recompute auto` after the search without recomputation (the very search `--recompute
     none` runs, so auto is never slower): when memory can bind, the recompute candidates
-    (`search.recompute`) share one more `--time-limit`."""
+    (`search.recompute`) share half as much work again, under the command's deadline."""
     from adaptis_plan.search.recompute import memory_may_bind, search_recompute
 
     if not memory_may_bind(baselines):
@@ -385,6 +433,8 @@ def _auto_recompute(  # noqa: ANN202
         components=req.search,
         time_limit_s=req.time_limit_s,
         seed=req.seed,
+        budget=budget.scaled(0.5),
+        deadline=deadline,
         progress=progress,
         placement_ok=placement_ok,
     )
@@ -411,6 +461,16 @@ def _stage_recompute(layout: Layout, modes: list[str], model: ModelSpec) -> list
     from adaptis_plan.cost.recompute import stage_recompute
 
     return stage_recompute(layout.bounds, modes, [layer.kind for layer in model.layers])
+
+
+def plan_file_search_info(info: object) -> object:
+    """The search record without its wall times: what the plan file stores, so that the same
+    inputs give a byte-identical file under any machine load (`--json` keeps the wall times)."""
+    if isinstance(info, dict):
+        return {k: plan_file_search_info(v) for k, v in info.items() if k != "wall_s"}
+    if isinstance(info, list):
+        return [plan_file_search_info(v) for v in info]
+    return info
 
 
 def _classic_strategy(strategy: str) -> str | None:

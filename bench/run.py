@@ -1,8 +1,8 @@
 """Regenerate BENCHMARKS.md (and docs/img/*.svg) from scratch.
 
-Run: `python -m bench.run --out BENCHMARKS.md [--quick]
-[--sections papertp,paper,bubbles,seq,ablation,plantime,recompute,match,real,targets,torchcsv] [--workers 2]`
-(`make bench` = the full run, about 20-30 minutes on 2 cores; `--quick` a few minutes).
+Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections papertp,paper,bubbles,seq,ablation,plantime,
+recompute,match,real,targets,torchcsv,zbgrid,zbpaper,zbtime] [--workers 2]` (`make bench` = the full run, about
+30-40 minutes on 2 cores; `--quick` a few minutes).
 
 Data flow: `bench.paper.default_config` says which cases each selected section needs ->
 `bench.paper.run_tasks` runs every distinct case once, in a process pool (results keyed by case,
@@ -36,7 +36,10 @@ from bench.common import git_commit, machine  # noqa: E402
 
 SECTIONS = (
     "papertp", "paper", "bubbles", "seq", "ablation", "plantime", "recompute", "match", "real", "targets", "torchcsv",
+    "zbgrid", "zbpaper", "zbtime",
 )  # fmt: skip
+# bench/zb.py's sections (the zero-bubble comparison, the author's profiled costs, planning time and scale)
+ZB_SECTIONS = {"zbgrid": "grid", "zbpaper": "paper", "zbtime": "plantime"}
 
 
 def provenance(out: str, quick: bool) -> paper.Provenance:
@@ -59,6 +62,9 @@ HEADINGS = {
     "real": REAL_HEADING,
     "targets": "## What a target runtime costs",
     "torchcsv": "## The same adaptive plan in torch's runtime and ours",
+    "zbgrid": "## Against the zero-bubble schedulers",
+    "zbpaper": "## The paper's cases on the author's profiled costs",
+    "zbtime": "## Planning time, 8 to 512 micro-batches",
 }
 
 
@@ -252,6 +258,12 @@ def build_report(
             from bench import interop
 
             made[name] = interop.section(name, cfg.quick, 1.0 if cfg.quick else 2.0, workers, prov.command)
+    for name, zb_name in ZB_SECTIONS.items():
+        if name in sections:
+            from bench import zb
+
+            command = f"python -m bench.zb --sections {zb_name}{' --quick' if cfg.quick else ''}"
+            made[name] = zb.build([zb_name], cfg.quick, workers, command, log)
     # a section not run this time keeps its text from the previous report, when it has one
     previous = out.read_text() if out.exists() else ""
     kept = []

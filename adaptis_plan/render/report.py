@@ -99,6 +99,8 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     else:
         for line in why_lines(outcome):
             console.print(line)
+        for line in search_lines(outcome.search_info, r.step_time_s):
+            console.print(line)
     from adaptis_plan.render.terminal import timeline
 
     console.print(timeline(r, outcome.programs, outcome.layout, width=min(console.width - 12, 110)))
@@ -162,6 +164,33 @@ def recompute_lines(outcome) -> list[str]:
             f" {r.bubble_ratio:.1%}, {without['step_time_s'] / r.step_time_s:.2f}x; chosen: {info.get('chosen')};"
             f" lower bound {_ms(r.lower_bound_s)} ms with this recomputation, {_ms(without['lower_bound_s'])} ms"
             " without."
+        )
+    return lines
+
+
+def search_lines(info: dict, step_s: float) -> list[str]:
+    """The search's verdict on its own plan: CP-SAT's status and proven bound for the plan's partition
+    and placement, the gap to it, and whether the wall-clock limit cut the search short."""
+    lines = []
+    order = info.get("solver", {}).get("order") or {}
+    status = order.get("status")
+    if status and status != "NOT_RUN" and order.get("bound_s") is not None:
+        what = {
+            "OPTIMAL": "proven optimal",
+            "FEASIBLE": "not proven optimal",
+            "WINDOWS_ONLY": "improved window by window (too big for one model)",
+        }.get(status, status)
+        lines.append(
+            f"order: CP-SAT {status} ({what}) for this partition and placement; best bound"
+            f" {_ms(order['bound_s'])} ms, gap {order.get('gap', 0.0):.2%} to this plan."
+        )
+    elif status == "NOT_RUN":
+        lines.append("order: CP-SAT did not run on this plan's partition and placement (budget or a classic plan).")
+    if info.get("aborted"):
+        lines.append(
+            f"[yellow]note:[/] --time-limit cut the search short (during {info.get('abort_phase') or 'the search'});"
+            " the plan is the best found by then and may differ from run to run. A longer --time-limit gives the"
+            " full, reproducible search."
         )
     return lines
 

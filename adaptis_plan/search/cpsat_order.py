@@ -2,7 +2,9 @@
 
 Data flow: `Layout` + `CostTable` + micro-batch count (+ an optional hint `Programs`) ->
 `SolveResult` whose payload is `Programs` (each device's actions sorted by the solver's start
-times). Called by the planner after the partition; the simulator judges the plan, never this
+times). Two entry points: `solve_order`, one model of the whole step (small and medium
+programs; its status and bound prove how far an order is from the best for the layout), and
+`improve_order_windows`, a rolling horizon of small window models for any size (see there). Called by the planner after the partition; the simulator judges the plan, never this
 model's makespan. `search/` is the only package that imports ortools; this module imports
 only `core` and `search.result` from the package (no simulator, no schedule builder).
 
@@ -51,6 +53,7 @@ race and are not bit-reproducible (an OPTIMAL status still means the same makesp
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -62,7 +65,7 @@ from ortools.sat.python import cp_model
 from adaptis_plan.core import OPS, Action, CostTable, Layout, Programs
 from adaptis_plan.errors import InputError
 from adaptis_plan.judge.semantics import check_programs, replay, stage_costs
-from adaptis_plan.search._cpsat import new_solver
+from adaptis_plan.search._cpsat import clock_stopped, new_solver
 from adaptis_plan.search.result import (
     SolveResult,
     capacity_units,
@@ -338,6 +341,26 @@ def _greedy_programs(sc: _Scaled, reserve_ahead: bool = True) -> Programs:
     return programs
 
 
+def _backward_tail(sc: _Scaled, stage: int) -> int:
+    """Least time from B(stage)'s end to B(0)'s end: the B chain below it with its P2P delays."""
+    return int(sum(sc.dur[s]["B"] + sc.delay_grad[s + 1] for s in range(stage)))
+
+
+def _device_bound(sc: _Scaled) -> int:
+    """A makespan bound that holds without solving: per device, the forward chain before its first
+    stage, then all its work back to back (then, without split backward, the gradient's way to stage 0)."""
+    best = 0
+    for d in range(sc.layout.num_devices):
+        stages = sc.layout.stages_of(d)
+        if not stages:
+            continue
+        head = int(sum(sc.dur[s]["F"] + sc.delay_act[s + 1] for s in range(stages[0])))
+        work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
+        tail = 0 if sc.split_backward else min(_backward_tail(sc, s) for s in stages)
+        best = max(best, head + work + tail)
+    return best
+
+
 class OrderModel:
     """Interval model of one layout's actions. Build, optionally `add_hint`, then `solve()`."""
 
@@ -440,25 +463,12 @@ class OrderModel:
             if not stages:
                 continue
             work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
-            tail = 0 if sc.split_backward else min(self._backward_tail(s) for s in stages)
+            tail = 0 if sc.split_backward else min(_backward_tail(sc, s) for s in stages)
             self.model.add(self.makespan >= self.start[(stages[0], "F", 0)] + work + tail)
 
     def device_lower_bound(self) -> int:
         """The constant behind `_add_device_bounds`: a makespan bound that holds without solving."""
-        sc, best = self.sc, 0
-        for d in range(sc.layout.num_devices):
-            stages = sc.layout.stages_of(d)
-            if not stages:
-                continue
-            head = int(sum(sc.dur[s]["F"] + sc.delay_act[s + 1] for s in range(stages[0])))
-            work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
-            tail = 0 if sc.split_backward else min(self._backward_tail(s) for s in stages)
-            best = max(best, head + work + tail)
-        return best
-
-    def _backward_tail(self, stage: int) -> int:
-        """Least time from B(stage)'s end to B(0)'s end: the B chain below it with its P2P delays."""
-        return int(sum(self.sc.dur[s]["B"] + self.sc.delay_grad[s + 1] for s in range(stage)))
+        return _device_bound(self.sc)
 
     def add_hint(self, timed: dict[Key, tuple[Number, Number]]) -> None:
         """A complete hint: every start, span size and the makespan."""
@@ -468,17 +478,22 @@ class OrderModel:
             self.model.add_hint(size, int(timed[last][1] - timed[first][0]))
         self.model.add_hint(self.makespan, int(max(e for _, e in timed.values())))
 
-    def solve(self, time_limit_s: float, num_workers: int, seed: int) -> tuple[str, Programs | None, float, float]:
-        """(status name, programs or None, objective, best bound), the latter two in time units."""
-        solver = new_solver(time_limit_s, num_workers, seed)
+    def solve(
+        self, time_limit_s: float, num_workers: int, seed: int, deterministic_time: float | None = None
+    ) -> tuple[str, Programs | None, float, float, bool]:
+        """(status name, programs or None, objective, best bound, clock stopped); objective and
+        bound in time units."""
+        solver = new_solver(time_limit_s, num_workers, seed, deterministic_time)
         # presolve probing took 4 s of wall time (1.0 deterministic) at P=16, M=64 with memory
         solver.parameters.presolve_probing_deterministic_time_limit = 0.1
         status = solver.solve(self.model)
         name = solver.status_name(status)
+        stopped = clock_stopped(solver, status)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return name, None, math.nan, solver.best_objective_bound
+            return name, None, math.nan, solver.best_objective_bound, stopped
         starts = {key: int(solver.value(var)) for key, var in self.start.items()}
-        return name, _programs_from_starts(self.sc, starts), solver.objective_value, solver.best_objective_bound
+        programs = _programs_from_starts(self.sc, starts)
+        return name, programs, solver.objective_value, solver.best_objective_bound, stopped
 
 
 def _programs_from_starts(sc: _Scaled, starts: dict[Key, Number]) -> Programs:
@@ -508,6 +523,7 @@ def solve_order(
     time_limit_s: float = 3.0,
     num_workers: int = 2,
     seed: int = 0,
+    deterministic_time: float | None = None,
 ) -> SolveResult[Programs]:
     """The per-device action order minimizing the makespan (payload: `Programs`).
 
@@ -515,7 +531,9 @@ def solve_order(
     device). `hint` is used when it is complete for the layout and deadlock-free; with the
     built-in greedy order, the better feasible one starts the search. Objective, bound and
     `hint_objective` are makespans in seconds (model units, see `result`). Infeasible memory
-    gives status INFEASIBLE and payload None; it never raises for that.
+    gives status INFEASIBLE and payload None; it never raises for that. `deterministic_time`
+    is the solver's work budget (reproducible with one worker); `time_limit_s` then only aborts
+    a solve the machine is too slow or busy to finish (`clock_stopped` in the result).
     """
     t0 = time.perf_counter()
     if num_microbatches < 1:
@@ -553,7 +571,7 @@ def solve_order(
         model.add_hint(chosen)
     # the time limit covers the whole call; the solver always gets a moment to load the hint
     solver_s = max(time_limit_s - (time.perf_counter() - t0), 0.2 * time_limit_s)
-    status, programs, objective, bound = model.solve(solver_s, num_workers, seed)
+    status, programs, objective, bound, stopped = model.solve(solver_s, num_workers, seed, deterministic_time)
     if programs is None and status == "UNKNOWN" and feasible and chosen is not None:
         # the hint satisfies every constraint of the model: it is a solution the solver ran out of time to load
         status, programs, objective = (
@@ -572,4 +590,370 @@ def solve_order(
         wall_s=time.perf_counter() - t0,
         payload=programs,
         hint_objective=hint_objective,
+        clock_stopped=stopped,
     )
+
+
+# ----------------------------------------------------------------------------- rolling horizon
+
+
+def _successors(sc: _Scaled, key: Key) -> list[tuple[Key, Number]]:
+    """The actions that depend on `key` (not counting the device order), with the delay between them."""
+    s, op, m = key
+    bwd = _backward(sc.split_backward)
+    last = sc.layout.num_stages - 1
+    if op == "F":
+        out = [((s, bwd, m), 0)]
+        if s < last:
+            out.append(((s + 1, "F", m), sc.delay_act[s + 1]))
+        return out
+    if op == bwd:
+        out = [((s, "W", m), 0)] if sc.split_backward else []
+        if s > 0:
+            out.append(((s - 1, bwd, m), sc.delay_grad[s]))
+        return out
+    return []
+
+
+def _predecessors(sc: _Scaled, key: Key) -> list[tuple[Key, Number]]:
+    s, op, m = key
+    bwd = _backward(sc.split_backward)
+    if op == "F":
+        return [((s - 1, "F", m), sc.delay_act[s])] if s > 0 else []
+    if op == bwd:
+        out = [((s, "F", m), 0)]
+        if s + 1 < sc.layout.num_stages:
+            out.append(((s + 1, bwd, m), sc.delay_grad[s + 1]))
+        return out
+    return [((s, "I", m), 0)]
+
+
+class WindowModel:
+    """One rolling-horizon subproblem: reorder the actions of a window of the current schedule.
+
+    Everything before the window keeps its order and times; everything after keeps its order
+    per device, and its effect on the step is the longest path through it from each window
+    action (`tail`), which is exact for as-soon-as-possible timing with that order fixed. So the
+    objective, max over window actions of end + tail (and per device, the window's last end +
+    the device's first later action's path), is the step time the new window order gives.
+    Memory: spans that start before the window are fixed there; spans still open after the
+    window are held to the horizon (what the device holds at the window's end stays held).
+    """
+
+    def __init__(
+        self,
+        sc: _Scaled,
+        programs: Programs,
+        timed: dict[Key, tuple[Number, Number]],
+        window: dict[int, tuple[int, int]],
+        tail: dict[Key, Number],
+        horizon: int,
+        where: dict[Key, tuple[int, int]],
+    ) -> None:
+        self.sc = sc
+        self.programs = programs
+        self.window = window
+        self.model = cp_model.CpModel()
+        self.start: dict[Key, cp_model.IntVar] = {}
+        self.keys_on: dict[int, list[Key]] = {}
+        self.horizon = horizon
+        for d, (lo, hi) in window.items():
+            self.keys_on[d] = [tuple(a) for a in programs[d][lo:hi]]  # type: ignore[misc]
+        # a list in device and program order for every loop that builds the model (a set's order
+        # follows string hashing, which differs per process: the model, hence the answer, would too)
+        self.ordered: list[Key] = [k for keys in self.keys_on.values() for k in keys]
+        self.inside: set[Key] = set(self.ordered)
+        # an action outside the window is "before" it when it precedes the window on its device
+        # (devices without window actions: when it starts before the window does)
+        first = min(timed[k][0] for k in self.ordered) if self.ordered else 0
+
+        def is_before(key: Key) -> bool:
+            d, i = where[key]
+            if d in window:
+                return i < window[d][0]
+            return timed[key][0] < first
+
+        self.is_before = is_before
+        self.objective = self.model.new_int_var(0, horizon, "step")
+        self._add_actions(timed)
+        self._add_precedences(timed)
+        self._add_no_overlap()
+        self._add_mb_order(timed)
+        self._add_memory(timed)
+        self._add_objective(timed, tail)
+
+    def _end(self, key: Key) -> cp_model.LinearExpr:
+        return self.start[key] + int(self.sc.dur[key[0]][key[1]])
+
+    def _add_actions(self, timed: dict[Key, tuple[Number, Number]]) -> None:
+        # a window action starts after its device's last earlier action
+        for d, keys in self.keys_on.items():
+            lo = self.window[d][0]
+            ready = int(timed[tuple(self.programs[d][lo - 1])][1]) if lo > 0 else 0  # type: ignore[index]
+            for key in keys:
+                size = int(self.sc.dur[key[0]][key[1]])
+                self.start[key] = self.model.new_int_var(ready, max(ready, self.horizon - size), f"s_{key}")
+
+    def _add_precedences(self, timed: dict[Key, tuple[Number, Number]]) -> None:
+        # dependencies from fixed earlier actions are constants, among window actions constraints
+        for key in self.ordered:
+            for pred, lag in _predecessors(self.sc, key):
+                if pred in self.inside:
+                    self.model.add(self.start[key] >= self._end(pred) + int(lag))
+                elif pred in timed and self.is_before(pred):
+                    self.model.add(self.start[key] >= int(timed[pred][1] + lag))
+
+    def _add_no_overlap(self) -> None:
+        for keys in self.keys_on.values():
+            self.model.add_no_overlap(
+                [
+                    self.model.new_fixed_size_interval_var(self.start[k], int(self.sc.dur[k[0]][k[1]]), f"i_{k}")
+                    for k in keys
+                ]
+            )
+
+    def _add_mb_order(self, timed: dict[Key, tuple[Number, Number]]) -> None:
+        # the micro-batches of one (stage, op) keep their order, as in the full model
+        groups: dict[tuple[int, str], list[Key]] = {}
+        for key in self.ordered:
+            groups.setdefault((key[0], key[1]), []).append(key)
+        for keys in groups.values():
+            keys.sort(key=lambda k: k[2])
+            for a, b in zip(keys, keys[1:], strict=False):
+                self.model.add(self.start[b] >= self._end(a))
+
+    def _add_memory(self, timed: dict[Key, tuple[Number, Number]]) -> None:
+        sc = self.sc
+        bwd = _backward(sc.split_backward)
+        top = self.horizon + 1
+        for d, keys in self.keys_on.items():
+            cap = sc.binding_capacity(d)
+            if cap is None or not keys:
+                continue
+            window_start = min(int(timed[k][0]) for k in keys)
+            intervals, demands = [], []
+            for s in sc.layout.stages_of(d):
+                parts = [(bwd, sc.act[s] - sc.act_w[s])] + ([("W", sc.act_w[s])] if sc.split_backward else [])
+                for m in range(sc.num_microbatches):
+                    f_key = (s, "F", m)
+                    for op, demand in parts:
+                        rel = (s, op, m)
+                        if demand <= 0:
+                            continue
+                        f_in, r_in = f_key in self.inside, rel in self.inside
+                        f_before, r_before = not f_in and self.is_before(f_key), not r_in and self.is_before(rel)
+                        if f_before and r_before:
+                            if timed[rel][1] <= window_start:
+                                continue
+                            iv = self.model.new_interval_var(
+                                int(timed[f_key][0]), int(timed[rel][1] - timed[f_key][0]), int(timed[rel][1]), ""
+                            )
+                        elif f_before and r_in:
+                            start = int(timed[f_key][0])
+                            size = self.model.new_int_var(0, top, "")
+                            iv = self.model.new_interval_var(start, size, self._end(rel), "")
+                        elif f_before:
+                            iv = self.model.new_interval_var(int(timed[f_key][0]), top - int(timed[f_key][0]), top, "")
+                        elif f_in and r_in:
+                            size = self.model.new_int_var(0, top, "")
+                            iv = self.model.new_interval_var(self.start[f_key], size, self._end(rel), "")
+                        elif f_in:
+                            size = self.model.new_int_var(0, top, "")
+                            iv = self.model.new_interval_var(self.start[f_key], size, top, "")
+                        else:
+                            continue
+                        intervals.append(iv)
+                        demands.append(int(demand))
+            if intervals:
+                self.model.add_cumulative(intervals, demands, cap)
+
+    def _add_objective(self, timed: dict[Key, tuple[Number, Number]], tail: dict[Key, Number]) -> None:
+        # step = max over window actions of end + the longest path after it through the fixed rest
+        for key in self.ordered:
+            later = [
+                lag + self.sc.dur[nxt[0]][nxt[1]] + tail[nxt]
+                for nxt, lag in _successors(self.sc, key)
+                if nxt not in self.inside and nxt in tail and not self.is_before(nxt)
+            ]
+            self.model.add(self.objective >= self._end(key) + int(max(later, default=0)))
+        for d, keys in self.keys_on.items():
+            hi = self.window[d][1]
+            if not keys or hi >= len(self.programs[d]):
+                continue
+            nxt = tuple(self.programs[d][hi])
+            path = int(self.sc.dur[nxt[0]][nxt[1]] + tail[nxt])  # type: ignore[index]
+            for key in keys:
+                self.model.add(self.objective >= self._end(key) + path)
+        self.model.minimize(self.objective)
+
+    def add_hint(self, timed: dict[Key, tuple[Number, Number]]) -> None:
+        for key, var in self.start.items():
+            self.model.add_hint(var, int(timed[key][0]))
+
+    def solve(
+        self, time_limit_s: float, seed: int, deterministic_time: float
+    ) -> tuple[int, dict[Key, int] | None, float, bool]:
+        """(status, window starts or None, deterministic time spent, clock stopped)."""
+        solver = new_solver(time_limit_s, 1, seed, deterministic_time)
+        solver.parameters.presolve_probing_deterministic_time_limit = 0.05
+        status = solver.solve(self.model)
+        stopped = clock_stopped(solver, status)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return status, None, solver.deterministic_time, stopped
+        starts = {key: int(solver.value(var)) for key, var in self.start.items()}
+        return status, starts, solver.deterministic_time, stopped
+
+
+def _tails(sc: _Scaled, programs: Programs, timed: dict[Key, tuple[Number, Number]]) -> dict[Key, Number]:
+    """Per action, the longest path after it to the end of the step (durations and delays of the
+    actions it leads to, through dependencies and its device's order), for the fixed order."""
+    next_on_device: dict[Key, Key] = {}
+    for program in programs:
+        for a, b in zip(program, program[1:], strict=False):
+            next_on_device[tuple(a)] = tuple(b)  # type: ignore[index]
+    tail: dict[Key, Number] = {}
+    for key in sorted(timed, key=lambda k: (timed[k][0], timed[k][1]), reverse=True):
+        best: Number = 0
+        succ = _successors(sc, key)
+        nd = next_on_device.get(key)
+        if nd is not None:
+            succ = [*succ, (nd, 0)]
+        for nxt, lag in succ:
+            if nxt in tail:
+                best = max(best, lag + sc.dur[nxt[0]][nxt[1]] + tail[nxt])
+        tail[key] = best
+    return tail
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """What a rolling-horizon pass did: windows solved, windows whose new order was kept."""
+
+    windows: int
+    improved: int
+
+
+def improve_order_windows(
+    layout: Layout,
+    costs: CostTable,
+    num_microbatches: int,
+    programs: Programs,
+    *,
+    split_backward: bool = True,
+    mem_limit_bytes: Sequence[float] | None = None,
+    window_actions: int = 1500,
+    deterministic_time: float = 2.0,
+    window_deterministic_time: float = 0.25,
+    time_limit_s: float = 60.0,
+    seed: int = 0,
+) -> tuple[SolveResult[Programs], WindowStats]:
+    """Improve a long program window by window (rolling horizon), where one model is too big.
+
+    Windows of `window_actions` consecutive actions (by start time) slide over the step by
+    half a window (from both ends of the step inwards: the fill and the drain hold the bubbles); each is solved by `WindowModel` with `window_deterministic_time` of work and
+    kept when the re-timed whole step gets shorter and still fits memory (both under this
+    module's model semantics). Programs already at the device bound come back at once as
+    OPTIMAL. A pass that keeps no window doubles each window's work for the next pass; the
+    search ends when the next pass could not afford even one window of it, or with the total
+    `deterministic_time` (counted in the solver's own work units, so the same programs always
+    give the same result) or the wall-clock abort `time_limit_s`. Status FEASIBLE with the best
+    programs; the bound is the device bound (it holds without solving); None payload when the
+    programs do not fit this model (wrong backward kind, deadlock, memory).
+    """
+    t0 = time.perf_counter()
+    sc = _Scaled.build(layout, costs, num_microbatches, split_backward, mem_limit_bytes)
+    stats = WindowStats(0, 0)
+    if not _complete(layout, programs, num_microbatches, split_backward):
+        return SolveResult("MODEL_INVALID", None, None, time.perf_counter() - t0, None), stats
+    current = [list(p) for p in programs]
+    timed = sc.time_programs(current)
+    if timed is None or not sc.hint_feasible(timed):
+        return SolveResult("MODEL_INVALID", None, None, time.perf_counter() - t0, None), stats
+    best = max(e for _, e in timed.values())
+    hint_objective = best * sc.unit_s
+    bound = min(_device_bound(sc), best)
+    if best <= bound:  # already at the bound no order of these stages can beat: nothing to improve
+        return (
+            SolveResult(
+                "OPTIMAL", best * sc.unit_s, bound * sc.unit_s, time.perf_counter() - t0, current, best * sc.unit_s
+            ),
+            stats,
+        )
+    total = sum(len(p) for p in current)
+    size = max(8, min(window_actions, total))
+    step = max(1, size // 2)
+    spent, kept_in_pass, windows, kept = 0.0, 0, 0, 0
+    stopped = False
+    # window starts from both ends inwards: the fill and the drain hold the bubbles
+    starts_fwd = list(range(0, max(total - size, 0) + 1, step))
+    if starts_fwd[-1] != max(total - size, 0):
+        starts_fwd.append(max(total - size, 0))
+    positions = [x for pair in itertools.zip_longest(starts_fwd, reversed(starts_fwd)) for x in pair if x is not None]
+    positions = list(dict.fromkeys(positions))[: len(starts_fwd)]
+    at = 0
+    order: list[Key] = []
+    tail: dict[Key, Number] = {}
+    where: dict[Key, tuple[int, int]] = {}
+    stale = True  # the order by start time, tails and positions follow `current`; rebuilt after a kept window
+    while spent + 1e-9 < deterministic_time:
+        left_s = time_limit_s - (time.perf_counter() - t0)
+        if left_s <= 0:
+            stopped = True
+            break
+        if stale:
+            order = sorted(timed, key=lambda k: (timed[k][0], timed[k][1], _OP_RANK[k[1]], k[0], k[2]))
+            tail = _tails(sc, current, timed)
+            where = {tuple(a): (d, i) for d, program in enumerate(current) for i, a in enumerate(program)}  # type: ignore[misc]
+            stale = False
+        pos = positions[at]
+        window: dict[int, tuple[int, int]] = {}
+        for key in order[pos : pos + size]:
+            d, i = where[key]
+            lo, hi = window.get(d, (i, i + 1))
+            window[d] = (min(lo, i), max(hi, i + 1))
+        model = WindowModel(sc, current, timed, window, tail, int(best), where)
+        model.add_hint(timed)
+        status, starts, used, stopped = model.solve(
+            left_s, seed, min(window_deterministic_time, deterministic_time - spent)
+        )
+        # each window is charged at least a quarter of its budget: building it costs work too
+        spent += max(used, window_deterministic_time / 4)
+        windows += 1
+        if starts is not None:
+            trial = list(current)
+            changed = False
+            for d, (lo, hi) in window.items():
+                part = sorted(
+                    current[d][lo:hi],
+                    key=lambda a: (starts[tuple(a)], _OP_RANK[a.op], a.stage if a.op == "F" else -a.stage, a.mb),
+                )
+                if part != current[d][lo:hi]:
+                    trial[d] = current[d][:lo] + part + current[d][hi:]
+                    changed = True
+            new_timed = sc.time_programs(trial) if changed else None
+            if new_timed is not None and sc.hint_feasible(new_timed):
+                makespan = max(e for _, e in new_timed.values())
+                if makespan < best:
+                    current, timed, best, stale = trial, new_timed, makespan, True
+                    kept += 1
+                    kept_in_pass += 1
+        if stopped:
+            break
+        at += 1
+        if at >= len(positions):
+            if not kept_in_pass:
+                # nothing kept this pass: search each window harder, while the budget lasts
+                window_deterministic_time *= 2
+                if window_deterministic_time > deterministic_time - spent:
+                    break
+            at, kept_in_pass = 0, 0
+    result = SolveResult(
+        status="FEASIBLE",
+        objective=best * sc.unit_s,
+        bound=bound * sc.unit_s,
+        wall_s=time.perf_counter() - t0,
+        payload=current,
+        hint_objective=hint_objective,
+        clock_stopped=stopped,
+    )
+    return result, WindowStats(windows, kept)

@@ -61,7 +61,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from adaptis_plan.core import CostTable
-from adaptis_plan.search._cpsat import new_solver
+from adaptis_plan.search._cpsat import clock_stopped, new_solver
 from adaptis_plan.search.result import (
     SolveResult,
     capacity_units,
@@ -388,21 +388,24 @@ class PartitionModel:
         self.model.add_hint(self.max_device, max(device.values()))
         self.model.add_hint(self.max_stage, max(work))
 
-    def solve(self, time_limit_s: float, num_workers: int, seed: int) -> tuple[str, Bounds | None, float, float]:
-        """(status name, cut points or None, objective, best bound), the latter two scaled."""
-        solver = new_solver(time_limit_s, num_workers, seed)
+    def solve(
+        self, time_limit_s: float, num_workers: int, seed: int, deterministic_time: float | None = None
+    ) -> tuple[str, Bounds | None, float, float, bool]:
+        """(status name, cut points or None, objective, best bound, clock stopped), objective and bound scaled."""
+        solver = new_solver(time_limit_s, num_workers, seed, deterministic_time)
         # probing thousands of order literals ate whole time limits in presolve (4 s for 130 layers x 64 stages)
         solver.parameters.cp_model_probing_level = 0
         status = solver.solve(self.model)
         name = solver.status_name(status)
+        stopped = clock_stopped(solver, status)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return name, None, math.nan, solver.best_objective_bound
+            return name, None, math.nan, solver.best_objective_bound, stopped
         num_layers = self.sc.num_layers
         bounds = tuple(
             num_layers - sum(lit if isinstance(lit, int) else int(solver.boolean_value(lit)) for lit in row)
             for row in self.ge
         )
-        return name, bounds, solver.objective_value, solver.best_objective_bound
+        return name, bounds, solver.objective_value, solver.best_objective_bound, stopped
 
 
 def solve_partition(
@@ -415,6 +418,7 @@ def solve_partition(
     num_workers: int = 2,
     seed: int = 0,
     max_stage_weight: float = 0.1,
+    deterministic_time: float | None = None,
 ) -> SolveResult[tuple[int, ...]]:
     """Cut points (payload: `bounds`, num_stages + 1 entries) for the placement `stage_device`.
 
@@ -422,6 +426,8 @@ def solve_partition(
     schedule's peak (default 1 for every stage). Objective and bound are in seconds of
     `max device work + max_stage_weight * max stage work`. Infeasible memory (or more stages
     than layers) gives status INFEASIBLE and payload None; it never raises for that.
+    `deterministic_time` is the solver's work budget (reproducible with one worker);
+    `time_limit_s` then only aborts a solve the machine is too slow or busy to finish.
     """
     start = time.perf_counter()
     stage_device = tuple(int(d) for d in stage_device)
@@ -455,7 +461,7 @@ def solve_partition(
         hint_objective = sc.to_seconds(sc.objective(hint))
     # the time limit covers the whole call; the solver always gets a moment to load the hint
     solver_s = max(time_limit_s - (time.perf_counter() - start), 0.2 * time_limit_s)
-    status, bounds, objective, bound = model.solve(solver_s, num_workers, seed)
+    status, bounds, objective, bound, stopped = model.solve(solver_s, num_workers, seed, deterministic_time)
     if bounds is None and status == "UNKNOWN" and hint is not None and hint_objective is not None:
         # the hint satisfies every constraint of the model: a solution the solver ran out of time to load
         status, bounds, objective = "FEASIBLE", hint, sc.objective(hint)
@@ -467,4 +473,5 @@ def solve_partition(
         wall_s=time.perf_counter() - start,
         payload=bounds,
         hint_objective=hint_objective,
+        clock_stopped=stopped,
     )

@@ -1,24 +1,32 @@
 """The generator: joint partition, placement and schedule search (`adaptis plan`'s heart).
 
-Data flow: cost table + micro-batches -> candidates (layout + orders) -> the simulator judges
-each survivor -> the best memory-feasible plan, with every classic strategy (uniform and
-balanced partitions) evaluated on the same cost model as a candidate and as a baseline.
+Data flow: cost table + micro-batches + `SearchBudget` -> candidates (layout + orders) -> the
+simulator judges each survivor -> the best memory-feasible plan, with every classic strategy
+(uniform and balanced partitions) evaluated on the same cost model as a candidate, as a
+baseline and as a hint for CP-SAT. Imports the judge and the classic builders; ortools only
+through `cpsat_*` (lazily).
 
 Phases (each keeps the best so far, as AdaPtis does):
 1. placement x partition: sequential, loop and V/zig-zag with 1-4 stages per device, and
-   per-round forward/reverse mixtures; each gets a device-balanced partition (heuristic,
-   then CP-SAT for the most promising) and an adaptive list-scheduled order; ranked by the
-   list scheduler's estimate.
-2. schedule: policy variants (I/W split or fused B, depth- or breadth-first forwards,
-   in-flight caps) on the best few layouts, judged by the simulator (memory included).
+   per-round forward/reverse mixtures; each gets a device-balanced and a min-max-stage
+   partition (then CP-SAT for the most promising placements) and a list-scheduled order;
+   ranked by the list scheduler's estimate, the best simulated.
+2. schedule: the list policies (`policy_portfolio`: W lookahead, forward yield, F/B
+   alternation, memory reservation, fused backward, ...) on the best few layouts.
 3. partition refinement: move one boundary layer at a time around the busiest device,
    keeping moves that lower the simulated step time (rollback to the best so far).
 4. irregular placement: move or swap stages between the busiest and the idlest devices.
-5. order refinement with CP-SAT (small and medium pipelines), warm-started from the best order.
+5. CP-SAT order on the best few layouts, hinted from the best order known for each layout from
+   any source (list policies, classic strategies): the whole model where it is small enough
+   (its status and proven bound are reported; it starts from the search's own best order for
+   the layout), then rolling-horizon windows on any size, from the search's own best order
+   first and then from a better order of another source (a classic strategy's), if one remains.
+Packed irregular placements (`partition.packed_layouts`) join phase 1 after the presets.
 
-Every phase runs a fixed amount of work derived from the problem size (so the same inputs
-and seed give the same plan); `time_limit_s` is a hard stop on top. Imports the simulator
-and builders; ortools only through `cpsat_*` (lazily).
+Determinism: every phase does a fixed amount of work from the `SearchBudget` (list-scheduled
+actions, simulated candidates, CP-SAT deterministic time on one worker), so the same inputs,
+seed and budget give the same plan on any machine under any load. The wall clock is only a
+hard abort (`Deadline`); a search it cuts short says so (`SearchOutcome.aborted`).
 """
 
 from __future__ import annotations
@@ -35,8 +43,9 @@ from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InputError
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
+from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.listsched import ListPolicy, list_schedule
-from adaptis_plan.search.partition import device_balanced_bounds, min_max_stage_bounds
+from adaptis_plan.search.partition import device_balanced_bounds, min_max_stage_bounds, packed_layouts
 
 ALL_COMPONENTS = ("partition", "placement", "schedule")
 
@@ -44,15 +53,46 @@ ALL_COMPONENTS = ("partition", "placement", "schedule")
 # every candidate the search builds or takes from the classic baselines passes it.
 PlacementFilter = Callable[[tuple[int, ...]], bool]
 
+#: Seconds per action the wall-clock abort assumes before it has measured this machine.
+_INITIAL_SECONDS_PER_ACTION = 1e-5
+
 
 @dataclass
 class Candidate:
-    label: str
+    """One plan the search considered: its layout, per-device orders and how it was made.
+
+    `placement` names the stage -> device map ("sequential", "V x2", "loop x3", "frr x3",
+    "irregular", or a classic strategy's preset), `partition` how the layers were cut
+    ("device-balanced", "min-max", "cp-sat", "refined", "uniform", "balanced"), `policy` what
+    ordered the actions (a list policy's name, "cp-sat order", "cp-sat windows", "textbook", or
+    the classic strategy), `source` "adaptive" or the classic strategy's label, `hint` where a
+    CP-SAT order started from.
+    """
+
     layout: Layout
     programs: Programs
     estimate_s: float
     result: SimResult | None = None
+    placement: str = ""
+    partition: str = ""
+    policy: str = ""
     source: str = "adaptive"
+    hint: str | None = None
+    list_policy: ListPolicy | None = None
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        # where the plan's order comes from at the root: a list policy, a classic strategy, or
+        # (for CP-SAT orders) the root of the order it was hinted with
+        if not self.origin:
+            self.origin = self.source if self.source != "adaptive" else f"list policy {self.policy}"
+
+    @property
+    def label(self) -> str:
+        """Display name: the classic label, or "placement / policy" for the search's own plans."""
+        if self.source != "adaptive":
+            return self.source
+        return f"{self.placement} / {self.policy}"
 
     @property
     def step_s(self) -> float:
@@ -62,15 +102,34 @@ class Candidate:
     def feasible(self) -> bool:
         return self.result is not None and self.result.fits_memory
 
+    def describe(self) -> dict[str, str | None]:
+        return {
+            "source": self.source,
+            "placement": self.placement,
+            "partition": self.partition,
+            "policy": self.policy,
+            "hint": self.hint,
+            "origin": self.origin,
+        }
+
 
 @dataclass
 class SearchOutcome:
+    """The best plan, the classic baselines, and the record of the search.
+
+    `phases`, `solver` and `evaluated` are deterministic (work, statuses, bounds) except the
+    `wall_s` entries; `aborted` says the wall-clock abort cut the search short (`abort_phase`).
+    """
+
     best: Candidate
     baselines: dict[str, Candidate]
     phases: list[dict] = field(default_factory=list)
     solver: dict = field(default_factory=dict)
     evaluated: int = 0
     wall_s: float = 0.0
+    aborted: bool = False
+    abort_phase: str | None = None
+    budget: SearchBudget | None = None
 
 
 def classic_candidate(
@@ -99,11 +158,22 @@ def classic_candidate(
     programs = spec.build(stage_device, p, num_microbatches)
     result = simulate(layout, costs, programs, num_microbatches)
     label = spec.name if partition == "uniform" else f"{spec.name}/balanced"
-    return Candidate(label, layout, programs, result.step_time_s, result, source=label)
+    return Candidate(
+        layout,
+        programs,
+        result.step_time_s,
+        result,
+        placement=spec.placement,
+        partition=partition,
+        policy=spec.name,
+        source=label,
+    )
 
 
 def classic_baselines(costs: CostTable, num_layers: int, num_microbatches: int) -> dict[str, Candidate]:
-    """Every classic strategy that applies to this input, with uniform and balanced partitions."""
+    """Every classic strategy that applies to this input, with uniform and balanced partitions.
+
+    Always complete (the plan report lists every feasible classic strategy), whatever the clock."""
     out: dict[str, Candidate] = {}
     for name in STRATEGIES:
         for part in ("uniform", "balanced"):
@@ -138,16 +208,28 @@ def candidate_placements(num_devices: int, num_layers: int, max_chunks: int = 4)
     return [(label, sd) for sd, label in seen.items()]
 
 
-def _policies(num_devices: int, split_ok: bool = True) -> list[ListPolicy]:
-    pols = [ListPolicy(split_backward=True, depth_first=True, label="zb-depth")]
-    pols.append(ListPolicy(split_backward=True, depth_first=False, label="zb-breadth"))
-    pols.append(ListPolicy(split_backward=False, depth_first=True, label="fb-depth"))
-    for mult in (1, 2):
-        cap = tuple(max(1, mult * (num_devices - d)) for d in range(num_devices))
-        pols.append(ListPolicy(split_backward=True, depth_first=True, inflight_cap=cap, label=f"zb-cap{mult}"))
-    if not split_ok:
-        pols = [p for p in pols if not p.split_backward]
-    return pols
+def policy_portfolio() -> list[ListPolicy]:
+    """The list policies the search tries, most often best first (a greedy cover of the zero-bubble
+    grids' cells, then the paper cases'); each is the best policy somewhere. The first ranks layouts."""
+    return [
+        ListPolicy(alternate=True),
+        ListPolicy(alternate=True, w_lookahead="all", f_yield=1.0, yield_warmup_only=True),
+        ListPolicy(alternate=True, f_yield=0.5, eager_w=True),
+        ListPolicy(w_lookahead="all", f_yield=0.5, yield_warmup_only=True),
+        ListPolicy(alternate=True, f_yield=1.0, yield_warmup_only=True),
+        ListPolicy(alternate=True, w_lookahead="all", f_yield=0.5, yield_warmup_only=True, eager_w=True),
+        ListPolicy(w_lookahead="all", f_yield=0.5),
+        ListPolicy(alternate=True, w_lookahead="backward", f_yield=1.0, yield_warmup_only=True, reserve_oldest=True),
+        ListPolicy(f_yield=0.5, reserve_oldest=True),
+        ListPolicy(alternate=True, f_yield=1.0, yield_warmup_only=True, reserve_oldest=True),
+        ListPolicy(alternate=True, f_yield=0.5, yield_warmup_only=True, reserve_oldest=True),
+        ListPolicy(),
+        ListPolicy(split_backward=False),
+    ]
+
+
+def _layout_key(layout: Layout) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return layout.bounds, layout.stage_device
 
 
 class _Search:
@@ -157,7 +239,8 @@ class _Search:
         num_layers: int,
         num_microbatches: int,
         components: Sequence[str],
-        time_limit_s: float,
+        budget: SearchBudget,
+        deadline: Deadline,
         seed: int,
         progress: ProgressFn | None,
         placement_ok: PlacementFilter | None = None,
@@ -168,27 +251,61 @@ class _Search:
         self.m = num_microbatches
         self.p = costs.num_devices
         self.components = set(components)
-        self.deadline = time.perf_counter() + time_limit_s
-        self.time_limit_s = time_limit_s
+        self.budget = budget
+        self.deadline = deadline
         self.seed = seed
         self.progress = progress or (lambda _msg, _frac: None)
-        self.evaluated = 0
+        self.portfolio = policy_portfolio()
+        self.evaluated = 0  # list schedules and orders built
+        self.judged = 0  # simulations
+        self.actions = 0  # list-scheduled actions
         self.phases: list[dict] = []
         self.solver: dict = {}
         self.best: Candidate | None = None
-        self.skipped_placements = 0
+        self.by_layout: dict[tuple, Candidate] = {}  # best judged plan per layout, any source
+        self.by_layout_own: dict[tuple, Candidate] = {}  # ... whose order comes from a list policy
+        self.rate_schedule = _INITIAL_SECONDS_PER_ACTION
+        self.rate_simulate = _INITIAL_SECONDS_PER_ACTION
+        self._phase_cap = 0
+        self._phase_count = 0
+        self._order_records: dict[tuple, dict] = {}  # layout -> its CP-SAT order record
 
-    # -- helpers
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
+    # -- work accounting
+    def num_actions(self, layout: Layout, split: bool = True) -> int:
+        return layout.num_stages * self.m * (3 if split else 2)
 
-    def schedule(self, layout: Layout, policy: ListPolicy, label: str) -> Candidate:
+    def start_phase(self, share: float) -> tuple[float, int, int]:
+        self._phase_cap = self.actions + int(share * self.budget.schedule_actions)
+        self._phase_count = 0
+        return time.perf_counter(), self.evaluated, self.actions
+
+    def affordable(self, layout: Layout, what: str, minimum: int | None = 1) -> bool:
+        """Whether the phase's work budget (which always allows `minimum` schedules; None: not
+        counted against it) and the wall clock allow one more list schedule (and its simulation)."""
+        n = self.num_actions(layout)
+        if minimum is not None and self._phase_count >= minimum and self.actions + n > self._phase_cap:
+            return False
+        if not self.deadline.can_afford(n * (self.rate_schedule + self.rate_simulate)):
+            self.deadline.abort(what)
+            return False
+        return True
+
+    # -- candidates
+    def schedule(self, layout: Layout, policy: ListPolicy, placement_label: str, partition: str) -> Candidate:
         self.evaluated += 1
+        self._phase_count += 1
+        t0 = time.perf_counter()
         if "schedule" in self.components:
             programs, est = list_schedule(layout, self.costs, self.m, policy)
-            return Candidate(f"{label} / {policy.label}", layout, programs, est)
-        programs = self._textbook_order(layout)
-        return Candidate(f"{label} / textbook", layout, programs, math.inf)
+            name, used = policy.name, policy
+        else:
+            programs, est, name, used = self._textbook_order(layout), math.inf, "textbook", None
+        n = sum(len(p) for p in programs)
+        self.actions += n
+        self.rate_schedule = max(self.rate_schedule * 0.5, (time.perf_counter() - t0) / max(n, 1))
+        return Candidate(
+            layout, programs, est, placement=placement_label, partition=partition, policy=name, list_policy=used
+        )
 
     def _textbook_order(self, layout: Layout) -> Programs:
         """Schedule search off: the classic order for the placement (1F1B / Interleaved1F1B),
@@ -207,81 +324,108 @@ class _Search:
         return programs
 
     def judge(self, cand: Candidate) -> Candidate:
+        t0 = time.perf_counter()
         cand.result = simulate(cand.layout, self.costs, cand.programs, self.m)
+        n = sum(len(p) for p in cand.programs)
+        self.rate_simulate = max(self.rate_simulate * 0.5, (time.perf_counter() - t0) / max(n, 1))
+        self.judged += 1
         self.consider(cand)
         return cand
 
     def consider(self, cand: Candidate) -> None:
         if cand.result is None:
             return
-        if self.best is None or better(cand, self.best):
+        key = _layout_key(cand.layout)
+        known = self.by_layout.get(key)
+        if known is None or better(cand, known):
+            self.by_layout[key] = cand
+        own = self.by_layout_own.get(key)
+        if cand.origin.startswith("list policy") and (own is None or better(cand, own)):
+            self.by_layout_own[key] = cand
+        if cand.source == "adaptive" and (self.best is None or better(cand, self.best)):
             self.best = cand
 
-    def bounds_for(self, stage_device: tuple[int, ...]) -> tuple[int, ...]:
-        if "partition" in self.components:
-            return device_balanced_bounds(self.costs, stage_device)
-        return uniform_bounds(self.num_layers, len(stage_device))
-
-    def partitions_for(self, stage_device: tuple[int, ...]) -> list[tuple[int, ...]]:
+    def partitions_for(self, stage_device: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
         """Distinct candidate partitions: device-balanced and min-max-stage (uniform when partition is off)."""
         if "partition" not in self.components:
-            return [uniform_bounds(self.num_layers, len(stage_device))]
+            return [("uniform", uniform_bounds(self.num_layers, len(stage_device)))]
         mm = min_max_stage_bounds(self.costs, stage_device)
-        out = [device_balanced_bounds(self.costs, stage_device, start=mm)]
-        if mm not in out:
-            out.append(mm)
+        out = [("device-balanced", device_balanced_bounds(self.costs, stage_device, start=mm))]
+        if mm != out[0][1]:
+            out.append(("min-max", mm))
         return out
 
-    def log_phase(self, name: str, t0: float, n0: int) -> None:
+    def bounds_for(self, stage_device: tuple[int, ...]) -> tuple[int, ...]:
+        return self.partitions_for(stage_device)[0][1]
+
+    def log_phase(self, name: str, started: tuple[float, int, int], **extra: object) -> None:
+        t0, n0, a0 = started
         self.phases.append(
             {
                 "phase": name,
                 "best_step_time_s": self.best.step_s if self.best else None,
                 "best": self.best.label if self.best else None,
                 "evaluated": self.evaluated - n0,
+                "actions_scheduled": self.actions - a0,
+                **extra,
                 "wall_s": round(time.perf_counter() - t0, 4),
             }
         )
 
     # -- phases
     def phase_layouts(self) -> list[Candidate]:
-        t0, n0 = time.perf_counter(), self.evaluated
+        started = self.start_phase(self.budget.layout_share)
         if "placement" in self.components:
-            placements = candidate_placements(self.p, self.num_layers)
+            placements = candidate_placements(self.p, self.num_layers, self.budget.max_chunks)
         else:
             k = 2 if 2 * self.p <= self.num_layers - 2 else 1
             placements = [("loop x2" if k == 2 else "sequential", placement("loop", self.p, k))]
         placements = [(label, sd) for label, sd in placements if self.placement_ok(sd)]
-        base_policy = _policies(self.p)[0]
-        cands = []
-        # presets first, mixtures after; stop when this phase's share of the time is spent
+        # presets first, mixtures after, fewer stages first; then the packed irregular placements
         placements.sort(key=lambda ls: (not ls[0].startswith(("sequential", "loop", "V")), len(ls[1])))
-        phase_end = t0 + 0.45 * self.time_limit_s
+        packed: dict[tuple[int, ...], tuple[int, ...]] = {}
+        if {"placement", "partition"} <= self.components:
+            for label, sd, bounds in packed_layouts(self.costs, self.p):
+                if self.placement_ok(sd) and all(sd != other for _, other in placements):
+                    placements.append((label, sd))
+                    packed[sd] = bounds
+        base = self.portfolio[0]
+        cands: list[Candidate] = []
+        skipped = 0
         for n, (label, sd) in enumerate(placements):
-            if n >= 3 and time.perf_counter() > phase_end:
-                self.skipped_placements = len(placements) - n
+            parts = [("packed", packed[sd])] if sd in packed else self.partitions_for(sd)
+            layouts = [Layout(bounds=b, stage_device=sd, num_devices=self.p) for _, b in parts]
+            if not all(self.affordable(lay, "placement x partition", self.budget.min_placements) for lay in layouts):
+                skipped = len(placements) - n
                 break
-            for bounds in self.partitions_for(sd):
-                layout = Layout(bounds=bounds, stage_device=sd, num_devices=self.p)
-                cands.append(self.schedule(layout, base_policy, label))
-        cands.sort(key=lambda c: c.estimate_s)
-        top = cands[: max(3, len(cands) // 6)]
+            for (pname, _), layout in zip(parts, layouts, strict=True):
+                cands.append(self.schedule(layout, base, label, pname))
+        cands.sort(key=lambda c: (c.estimate_s, c.layout.num_stages))
         if "partition" in self.components:
             seen: set[tuple[int, ...]] = set()
-            for c in top[:3]:
+            for c in cands:
+                if len(seen) >= self.budget.partition_solves:
+                    break
                 if c.layout.stage_device not in seen:
                     seen.add(c.layout.stage_device)
-                    self._cpsat_partition(c)
+                    alt = self._cpsat_partition(c, base)
+                    if alt is not None:
+                        cands.append(alt)
+            cands.sort(key=lambda c: (c.estimate_s, c.layout.num_stages))
+        top = cands[: max(1, self.budget.judged_layouts)]
         for c in top:
+            if not self.deadline.can_afford(self.num_actions(c.layout) * self.rate_simulate):
+                self.deadline.abort("placement x partition")
+                break
             self.judge(c)
-        self.log_phase("placement x partition", t0, n0)
-        if self.skipped_placements:
-            self.phases[-1]["skipped_placements"] = self.skipped_placements
+        top = [c for c in top if c.result is not None]
+        self.log_phase("placement x partition", started, placements_skipped=skipped)
         return top
 
-    def _cpsat_partition(self, cand: Candidate) -> None:
-        if self.left() < 0.5:
-            return
+    def _cpsat_partition(self, cand: Candidate, policy: ListPolicy) -> Candidate | None:
+        if self.deadline.expired():
+            self.deadline.abort("cp-sat partition")
+            return None
         from adaptis_plan.search.cpsat_partition import solve_partition
 
         sd = cand.layout.stage_device
@@ -289,47 +433,50 @@ class _Search:
             self.costs,
             sd,
             hint_bounds=cand.layout.bounds,
-            time_limit_s=min(1.0, max(0.2, self.left() * 0.1)),
+            time_limit_s=max(self.deadline.left(), 0.01),
             num_workers=1,
             seed=self.seed,
+            deterministic_time=self.budget.partition_dtime,
         )
-        self.solver.setdefault("partition", []).append({"placement": cand.label.split(" / ")[0], **_solve_summary(res)})
+        if res.clock_stopped:
+            self.deadline.abort("cp-sat partition")
+        self.solver.setdefault("partition", []).append({"placement": cand.placement, **_solve_summary(res)})
         if res.feasible and tuple(res.payload) != cand.layout.bounds:
             layout = Layout(bounds=tuple(res.payload), stage_device=sd, num_devices=self.p)
-            alt = self.schedule(layout, ListPolicy(label="zb-depth"), cand.label.split(" / ")[0] + " cpsat")
-            self.judge(alt)
+            if self.affordable(layout, "cp-sat partition", minimum=None):
+                return self.schedule(layout, policy, cand.placement, "cp-sat")
+        return None
 
     def phase_policies(self, layouts: list[Candidate]) -> None:
         if "schedule" not in self.components:
             return
-        t0, n0 = time.perf_counter(), self.evaluated
-        ranked = sorted(layouts, key=lambda c: (not c.feasible, c.step_s))[:3]
+        started = self.start_phase(self.budget.policy_share)
+        ranked = sorted(layouts, key=lambda c: (not c.feasible, c.step_s, c.layout.num_stages))
+        distinct: list[Candidate] = []
         for c in ranked:
-            base = c.label.split(" / ")[0]
-            for pol in _policies(self.p)[1:]:
-                if self.left() <= 0:
-                    break
-                self.judge(self.schedule(c.layout, pol, base))
-        self.log_phase("schedule policies", t0, n0)
+            if all(_layout_key(c.layout) != _layout_key(d.layout) for d in distinct):
+                distinct.append(c)
+        distinct = distinct[: self.budget.policy_layouts]
+        # policy by policy across the layouts, so a small budget still tries the best policies everywhere
+        for pol in self.portfolio[1:]:
+            for c in distinct:
+                if not self.affordable(c.layout, "schedule policies", minimum=len(distinct)):
+                    self.log_phase("schedule policies", started)
+                    return
+                self.judge(self.schedule(c.layout, pol, c.placement, c.partition))
+        self.log_phase("schedule policies", started)
 
     def _policy_of(self, cand: Candidate) -> ListPolicy:
-        label = cand.label.split(" / ")[-1]
-        for pol in _policies(self.p):
-            if pol.label == label:
-                return pol
-        return ListPolicy()
+        return cand.list_policy or self.portfolio[0]
 
-    def phase_refine_partition(self, budget: int) -> None:
-        if "partition" not in self.components or self.best is None:
+    def phase_refine_partition(self) -> None:
+        if "partition" not in self.components or self.best is None or self.best.result is None:
             return
-        t0, n0 = time.perf_counter(), self.evaluated
+        started = self.start_phase(self.budget.refine_share)
         best = self.best
         pol = self._policy_of(best)
-        base = best.label.split(" / ")[0]
         tried: set[tuple[int, ...]] = {best.layout.bounds}
-        for _ in range(budget):
-            if self.left() <= 0:
-                break
+        for _ in range(self.budget.refine_rounds):
             busy = np.array(best.result.busy_s)
             sd = best.layout.stage_device
             hot = int(np.argmax(busy))
@@ -347,25 +494,26 @@ class _Search:
             for b in moves:
                 tried.add(b)
                 layout = Layout(bounds=b, stage_device=sd, num_devices=self.p)
-                cand = self.judge(self.schedule(layout, pol, base + " refined"))
+                if not self.affordable(layout, "partition refinement"):
+                    self.log_phase("partition refinement", started)
+                    return
+                cand = self.judge(self.schedule(layout, pol, best.placement, "refined"))
                 if better(cand, best):
                     best, improved = cand, True
             if not improved:
                 break
-        self.log_phase("partition refinement", t0, n0)
+        self.log_phase("partition refinement", started)
 
-    def phase_irregular(self, budget: int) -> None:
-        if "placement" not in self.components or self.best is None:
+    def phase_irregular(self) -> None:
+        if "placement" not in self.components or self.best is None or self.best.result is None:
             return
-        t0, n0 = time.perf_counter(), self.evaluated
+        started = self.start_phase(self.budget.irregular_share)
         best = self.best
         pol = self._policy_of(best)
-        for _ in range(budget):
-            if self.left() <= 0:
-                break
+        for _ in range(self.budget.irregular_rounds):
             sd = list(best.layout.stage_device)
             busy = np.array(best.result.busy_s)
-            order = np.argsort(busy)
+            order = np.argsort(busy, kind="stable")
             cold, hot = int(order[0]), int(order[-1])
             moves = []
             for s, d in enumerate(sd):
@@ -380,49 +528,168 @@ class _Search:
                             sw[s], sw[s2] = cold, hot
                             moves.append(tuple(sw))
             improved = False
-            for msd in moves[:8]:
+            for msd in moves[: self.budget.irregular_moves]:
                 if len(set(msd)) < self.p or not self.placement_ok(msd):
                     continue
-                layout = Layout(bounds=self.bounds_for(msd), stage_device=msd, num_devices=self.p)
-                cand = self.judge(self.schedule(layout, pol, "irregular"))
+                parts = self.partitions_for(msd)
+                layout = Layout(bounds=parts[0][1], stage_device=msd, num_devices=self.p)
+                if not self.affordable(layout, "irregular placement"):
+                    self.log_phase("irregular placement", started)
+                    return
+                cand = self.judge(self.schedule(layout, pol, "irregular", parts[0][0]))
                 if better(cand, best):
                     best, improved = cand, True
             if not improved:
                 break
-        self.log_phase("irregular placement", t0, n0)
+        self.log_phase("irregular placement", started)
 
     def phase_cpsat_order(self) -> None:
-        if "schedule" not in self.components or self.best is None:
+        """CP-SAT on the best few distinct layouts, each hinted with the best order known for it."""
+        if "schedule" not in self.components or not self.by_layout:
             return
-        n_actions = sum(len(p) for p in self.best.programs)
-        budget = min(self.left() - 0.2, 4.0)
-        if n_actions > 4000 or budget < 0.5:
-            self.solver["order"] = {"status": "SKIPPED", "reason": f"{n_actions} actions / {budget:.1f}s left"}
-            return
-        t0, n0 = time.perf_counter(), self.evaluated
-        from adaptis_plan.search.cpsat_order import solve_order
-
-        best = self.best
-        split = any(a.op == "I" for p in best.programs for a in p)
-        res = solve_order(
-            best.layout,
-            self.costs,
-            self.m,
-            split_backward=split,
-            hint=best.programs,
-            mem_limit_bytes=[float(x) for x in self.costs.mem_limit_bytes],
-            time_limit_s=budget,
-            num_workers=1,
-            seed=self.seed,
+        started = self.start_phase(0.0)
+        ranked = sorted(
+            (c for c in self.by_layout.values() if c.feasible and self.placement_ok(c.layout.stage_device)),
+            key=lambda c: (c.step_s, c.layout.num_stages, c.label),
         )
-        self.solver["order"] = _solve_summary(res)
-        if res.feasible:
-            self.evaluated += 1
-            cand = Candidate(
-                best.label.split(" / ")[0] + " / cp-sat order", best.layout, res.payload, res.objective or math.inf
+        records = []
+        for c in ranked[: self.budget.order_layouts]:
+            if self.deadline.expired():
+                self.deadline.abort("cp-sat order")
+                break
+            records.append(self._order_one(c))
+        self.solver["order_layouts"] = records
+        self.log_phase("cp-sat order", started)
+
+    def _order_one(self, start: Candidate) -> dict:
+        from adaptis_plan.search.cpsat_order import improve_order_windows, solve_order
+
+        layout = start.layout
+        key = _layout_key(layout)
+        limits = [float(x) for x in self.costs.mem_limit_bytes[: self.p]]
+        # the whole model starts from the search's own best order for the layout when there is one
+        # (its proven bound does not depend on the hint); another source's order still hints the
+        # windows below when it is better
+        start = self.by_layout_own.get(key, start)
+        split = any(a.op == "I" for p in start.programs for a in p)
+        hint_from = start.label
+        record: dict = {
+            "placement": start.placement,
+            "partition": start.partition,
+            "hint": hint_from,
+            "hint_step_time_s": start.step_s,
+        }
+        n_actions = sum(len(p) for p in start.programs)
+        b = self.budget
+        if n_actions <= b.order_full_max_actions and b.order_full_dtime > 0:
+            res = solve_order(
+                layout,
+                self.costs,
+                self.m,
+                split_backward=split,
+                hint=start.programs,
+                mem_limit_bytes=limits,
+                time_limit_s=max(self.deadline.left(), 0.01),
+                num_workers=1,
+                seed=self.seed,
+                deterministic_time=b.order_full_dtime,
             )
-            self.judge(cand)
-        self.log_phase("cp-sat order", t0, n0)
+            if res.clock_stopped:
+                self.deadline.abort("cp-sat order")
+            record["full"] = _solve_summary(res)
+            if res.feasible:
+                self.evaluated += 1
+                self.judge(
+                    Candidate(
+                        layout,
+                        res.payload,
+                        res.objective or math.inf,
+                        placement=start.placement,
+                        partition=start.partition,
+                        policy="cp-sat order",
+                        hint=hint_from,
+                        origin=start.origin,
+                    )
+                )
+        # windows from the search's own best order for the layout first, with the whole window
+        # budget; then, only if an order of another source (a classic strategy's) is still better
+        # for this layout, from that one with half the budget
+        record["windows"] = []
+        for share, pick in ((1.0, self.by_layout_own.get), (0.5, self.by_layout.get)):
+            current = pick(key)
+            if current is None or b.order_window_dtime <= 0 or self.deadline.expired():
+                continue
+            if share < 1.0:
+                own = self.by_layout_own.get(key)
+                if own is not None and not better(current, own):
+                    continue
+            res, stats = improve_order_windows(
+                layout,
+                self.costs,
+                self.m,
+                current.programs,
+                split_backward=any(a.op == "I" for p in current.programs for a in p),
+                mem_limit_bytes=limits,
+                window_actions=b.order_window_actions,
+                deterministic_time=b.order_window_dtime * share,
+                window_deterministic_time=b.order_window_step_dtime,
+                time_limit_s=max(self.deadline.left(), 0.01),
+                seed=self.seed,
+            )
+            if res.clock_stopped:
+                self.deadline.abort("cp-sat windows")
+            record["windows"].append(
+                {
+                    "hint": current.label,
+                    "status": res.status,
+                    "solved": stats.windows,
+                    "kept": stats.improved,
+                    "device_bound_s": res.bound,
+                }
+            )
+            if res.feasible and stats.improved:
+                self.evaluated += 1
+                self.judge(
+                    Candidate(
+                        layout,
+                        res.payload,
+                        res.objective or math.inf,
+                        placement=start.placement,
+                        partition=start.partition,
+                        policy="cp-sat windows",
+                        hint=current.label,
+                        origin=current.origin,
+                    )
+                )
+        record["step_time_s"] = self.by_layout[key].step_s
+        self._order_records[key] = record
+        return record
+
+    def plan_bound(self, best: Candidate) -> dict:
+        """The order solve behind the chosen plan's layout: status, proven bound and gap (vs its simulated step)."""
+        rec = self._order_records.get(_layout_key(best.layout))
+        if rec is None:
+            return {"status": "NOT_RUN", "bound_s": None, "gap": None}
+        full = rec.get("full")
+        bound = None
+        status = "WINDOWS_ONLY"
+        if full is not None:
+            status, bound = full["status"], full["bound_s"]
+        for win in rec.get("windows", []):
+            device = win.get("device_bound_s")
+            if device is not None:
+                bound = device if bound is None else max(bound, device)
+            if win.get("status") == "OPTIMAL":
+                status = "OPTIMAL"  # the order already met the device bound
+        if bound is None:
+            return {"status": status, "bound_s": None, "gap": None}
+        step = best.step_s
+        gap = max(0.0, (step - bound) / step) if step > 0 else 0.0
+        if gap <= 1e-6:
+            # the plan meets a proven bound (within the model's time rounding): no order of these
+            # stages is faster
+            status = "OPTIMAL"
+        return {"status": status, "bound_s": bound, "gap": gap, "scope": "order, for this partition and placement"}
 
 
 def _solve_summary(res) -> dict:
@@ -431,6 +698,7 @@ def _solve_summary(res) -> dict:
         "objective_s": res.objective,
         "bound_s": res.bound,
         "gap": res.gap,
+        "clock_stopped": res.clock_stopped,
         "wall_s": round(res.wall_s, 4),
     }
 
@@ -457,8 +725,16 @@ def search_plan(
     progress: ProgressFn | None = None,
     baselines: dict[str, Candidate] | None = None,
     placement_ok: PlacementFilter | None = None,
+    budget: SearchBudget | None = None,
+    deadline: Deadline | None = None,
 ) -> SearchOutcome:
-    """Find the best plan for `costs` (P devices = costs.num_devices)."""
+    """Find the best plan for `costs` (P devices = costs.num_devices).
+
+    `budget` (default `SearchBudget.for_time_limit(time_limit_s)`) fixes the work, so the plan
+    is reproducible; `deadline` (default `time_limit_s` from now) is the hard wall-clock abort.
+    `baselines` are the classic candidates (computed when None; `{}` searches without them: the
+    plan then comes from the search's own policies only).
+    """
     unknown = set(components) - set(ALL_COMPONENTS)
     if unknown:
         raise InputError(
@@ -468,32 +744,50 @@ def search_plan(
     if costs.num_devices > num_layers:
         raise InputError(f"--pp = {costs.num_devices}: more devices than the model's {num_layers} layers; lower --pp")
     t_start = time.perf_counter()
-    s = _Search(costs, num_layers, num_microbatches, components, time_limit_s, seed, progress, placement_ok)
+    budget = budget or SearchBudget.for_time_limit(time_limit_s)
+    deadline = deadline or Deadline.after(time_limit_s)
+    s = _Search(costs, num_layers, num_microbatches, components, budget, deadline, seed, progress, placement_ok)
     s.progress("classic baselines", 0.05)
     if baselines is None:
         baselines = classic_baselines(costs, num_layers, num_microbatches)
+    # classic plans are candidates (and CP-SAT hints) only when the search may choose everything
+    classic_ok = set(components) == set(ALL_COMPONENTS)
+    if classic_ok:
+        for cand in baselines.values():
+            if s.placement_ok(cand.layout.stage_device):
+                s.consider(cand)
     s.progress("placement x partition", 0.15)
     top = s.phase_layouts()
     s.progress("schedule policies", 0.35)
     s.phase_policies(top)
     s.progress("partition refinement", 0.5)
-    s.phase_refine_partition(budget=6)
+    s.phase_refine_partition()
     s.progress("irregular placement", 0.65)
-    s.phase_irregular(budget=3)
+    s.phase_irregular()
     s.progress("cp-sat order", 0.8)
     s.phase_cpsat_order()
-    # every classic plan is a candidate too, so adaptive is never worse than a feasible one
-    if set(components) == set(ALL_COMPONENTS):
+    best = s.best
+    if classic_ok:
         for cand in baselines.values():
-            if s.placement_ok(cand.layout.stage_device):
-                s.consider(cand)
+            if s.placement_ok(cand.layout.stage_device) and (best is None or better(cand, best)):
+                best = cand
+    if best is None:  # aborted before any candidate: the first allowed placement, list-scheduled
+        allowed = [(label, sd) for label, sd in candidate_placements(s.p, num_layers, 1) if s.placement_ok(sd)]
+        if not allowed:
+            raise InputError("no stage -> device placement passes the target's filter; choose another --target")
+        label, sd = allowed[0]
+        layout = Layout(uniform_bounds(num_layers, len(sd)), sd, s.p)
+        best = s.judge(s.schedule(layout, s.portfolio[0], label, "uniform"))
+    s.solver["order"] = s.plan_bound(best)
     s.progress("done", 1.0)
-    assert s.best is not None
     return SearchOutcome(
-        best=s.best,
+        best=best,
         baselines=baselines,
         phases=s.phases,
         solver=s.solver,
         evaluated=s.evaluated,
         wall_s=time.perf_counter() - t_start,
+        aborted=deadline.aborted,
+        abort_phase=deadline.where,
+        budget=budget,
     )

@@ -2,8 +2,8 @@
 
 Data flow: the model's cost table -> `head_split_options` (the chunked models worth trying) ->
 the use case builds one cost table per option -> `search_head_options` runs the generator on
-each (sharing the time budget) and keeps the best plan. Imports `core`, the model transform and
-the generator; no solver at import time.
+each (sharing the work budget and the wall-clock abort) and keeps the best plan. Imports
+`core`, the model transform and the generator; no solver at import time.
 """
 
 from __future__ import annotations
@@ -14,14 +14,8 @@ import numpy as np
 
 from adaptis_plan.core import CostTable
 from adaptis_plan.inputs.models.transform import split_head
-from adaptis_plan.search.generator import (
-    Candidate,
-    PlacementFilter,
-    ProgressFn,
-    SearchOutcome,
-    better,
-    search_plan,
-)
+from adaptis_plan.search.budget import Deadline, SearchBudget
+from adaptis_plan.search.generator import Candidate, PlacementFilter, ProgressFn, SearchOutcome, better, search_plan
 from adaptis_plan.spec.model import ModelSpec
 
 
@@ -47,11 +41,17 @@ def search_head_options(
     seed: int,
     progress: ProgressFn | None,
     baselines: dict[str, Candidate],
+    budget: SearchBudget | None = None,
+    deadline: Deadline | None = None,
     placement_ok: PlacementFilter | None = None,
 ) -> tuple[int, SearchOutcome]:
     """(index of the best option, its search outcome): the generator on each cost table in turn,
-    each with an equal share of the time; the classic baselines go with the first (unsplit) one.
-    `placement_ok` restricts every candidate layout (`plan --target`)."""
+    each with an equal share of the work budget (`budget`, default from `time_limit_s`) under one
+    wall-clock abort; the classic baselines go with the first (unsplit) one. `placement_ok`
+    restricts every candidate layout (`plan --target`)."""
+    budget = budget or SearchBudget.for_time_limit(time_limit_s)
+    deadline = deadline or Deadline.after(time_limit_s)
+    share = budget.scaled(1.0 / len(costs))
     best_k, outcome = 0, None
     for k, (c, n) in enumerate(zip(costs, num_layers, strict=True)):
         got = search_plan(
@@ -59,11 +59,13 @@ def search_head_options(
             n,
             num_microbatches,
             components=components,
-            time_limit_s=time_limit_s / len(costs),
+            time_limit_s=time_limit_s,
             seed=seed,
             progress=progress,
             baselines=baselines if k == 0 else {},
             placement_ok=placement_ok,
+            budget=share,
+            deadline=deadline,
         )
         if outcome is None or better(got.best, outcome.best):
             best_k, outcome = k, got

@@ -1,18 +1,41 @@
 """Adaptive list scheduler: builds per-device F / I / W (or F / B) orders for any layout.
 
 Data flow: layout + cost table + policy -> `Programs` (+ its own makespan estimate, used only
-to rank candidates; the simulator judges the survivors). Pure Python; no solver.
+to rank candidates; the simulator judges the survivors). Pure Python on flat lists; no solver.
+Imports `core` and `judge.semantics` (stage costs) only.
 
 The scheduler replays the pipeline in time. Whenever a device becomes free it picks, among
 the actions whose inputs have arrived:
 1. a backward for inputs (I, or B when backward is not split): it frees memory and lies on
    the critical path (oldest micro-batch first, later stage first);
-2. else a forward F, if the device's activation memory (and the policy's in-flight cap)
-   allows it (oldest micro-batch first; `depth_first` prefers later stages);
-3. else a pending W, which therefore fills the bubbles (zero-bubble style);
-otherwise it idles until the next arrival. The oldest micro-batch not yet through its
-backward on a device may always run its F, so the memory cap can slow a schedule but never
-deadlock it. The `inflight_cap` per device bounds forwards in flight (F done, I/B not yet).
+2. else a forward F, if the device's memory (and the policy's in-flight cap) allows it
+   (oldest micro-batch first; `f_order` breaks ties between the device's stages);
+3. else a pending W, which therefore fills the bubbles (zero-bubble style). With a
+   `w_lookahead` policy a W starts only if it ends before the next known input of a critical
+   action arrives (the zero-bubble paper's rule): otherwise that action would wait up to a
+   whole W. A W always runs when a forward is held back by memory (it frees memory);
+otherwise it idles until the next arrival it knows of, or until a neighbour wakes it.
+
+Policy variations on that rule, each the best somewhere (the generator tries a portfolio):
+`alternate` prefers a ready forward right after a backward (the 1F1B rhythm) instead of
+always the backward; `f_yield` keeps the device free for a more urgent action (a backward, or
+a forward ranked first) whose input lands within that fraction of the forward's duration, in
+the warm-up only with `yield_warmup_only` (the zero-bubble heuristic's "no extra forward that
+delays the first backward"); `eager_w` runs each backward's W right after it while forwards
+remain (the handcrafted ZB-V rhythm F, I, W, which keeps memory flat at the limit), and defers
+W's in the cool-down; `reserve_oldest` keeps room for the oldest micro-batch's next chunk
+right now, not only after older micro-batches release theirs.
+
+Memory, per device and across every stage the device holds. A forward is admitted only if
+the device stays in a *safe* state: taking micro-batches in order, each one's remaining
+forwards on this device must fit once every older micro-batch has released what it holds
+(older micro-batches never wait for younger ones, so they do release it). On one stage per
+device this is just "the activation fits"; on a V or interleaved placement it keeps the
+forwards of younger micro-batches from eating the room an older one still needs for its
+later chunk, which is what deadlocked or overflowed a plain "fits now" rule. The warm-up
+depth of each device thus follows from its own memory; `inflight_cap` can bound it further.
+A device on which not even one micro-batch fits lets the oldest run anyway (the simulator
+then reports the overflow) so the scheduler always finishes.
 """
 
 from __future__ import annotations
@@ -21,148 +44,305 @@ import heapq
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from adaptis_plan.core import Action, CostTable, Layout, Programs
 from adaptis_plan.judge.semantics import stage_costs
+
+#: `w_lookahead` values: no lookahead, wait for known gradient arrivals, or for any known input.
+W_LOOKAHEAD = ("none", "backward", "all")
+#: `f_order` values: which of a device's stages runs its forward first, among ready forwards.
+F_ORDERS = ("mb-depth", "mb-breadth", "stage-depth")
+
+_EPS = 1e-9
 
 
 @dataclass(frozen=True)
 class ListPolicy:
+    """How the list scheduler chooses (module docstring).
+
+    `split_backward`: I + W instead of B. `f_order`: among ready forwards, "mb-depth" = oldest
+    micro-batch first, then the later stage; "mb-breadth" = oldest first, then the earlier stage;
+    "stage-depth" = the later stage first (finish the chunks of one micro-batch before starting
+    new ones). `w_lookahead`: see `W_LOOKAHEAD`. `f_yield`, `yield_warmup_only`, `alternate`,
+    `eager_w`, `reserve_oldest`: see the module docstring. `inflight_cap` per device bounds
+    forwards in flight (F done, I/B not yet); None = memory only. `mem_limit_bytes` per device
+    overrides the cost table's limits. `label` names the policy in reports (default: `name`).
+    """
+
     split_backward: bool = True
-    depth_first: bool = True
-    inflight_cap: tuple[int, ...] | None = None  # per device; None = memory only
-    mem_limit_bytes: tuple[float, ...] | None = None  # per device; None = the cost table's limits
-    label: str = "adaptive"
+    f_order: str = "mb-depth"
+    w_lookahead: str = "none"
+    f_yield: float = 0.0
+    alternate: bool = False
+    yield_warmup_only: bool = False
+    reserve_oldest: bool = False
+    eager_w: bool = False
+    inflight_cap: tuple[int, ...] | None = None
+    mem_limit_bytes: tuple[float, ...] | None = None
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        """`label`, or a short description of the fields that differ from the plain greedy rule."""
+        if self.label:
+            return self.label
+        parts = ["I/W" if self.split_backward else "B"]
+        if self.f_order != "mb-depth":
+            parts.append(self.f_order)
+        if self.alternate:
+            parts.append("alternate")
+        if self.w_lookahead != "none":
+            parts.append(f"W-lookahead {self.w_lookahead}")
+        if self.f_yield:
+            parts.append(f"yield {self.f_yield:g}" + (" warm-up" if self.yield_warmup_only else ""))
+        if self.reserve_oldest:
+            parts.append("reserve")
+        if self.eager_w:
+            parts.append("eager W")
+        if self.inflight_cap is not None:
+            parts.append("capped")
+        return " ".join(parts)
+
+    def __post_init__(self) -> None:
+        if self.w_lookahead not in W_LOOKAHEAD:
+            raise ValueError(f"w_lookahead = {self.w_lookahead!r}: use one of {W_LOOKAHEAD}")
+        if self.f_order not in F_ORDERS:
+            raise ValueError(f"f_order = {self.f_order!r}: use one of {F_ORDERS}")
 
 
 def list_schedule(
     layout: Layout, costs: CostTable, num_microbatches: int, policy: ListPolicy = ListPolicy()
 ) -> tuple[Programs, float]:
-    """Per-device orders and the scheduler's own makespan estimate."""
+    """Per-device orders and the scheduler's own makespan estimate (links never queue here)."""
     st = stage_costs(layout, costs)
-    n_stage = layout.num_stages
-    n_dev = layout.num_devices
-    last = n_stage - 1
-    m_total = num_microbatches
+    num_stages, num_devices, m_total = layout.num_stages, layout.num_devices, num_microbatches
+    last = num_stages - 1
     split = policy.split_backward
-    dev_stages = [layout.stages_of(d) for d in range(n_dev)]
-    limits = policy.mem_limit_bytes or tuple(float(x) for x in costs.mem_limit_bytes)
-    act_cap = [limits[d] - st.static[d] for d in range(n_dev)]
-    cap = policy.inflight_cap or tuple([math.inf] * n_dev)
-
     inf = math.inf
-    f_end = np.full((n_stage, m_total), inf)
-    b_end = np.full((n_stage, m_total), inf)  # I, or B when not split
-    next_f = [0] * n_stage
-    next_b = [0] * n_stage
-    pending_w: list[list[tuple[int, int]]] = [[] for _ in range(n_dev)]  # (mb, stage) ready to W
-    mem = [0.0] * n_dev
-    inflight = [0] * n_dev
-    free_at = [0.0] * n_dev
-    remaining = [len(dev_stages[d]) * m_total * (3 if split else 2) for d in range(n_dev)]
-    programs: Programs = [[] for _ in range(n_dev)]
-    heap = [(0.0, d) for d in range(n_dev) if remaining[d]]
+    f_dur = st.f.tolist()
+    b_dur = (st.i if split else st.b).tolist()
+    w_dur = st.w.tolist()
+    act = st.act.tolist()
+    act_w = st.act_w.tolist() if split else [0.0] * num_stages
+    act_i = [a - w for a, w in zip(act, act_w, strict=True)]  # what I frees (B frees all of act)
+    p2p_act = st.p2p_act.tolist()
+    p2p_grad = st.p2p_grad.tolist()
+    stage_device = layout.stage_device
+    dev_stages = [layout.stages_of(d) for d in range(num_devices)]
+    limits = policy.mem_limit_bytes or tuple(float(x) for x in costs.mem_limit_bytes[:num_devices])
+    limit = [float(limits[d]) for d in range(num_devices)]
+    static = [float(st.static[d]) for d in range(num_devices)]
+    act_cap = [limit[d] - static[d] for d in range(num_devices)]
+    per_mb = [sum(act[s] for s in dev_stages[d]) for d in range(num_devices)]
+    # memory binds only where all micro-batches' activations at once would not fit
+    binding = [math.isfinite(act_cap[d]) and act_cap[d] < m_total * per_mb[d] - _EPS for d in range(num_devices)]
+    fits_one = [per_mb[d] <= act_cap[d] + _EPS for d in range(num_devices)]
+    multi = [len(dev_stages[d]) > 1 for d in range(num_devices)]
+    cap = list(policy.inflight_cap) if policy.inflight_cap is not None else [m_total * num_stages] * num_devices
+    lookahead = policy.w_lookahead
+    f_yield = policy.f_yield
+    alternate = policy.alternate
+    yield_always = not policy.yield_warmup_only
+    reserve_oldest = policy.reserve_oldest
+    eager_w = policy.eager_w and split
+    last_op = [""] * num_devices  # the device's last action's op class: F, B (I or B) or W
+    last_fb = [""] * num_devices  # its last forward or backward
+    f_order = policy.f_order
+
+    f_end = [[inf] * m_total for _ in range(num_stages)]
+    b_end = [[inf] * m_total for _ in range(num_stages)]  # I, or B when not split
+    next_f = [0] * num_stages
+    next_b = [0] * num_stages
+    pending_w: list[list[tuple[int, int]]] = [[] for _ in range(num_devices)]  # heaps of (mb, stage)
+    mem = [0.0] * num_devices
+    held = [[0.0] * m_total for _ in range(num_devices)]  # activation bytes per mb on the device
+    need = [[per_mb[d]] * m_total for d in range(num_devices)]  # forward bytes still to allocate
+    held_done = [0.0] * num_devices  # held by micro-batches with every forward done on the device
+    # the largest need of a micro-batch with at least one forward done on the device
+    partial_need_max = [per_mb[d] - min((act[s] for s in dev_stages[d]), default=0.0) for d in range(num_devices)]
+    inflight = [0] * num_devices
+    free_at = [0.0] * num_devices
+    remaining = [len(dev_stages[d]) * m_total * (3 if split else 2) for d in range(num_devices)]
+    programs: Programs = [[] for _ in range(num_devices)]
+    heap = [(0.0, d) for d in range(num_devices) if remaining[d]]
     heapq.heapify(heap)
     makespan = 0.0
-    parked: set[int] = set()
+    parked = [False] * num_devices
+
+    def safe(d: int, s: int, k: int, oldest: bool) -> bool:
+        """Whether F(s, k) keeps device d in a safe state (module docstring)."""
+        a = act[s]
+        room = act_cap[d] + _EPS
+        # the simulator's own arithmetic (static + the running sum of the same changes, in the same
+        # order), so a plan the scheduler calls fitting is one the simulator calls fitting; the
+        # oldest micro-batch gets the rounding slack (a limit of exactly one micro-batch stays usable)
+        if static[d] + (mem[d] + a) > limit[d] and not (oldest and mem[d] + a <= room):
+            return False
+        if not multi[d]:
+            return True  # one stage: older micro-batches have no forward left here
+        stages = dev_stages[d]
+        lo = min(next_f[x] for x in stages)
+        if lo >= k:
+            return True
+        need_d, held_d = need[d], held[d]
+        if reserve_oldest and mem[d] + a + need_d[lo] > room:
+            return False  # keep room for the oldest micro-batch's next chunk right now, not after releases
+        # micro-batches below lo have done every forward here (need 0): they release all they hold
+        # (held_done) before anyone else's turn; from lo on, oldest first, each one's remaining
+        # forwards must fit once every older one has released
+        level = mem[d] + a
+        older = held_done[d]
+        if level - older + partial_need_max[d] <= room:
+            return True  # even the largest remaining need fits: no loop needed
+        if len(stages) == 2:
+            # two stages: every micro-batch in [lo, k) has one forward left, on the same stage, so
+            # the oldest (least released before it) is the binding one
+            return level - older + need_d[lo] <= room
+        for j in range(lo, k):
+            if need_d[j] > 0.0 and level - older + need_d[j] > room:
+                return False
+            older += held_d[j]
+        return True
 
     while heap:
         t, d = heapq.heappop(heap)
         if t != free_at[d]:
             continue
-        # --- gather candidates
-        best_b = None  # (ready, key, stage, mb)
-        next_known = inf
-        for s in dev_stages[d]:
-            m = next_b[s]
-            if m >= m_total:
+        stages = dev_stages[d]
+        # --- backward candidates
+        best_b = None
+        best_bk = None
+        next_b_arrival = inf
+        for s in stages:
+            k = next_b[s]
+            if k >= m_total:
                 continue
-            fe = f_end[s, m]
+            fe = f_end[s][k]
             if fe == inf:
                 continue
-            ready = fe if s == last else b_end[s + 1, m] + st.p2p_grad[s + 1]
-            ready = max(ready, fe)
-            if ready <= t:
-                key = (m, -s)
-                if best_b is None or key < best_b[1]:
-                    best_b = (ready, key, s, m)
-            elif ready < next_known:
-                next_known = ready
-        choice = None
-        if best_b is not None:
-            s, m = best_b[2], best_b[3]
-            choice = ("I" if split else "B", s, m)
-        else:
-            best_f = None
-            oldest = min((next_b[s] for s in dev_stages[d]), default=m_total)
-            for s in dev_stages[d]:
-                m = next_f[s]
-                if m >= m_total:
+            r = fe if s == last else b_end[s + 1][k] + p2p_grad[s + 1]
+            if r <= t:
+                key = (k, -s)
+                if best_bk is None or key < best_bk:
+                    best_bk, best_b = key, s
+            elif r < next_b_arrival:
+                next_b_arrival = r
+        choice_op, choice_s, choice_k = "", -1, -1
+        # forward candidates
+        best_f = None
+        best_fk = None
+        next_f_arrival = inf
+        blocked = False
+        late_f: list[tuple[tuple[int, int], float]] = []  # forwards whose input is in flight: (key, arrival)
+        oldest = min(next_b[s] for s in stages)
+        # forwards matter only when no backward is ready, or when the policy alternates after one
+        for s in stages if best_b is None or (alternate and last_fb[d] == "B") else ():
+            k = next_f[s]
+            if k >= m_total:
+                continue
+            r = 0.0 if s == 0 else f_end[s - 1][k] + p2p_act[s]
+            key = (k, -s) if f_order == "mb-depth" else (k, s) if f_order == "mb-breadth" else (-s, k)
+            if r > t:
+                if r < next_f_arrival:
+                    next_f_arrival = r
+                if r < inf:
+                    late_f.append((key, r))
+                continue
+            if inflight[d] >= cap[d] and k > oldest:
+                continue
+            if binding[d] and not safe(d, s, k, k <= oldest):
+                if fits_one[d] or k > oldest:
+                    blocked = True
                     continue
-                ready = 0.0 if s == 0 else f_end[s - 1, m] + st.p2p_act[s]
-                if ready == inf:
-                    continue
-                if ready > t:
-                    next_known = min(next_known, ready)
-                    continue
-                if m > oldest and (inflight[d] >= cap[d] or mem[d] + st.act[s] > act_cap[d]):
-                    continue
-                key = (m, -s if policy.depth_first else s)
-                if best_f is None or key < best_f[0]:
-                    best_f = (key, s, m)
-            if best_f is not None:
-                choice = ("F", best_f[1], best_f[2])
-            elif pending_w[d]:
-                m, s = min(pending_w[d])
-                pending_w[d].remove((m, s))
-                choice = ("W", s, m)
-        if choice is None:
-            # idle until an arrival we know of, or until any device finishes an action
-            free_at[d] = next_known
-            parked.add(d)
-            if next_known < inf:
-                heapq.heappush(heap, (next_known, d))
+            if best_fk is None or key < best_fk:
+                best_fk, best_f = key, s
+        if best_f is not None and f_yield > 0.0 and (yield_always or not any(next_b[x] for x in stages)):
+            # an input of a more urgent action (a backward, or a forward ranked first) lands while
+            # this forward would still run: keep the device for it
+            soon = t + f_yield * f_dur[best_f]
+            if next_b_arrival < soon or any(r < soon and key < best_fk for key, r in late_f):
+                best_f = None
+        f_first = alternate and last_fb[d] == "B" and best_f is not None
+        if eager_w and last_op[d] == "B" and pending_w[d] and any(next_f[x] < m_total for x in stages):
+            # the W of the backward just done runs next (the zero-bubble handcrafted rhythm F, I, W)
+            # while forwards remain; in the cool-down W's wait, so the backwards reach stage 0 sooner
+            k, s = heapq.heappop(pending_w[d])
+            choice_op, choice_s, choice_k = "W", s, k
+        elif best_b is not None and not f_first:
+            choice_op, choice_s, choice_k = ("I" if split else "B"), best_b, best_bk[0]
+        elif best_f is not None:
+            choice_op, choice_s = "F", best_f
+            choice_k = best_fk[1] if f_order == "stage-depth" else best_fk[0]
+        elif pending_w[d]:
+            k, s = pending_w[d][0]
+            wait = inf
+            if lookahead == "backward":
+                wait = next_b_arrival
+            elif lookahead == "all":
+                wait = min(next_b_arrival, next_f_arrival)
+            if blocked or t + w_dur[s] <= wait + _EPS:
+                heapq.heappop(pending_w[d])
+                choice_op, choice_s, choice_k = "W", s, k
+        if not choice_op:
+            # idle until an arrival we know of, or until a neighbour's action wakes us
+            nxt = min(next_b_arrival, next_f_arrival)
+            free_at[d] = nxt
+            parked[d] = True
+            if nxt < inf:
+                heapq.heappush(heap, (nxt, d))
             continue
-        parked.discard(d)
-        op, s, m = choice
-        if op == "F":
-            dur = st.f[s]
-            f_end[s, m] = t + dur
+        parked[d] = False
+        s, k = choice_s, choice_k
+        if choice_op == "F":
+            dur = f_dur[s]
+            f_end[s][k] = t + dur
             next_f[s] += 1
-            mem[d] += st.act[s]
+            mem[d] += act[s]
+            held[d][k] += act[s]
+            need[d][k] -= act[s]
+            if need[d][k] <= _EPS * per_mb[d]:
+                need[d][k] = 0.0
+                held_done[d] += held[d][k]
             inflight[d] += 1
-        elif op in ("I", "B"):
-            dur = st.i[s] if split else st.b[s]
-            b_end[s, m] = t + dur
+        elif choice_op == "W":
+            dur = w_dur[s]
+            mem[d] -= act_w[s]
+            held[d][k] -= act_w[s]
+            if need[d][k] == 0.0:
+                held_done[d] -= act_w[s]
+        else:
+            dur = b_dur[s]
+            b_end[s][k] = t + dur
             next_b[s] += 1
             inflight[d] -= 1
+            freed = act_i[s] if split else act[s]
+            mem[d] -= freed
+            held[d][k] -= freed
+            if need[d][k] == 0.0:
+                held_done[d] -= freed
             if split:
-                mem[d] -= st.act[s] - st.act_w[s]
-                pending_w[d].append((m, s))
-            else:
-                mem[d] -= st.act[s]
-        else:
-            dur = st.w[s]
-            mem[d] -= st.act_w[s]
-        programs[d].append(Action(s, op, m))
+                heapq.heappush(pending_w[d], (k, s))
+        last_op[d] = "F" if choice_op == "F" else "W" if choice_op == "W" else "B"
+        if choice_op != "W":
+            last_fb[d] = last_op[d]
+        programs[d].append(Action(s, choice_op, k))
         end = t + dur
-        makespan = max(makespan, end)
+        if end > makespan:
+            makespan = end
         remaining[d] -= 1
         free_at[d] = end
         if remaining[d]:
             heapq.heappush(heap, (end, d))
-        # only the neighbour this action feeds can have gained a ready action: wake it on arrival
-        if op == "F" and s < last:
-            target, arrival = layout.stage_device[s + 1], end + st.p2p_act[s + 1]
-        elif op in ("I", "B") and s > 0:
-            target, arrival = layout.stage_device[s - 1], end + st.p2p_grad[s]
+        # only the device this action feeds can have gained a ready action: wake it on arrival
+        if choice_op == "F" and s < last:
+            target, arrival = stage_device[s + 1], end + p2p_act[s + 1]
+        elif choice_op != "F" and choice_op != "W" and s > 0:
+            target, arrival = stage_device[s - 1], end + p2p_grad[s]
         else:
-            target = -1
-        if target in parked and arrival < free_at[target]:
+            continue
+        if parked[target] and arrival < free_at[target]:
             free_at[target] = arrival
             heapq.heappush(heap, (arrival, target))
     if any(remaining):
-        stuck = [d for d in range(n_dev) if remaining[d]]
+        stuck = [d for d in range(num_devices) if remaining[d]]
         raise RuntimeError(f"list scheduler could not place every action (devices {stuck})")
     return programs, makespan

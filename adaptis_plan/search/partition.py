@@ -167,3 +167,38 @@ def device_balanced_bounds(
         if not improved:
             break
     return tuple(bounds)
+
+
+def packed_layouts(
+    costs: CostTable, num_devices: int, chunks: tuple[int, ...] = (2, 3, 4)
+) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """Irregular placements that pack work evenly: (label, stage_device, bounds) per chunk count k.
+
+    Cut the layers into k x P stages of near-equal work (min-max stage partition), deal the stages
+    to devices heaviest first onto the least-loaded device (LPT; ties: not the device of a
+    neighbouring stage, then the lowest id), then balance the cut points for that map. With many
+    small stages this approaches the best assignment of whole layers to devices, which the presets
+    (loop, V, mixtures) can miss when layers are few and unequal (a heavy head, attention among
+    Mamba layers)."""
+    num_layers = costs.num_layers
+    work = layer_work(costs).min(axis=0)
+    out = []
+    for k in chunks:
+        num_stages = k * num_devices
+        if num_stages > num_layers:
+            break
+        bounds = min_max_stage_bounds(costs, (0,) * num_stages)
+        prefix = np.concatenate([[0.0], np.cumsum(work)])
+        stage_w = [prefix[bounds[s + 1]] - prefix[bounds[s]] for s in range(num_stages)]
+        load = [0.0] * num_devices
+        sd = [-1] * num_stages
+        for s in sorted(range(num_stages), key=lambda s: (-stage_w[s], s)):
+            neighbours = {sd[x] for x in (s - 1, s + 1) if 0 <= x < num_stages}
+            d = min(range(num_devices), key=lambda d: (round(load[d], 12), d in neighbours, d))
+            sd[s] = d
+            load[d] += stage_w[s]
+        if len(set(sd)) < num_devices:
+            continue
+        placement_ = tuple(sd)
+        out.append((f"packed x{k}", placement_, device_balanced_bounds(costs, placement_, start=tuple(bounds))))
+    return out

@@ -21,8 +21,8 @@ flight (the early stages of the pipeline, under every schedule), times their act
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +32,7 @@ from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.cost.recompute import check_modes, recomputes, stage_recompute, strongest_per_stage
 from adaptis_plan.judge.semantics import stage_costs
 from adaptis_plan.judge.simulate import SimResult, simulate
+from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import Candidate, PlacementFilter, SearchOutcome, better, search_plan
 
 # A candidate recompute list (one mode per layer) -> its cost table; the use case builds it.
@@ -44,9 +45,6 @@ HEAVIEST_FRACTIONS = (0.25, 0.5, 0.75)
 NEAR_BOUND = 0.01
 # A device whose peak reaches this fraction of its memory limit counts as memory-bound.
 BOUND_FRACTION = 0.9
-# The time left is shared by at most this many candidates at once: the likeliest get enough of it
-# on large pipelines, and the rest run when searches end early (small pipelines) or are skipped.
-AT_ONCE = 4
 
 
 @dataclass
@@ -177,13 +175,15 @@ def search_recompute(
     components: Sequence[str],
     time_limit_s: float,
     seed: int,
+    budget: SearchBudget,
+    deadline: Deadline,
     progress: ProgressFn | None = None,
     placement_ok: PlacementFilter | None = None,
 ) -> RecomputeOutcome:
     """The best plan over the recompute candidates of `plain` (the generator's outcome on
-    `plain_costs`, no recomputation), in order, each searched with a share of the time left of
-    `time_limit_s` (split `AT_ONCE` ways at most; candidates that find no time left are skipped,
-    `info["skipped"]`).
+    `plain_costs`, no recomputation), in order, each searched with an equal share of `budget`'s
+    work (so the outcome does not depend on the machine); candidates the `deadline` leaves no
+    time for are skipped (`info["skipped"]`, and the deadline records the abort).
 
     Nothing is tried when no device is memory-bound or the plain plan is within `NEAR_BOUND` of
     its lower bound; `info["reason"]` says which. Each candidate's winner is made stage-uniform
@@ -208,10 +208,10 @@ def search_recompute(
         info["reason"] = f"the plan without recomputation is within {NEAR_BOUND:.0%} of its lower bound"
         return best
     cands = recompute_candidates(plain.best.layout, plain_costs, plain.best.programs, r, kinds)
-    deadline = time.perf_counter() + time_limit_s
+    share = budget.scaled(1.0 / max(len(cands), 1))
     for n, (label, modes) in enumerate(cands):
-        left = deadline - time.perf_counter()
-        if left <= 0:  # the time is a hard limit: the rest are not tried
+        if deadline.expired():  # the time is a hard limit: the rest are not tried
+            deadline.abort("recompute candidates")
             info["skipped"] = [lab for lab, _ in cands[n:]]
             break
         costs = table_for(modes)
@@ -220,10 +220,12 @@ def search_recompute(
             len(kinds),
             num_microbatches,
             components=components,
-            time_limit_s=left / min(len(cands) - n, AT_ONCE),
+            time_limit_s=time_limit_s,
             seed=seed,
             progress=_scaled(progress, n, len(cands), label),
             placement_ok=placement_ok,
+            budget=share,
+            deadline=deadline,
         )
         kept_modes, kept_costs, cand = _stage_uniform(out.best, modes, costs, kinds, table_for, num_microbatches)
         out.best = cand
@@ -260,7 +262,7 @@ def _stage_uniform(
     check_modes(eff, len(kinds))
     table = table_for(eff)
     result = simulate(cand.layout, table, cand.programs, num_microbatches)
-    again = Candidate(cand.label, cand.layout, cand.programs, result.step_time_s, result, cand.source)
+    again = dataclasses.replace(cand, estimate_s=result.step_time_s, result=result)
     return eff, table, again
 
 

@@ -34,6 +34,8 @@ class SolveResult(Generic[T]):
     `MODEL_INVALID`). `objective` and `bound` are in seconds (see the module docstring);
     `hint_objective` is the objective of the hint the solver started from, in the same units
     (None when there was no usable hint). `wall_s` covers building and solving the model.
+    `clock_stopped`: the wall-clock abort, not the work budget or a proof, ended the solve (the
+    answer may then differ from run to run).
     """
 
     status: str
@@ -42,6 +44,7 @@ class SolveResult(Generic[T]):
     wall_s: float
     payload: T | None
     hint_objective: float | None = None
+    clock_stopped: bool = False
 
     @property
     def optimal(self) -> bool:
@@ -89,15 +92,17 @@ def time_unit_s(horizon_s: float, shortest_s: float = 0.0, max_units: int = MAX_
     return unit
 
 
-def mem_unit_bytes(reference_bytes: float, max_units: int = MAX_MEM_UNITS) -> int:
-    """The model's memory unit: the smallest power of two (bytes, >= 1) with `reference_bytes / unit <= max_units`.
+def mem_unit_bytes(reference_bytes: float, max_units: int = MAX_MEM_UNITS) -> float:
+    """The model's memory unit: the power of two (bytes) with `reference_bytes / unit` just <= `max_units`.
 
     Demands are rounded up and capacities down in this unit, so a model-feasible plan is
-    memory-feasible in bytes.
+    memory-feasible in bytes. A power of two keeps binary fractions exact, and it may be below
+    one byte (abstract cost tables count memory in arbitrary units), so small demands never
+    round up to a whole unit that is larger than themselves.
     """
-    if not math.isfinite(reference_bytes) or reference_bytes <= max_units:
-        return 1
-    return 1 << math.ceil(math.log2(reference_bytes / max_units))
+    if not math.isfinite(reference_bytes) or reference_bytes <= 0:
+        return 1.0
+    return 2.0 ** math.ceil(math.log2(reference_bytes / max_units))
 
 
 def to_time_units(seconds: float, unit_s: float) -> int:
@@ -105,12 +110,12 @@ def to_time_units(seconds: float, unit_s: float) -> int:
     return max(0, int(round(seconds / unit_s)))
 
 
-def demand_units(nbytes: float, unit_bytes: int) -> int:
+def demand_units(nbytes: float, unit_bytes: float) -> int:
     """A memory demand in units, rounded up (conservative)."""
     return max(0, int(math.ceil(nbytes / unit_bytes - 1e-9)))
 
 
-def capacity_units(nbytes: float, unit_bytes: int) -> int | None:
+def capacity_units(nbytes: float, unit_bytes: float) -> int | None:
     """A memory capacity in units, rounded down (conservative); None when unlimited (inf)."""
     if not math.isfinite(nbytes):
         return None

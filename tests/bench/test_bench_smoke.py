@@ -52,7 +52,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     prov = run.provenance(str(out), quick=True)
     # bench/real.py and bench/interop.py launch torchrun or plan every paper case: not CI-sized; the
     # recompute section has its own smoke test
-    sections = [s for s in run.SECTIONS if s not in ("real", "targets", "torchcsv", "recompute")]
+    sections = [s for s in run.SECTIONS if s not in ("real", "targets", "torchcsv", "recompute", *run.ZB_SECTIONS)]
     text, ok = run.build_report(tiny_config(), sections, out, tmp / "docs" / "img", prov, workers=1)
     assert ok
     out.write_text(text)
@@ -78,7 +78,7 @@ def test_every_section_with_its_reproduce_line(report: tuple[str, Path]) -> None
     assert re.search(r"commit: `([0-9a-f]{4,}(\+dirty)?|unknown[^`]*)`", text)
     assert "CPUs" in text and "UTC" in text
     assert "adaptis plan --model llama-2-s --hardware h200 --pp 2 --microbatches 4 --seq-len 1024" in text
-    assert "Sections not run this time: recompute, real, targets, torchcsv." in text
+    assert "Sections not run this time: recompute, real, targets, torchcsv, zbgrid, zbpaper, zbtime." in text
 
 
 @pytest.mark.slow
@@ -208,4 +208,7 @@ def test_sections_not_rerun_are_kept_from_the_previous_report(tmp_path: Path) ->
     assert "old ablation table" in text and "old real runs" in text
     assert "Kept from the previous report, not rerun this time (each with its own reproduce line and date):" in text
     assert "ablation, real." in text
-    assert "Sections not run this time: papertp, paper, bubbles, seq, plantime, recompute, targets, torchcsv." in text
+    assert (
+        "Sections not run this time: papertp, paper, bubbles, seq, plantime, recompute, targets, torchcsv, zbgrid, zbpaper, zbtime."
+        in text
+    )

@@ -9,6 +9,7 @@ faster, and leaves plans alone where memory does not bind (the paper's small cas
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from adaptis_plan.core import Action, CostTable, Layout, uniform_costs
 from adaptis_plan.cost.recompute import stage_recompute
 from adaptis_plan.judge.simulate import simulate
+from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import classic_baselines, search_plan
 from adaptis_plan.search.recompute import (
     held_at_peak,
@@ -90,26 +92,38 @@ def test_candidates_rank_early_blocks_first_and_include_full_everywhere() -> Non
 
 @pytest.mark.slow
 def test_auto_recomputes_where_memory_binds_and_keeps_only_a_faster_plan() -> None:
-    costs, plain = _plain()
+    # 35 bytes per device: the search finds no plan without recomputation that fits
+    table = functools.partial(_table, mem_limit=35.0)
+    costs, plain = _plain(35.0)
     p = plain.best.result
-    assert p.fits_memory and memory_bound_devices(plain.best.layout, costs, p)
-    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, time_limit_s=4.0, seed=0)
+    assert not p.fits_memory and memory_bound_devices(plain.best.layout, costs, p)
+    out = search_recompute(table, costs, plain, KINDS, 8, components=ALL, time_limit_s=4.0, seed=0, **_budget(4.0))
     r = out.outcome.best.result
-    assert r.fits_memory and r.step_time_s < p.step_time_s * 0.99, (r.step_time_s, p.step_time_s)
+    assert r.fits_memory, (r.peak_memory_bytes, r.mem_limit_bytes)
     assert any(m == "full" for m in out.modes)
     assert out.info["chosen"] and out.info["without"]["step_time_s"] == p.step_time_s
     assert len(out.info["candidates"]) >= 3
     # the kept plan is stage-uniform and its table is the one its modes give: it re-simulates the same
     layout = out.outcome.best.layout
     stage_recompute(layout.bounds, out.modes, KINDS)
-    again = simulate(layout, _table(out.modes), out.outcome.best.programs, 8)
-    assert again.step_time_s == r.step_time_s and np.array_equal(out.costs.i_s, _table(out.modes).i_s)
+    again = simulate(layout, table(out.modes), out.outcome.best.programs, 8)
+    assert again.step_time_s == r.step_time_s and np.array_equal(out.costs.i_s, table(out.modes).i_s)
     assert r.lower_bound_s == again.lower_bound_s > p.lower_bound_s  # the bound of its own costs
+    # 45 bytes: the plan without recomputation fits, and no candidate is faster: it is kept
+    costs, plain = _plain(45.0)
+    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, time_limit_s=4.0, seed=0, **_budget(4.0))
+    assert out.outcome is plain and out.modes == ["none"] * len(KINDS) and len(out.info["candidates"]) >= 3
+    assert all(c["step_time_s"] >= plain.best.result.step_time_s for c in out.info["candidates"])
+    assert out.info["reason"] == "no candidate simulated faster than the plan without recomputation"
+
+
+def _budget(time_limit_s: float) -> dict:
+    return {"budget": SearchBudget.for_time_limit(time_limit_s), "deadline": Deadline.after(60.0)}
 
 
 def test_auto_leaves_plans_alone_when_memory_does_not_bind() -> None:
     costs, plain = _plain(mem_limit=float("inf"))
-    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, time_limit_s=1.0, seed=0)
+    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, time_limit_s=1.0, seed=0, **_budget(1.0))
     assert out.outcome is plain and out.modes == ["none"] * len(KINDS)
     assert out.info["reason"].startswith("no device comes within 10% of its memory limit")
     assert out.info["candidates"] == []

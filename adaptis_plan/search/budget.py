@@ -1,0 +1,130 @@
+"""The search's budget: how much work each phase may do, in units that do not depend on the machine.
+
+Data flow: `usecases.PlanRequest` (or a caller of `search.generator.search_plan`) -> one
+`SearchBudget` -> every phase of the generator reads its share from it. Plain frozen dataclass;
+imports nothing from the package.
+
+Why work units: a phase that stops on the wall clock finds a different plan on a busy machine
+than on an idle one. Every phase here stops after a fixed amount of work instead: list-scheduled
+actions (the unit every heuristic phase spends), simulated candidates, CP-SAT deterministic time
+(the solver's own count of work, reproducible with one worker). The same inputs, seed and budget
+then give the same plan on any machine under any load. `--time-limit` is only a hard wall-clock
+abort on top (`Deadline`); when it fires, the plan says so.
+
+`SearchBudget.for_time_limit(T)` is the budget `adaptis plan --time-limit T` uses: about half
+of T of work on one idle core of a 2-core machine for mid-size pipelines (measured: list
+scheduling plus simulation cost 5-7 us per action; CP-SAT about 5-6 s of wall time per unit of
+its deterministic time on these models), so the abort fires only on a
+machine about twice slower than that, or on pipelines so big that one candidate is a large
+part of the limit; a longer limit buys proportionally more
+list scheduling (big pipelines evaluate more candidates) and more CP-SAT work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """Work per phase of the search (module docstring). Every field is a count, never seconds."""
+
+    #: list-scheduled actions over all heuristic phases; big pipelines get fewer candidates
+    schedule_actions: int = 120_000
+    #: shares of `schedule_actions` per phase: placements x partitions, policies, refinement, irregular
+    layout_share: float = 0.30
+    policy_share: float = 0.40
+    refine_share: float = 0.20
+    irregular_share: float = 0.10
+    #: placements tried in phase 1: the presets, then per-round forward / reverse mixtures, with up
+    #: to `max_chunks` stages per device; at least `min_placements` whatever the work budget
+    max_chunks: int = 4
+    min_placements: int = 3
+    #: phase 1 candidates simulated: the best by the list scheduler's estimate
+    judged_layouts: int = 6
+    #: CP-SAT partition solves (on the best distinct placements) and the work each may do
+    partition_solves: int = 3
+    partition_dtime: float = 0.05
+    #: layouts on which every list policy is tried (phase 2)
+    policy_layouts: int = 3
+    #: partition refinement rounds (each moves boundary layers of the busiest device)
+    refine_rounds: int = 6
+    #: irregular placement rounds and the moves tried per round
+    irregular_rounds: int = 3
+    irregular_moves: int = 8
+    #: CP-SAT order: layouts refined (the best distinct ones), full-model work per layout (a proof
+    #: of the order's bound on small and medium programs), rolling-horizon work per layout
+    order_layouts: int = 2
+    order_full_dtime: float = 0.04
+    order_full_max_actions: int = 4000
+    order_window_dtime: float = 0.06
+    order_window_actions: int = 60
+    order_window_step_dtime: float = 0.1
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value < 0:
+                raise ValueError(f"SearchBudget.{f.name} = {value}: must be >= 0")
+
+    @classmethod
+    def for_time_limit(cls, time_limit_s: float) -> SearchBudget:
+        """The default budget scaled by the time limit (5 s = the defaults above).
+
+        CP-SAT work grows linearly with the limit; list scheduling grows too, so that the big
+        pipelines (hundreds of thousands of actions per candidate) evaluate enough candidates.
+        """
+        k = max(float(time_limit_s), 0.1) / 5.0
+        base = cls()
+        return dataclasses.replace(
+            base,
+            schedule_actions=int(base.schedule_actions * k),
+            order_full_dtime=base.order_full_dtime * k,
+            order_window_dtime=base.order_window_dtime * k,
+            partition_dtime=base.partition_dtime * min(k, 4.0),
+        )
+
+    def scaled(self, factor: float) -> SearchBudget:
+        """The same budget with every amount of work multiplied by `factor` (counts stay >= 1)."""
+        return dataclasses.replace(
+            self,
+            schedule_actions=max(1, int(self.schedule_actions * factor)),
+            partition_dtime=self.partition_dtime * factor,
+            order_full_dtime=self.order_full_dtime * factor,
+            order_window_dtime=self.order_window_dtime * factor,
+        )
+
+    def summary(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+class Deadline:
+    """The hard wall-clock abort: `expired()` once `at` (a `time.perf_counter()` value) has passed.
+
+    `aborted` records that some phase stopped because of it (the plan then says the search was
+    cut short). `can_afford(seconds)` asks whether a step predicted to take that long still fits.
+    """
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.aborted = False
+        self.where: str | None = None
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(time.perf_counter() + seconds)
+
+    def left(self) -> float:
+        return self.at - time.perf_counter()
+
+    def expired(self) -> bool:
+        return self.left() <= 0
+
+    def can_afford(self, seconds: float) -> bool:
+        return self.left() > seconds
+
+    def abort(self, where: str) -> None:
+        if not self.aborted:
+            self.aborted, self.where = True, where

@@ -1,0 +1,23 @@
+"""The plan report's search lines: CP-SAT's verdict on the plan's order and the abort note."""
+
+from __future__ import annotations
+
+from adaptis_plan.render.report import search_lines
+
+
+def test_order_status_bound_and_gap_are_reported() -> None:
+    info = {"solver": {"order": {"status": "OPTIMAL", "bound_s": 0.5, "gap": 0.0}}, "aborted": False}
+    (line,) = search_lines(info, 0.5)
+    assert "CP-SAT OPTIMAL" in line and "proven optimal" in line and "500 ms" in line and "0.00%" in line
+
+
+def test_not_proven_and_aborted_searches_say_so() -> None:
+    info = {
+        "solver": {"order": {"status": "FEASIBLE", "bound_s": 0.45, "gap": 0.1}},
+        "aborted": True,
+        "abort_phase": "cp-sat windows",
+    }
+    lines = search_lines(info, 0.5)
+    assert "not proven optimal" in lines[0] and "10.00%" in lines[0]
+    assert "--time-limit cut the search short (during cp-sat windows)" in lines[1]
+    assert search_lines({"solver": {"order": {"status": "NOT_RUN"}}}, 1.0)[0].startswith("order: CP-SAT did not run")

@@ -1,0 +1,86 @@
+"""Same inputs and seed, same plan: byte-identical plan files from `adaptis plan` on an idle and on a
+fully loaded machine, in fresh processes with different string-hash seeds; and `--time-limit` as a
+hard abort that is respected and reported.
+
+The search counts its work (list-scheduled actions, simulated candidates, CP-SAT deterministic
+time on one worker), so machine load changes wall times only; the limit here is generous enough
+that the abort does not fire even on a busy 2-core machine, and the test checks that it did not.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from adaptis_plan.search.budget import Deadline, SearchBudget
+
+_PLAN = ["--model", "deepseek-s", "--hardware", "h200", "--pp", "4", "--microbatches", "8", "--seq-len", "1024"]
+
+
+def _plan(out: Path, hash_seed: str, time_limit: float) -> tuple[bytes, dict]:
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    cmd = [sys.executable, "-m", "adaptis_plan.cli", "plan", *_PLAN, "--time-limit", str(time_limit), "-o", str(out)]
+    r = subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr
+    return out.read_bytes(), json.loads(r.stdout)
+
+
+def _spin(stop_at: float) -> None:
+    x = 0
+    while time.perf_counter() < stop_at:
+        x += 1
+
+
+@pytest.mark.slow
+def test_plan_file_is_byte_identical_idle_and_under_full_load(tmp_path: Path) -> None:
+    limit = 120.0  # the budget of --time-limit 120 is sized for an idle machine; loaded, it still fits
+    idle, idle_json = _plan(tmp_path / "idle.json", "1", limit)
+    ctx = multiprocessing.get_context("spawn")
+    spinners = [ctx.Process(target=_spin, args=(time.perf_counter() + 600,)) for _ in range(2 * (os.cpu_count() or 1))]
+    for p in spinners:
+        p.start()
+    try:
+        loaded, loaded_json = _plan(tmp_path / "loaded.json", "2", limit)
+    finally:
+        for p in spinners:
+            p.terminate()
+        for p in spinners:
+            p.join()
+    assert not idle_json["search"]["aborted"] and not loaded_json["search"]["aborted"]
+    assert idle == loaded
+    plan = json.loads(idle)
+    assert "wall_s" not in json.dumps(plan["search"])  # nothing load-dependent in the file
+
+
+def test_time_limit_is_a_hard_abort_and_is_reported() -> None:
+    """A budget far beyond the limit: the search stops at the deadline and says so."""
+    from adaptis_plan.core import uniform_costs
+    from adaptis_plan.search.generator import search_plan
+
+    costs = uniform_costs(32, 8, f=1.0, i=1.0, w=1.0, latency=0.01)
+    limit = 1.5
+    t0 = time.perf_counter()
+    out = search_plan(
+        costs, 32, 64, baselines={}, budget=SearchBudget.for_time_limit(1000.0), deadline=Deadline.after(limit)
+    )
+    wall = time.perf_counter() - t0
+    assert out.aborted and out.abort_phase
+    assert wall <= 1.1 * limit + 0.5  # + one list schedule or CP-SAT step's overrun on a loaded machine
+    assert out.best.feasible
+
+
+def test_budget_scales_with_the_time_limit_and_rejects_negative_work() -> None:
+    five, thirty = SearchBudget.for_time_limit(5), SearchBudget.for_time_limit(30)
+    assert five == SearchBudget()
+    assert thirty.schedule_actions == 6 * five.schedule_actions
+    assert thirty.order_window_dtime == pytest.approx(6 * five.order_window_dtime)
+    assert five.scaled(0.5).schedule_actions == five.schedule_actions // 2
+    with pytest.raises(ValueError, match="order_layouts"):
+        SearchBudget(order_layouts=-1)
