@@ -37,6 +37,10 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
         carries at least the optimal makespan of packing these indivisible jobs onto P devices
         (P||Cmax). `_packing_bound` gives a valid lower bound on it: a capacity C for which the
         Martello-Toth L2 bound proves that more than P bins are needed cannot be reached.
+    (f) the busiest device's load is a sum of whole layers' work (M * min_d (f+i+w)_dl each) and at
+        least the mean, so it is at least the smallest such subset sum that reaches the mean
+        (`_subset_sum_bound`). It matters when the layers come in a few sizes (a stack of equal
+        blocks, an embedding, a head): no subset may land between the mean and the next sum up.
     """
     if num_devices < 1 or num_microbatches < 1:
         raise InputError(
@@ -67,7 +71,8 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
     per_layer_tail = float(np.max(head + m * fi + head_i)) + w0
     per_layer = float(np.max(head + m * fiw))
     packing = m * _packing_bound(fiw, num_devices)
-    return max(work, chain, per_layer_tail, per_layer, packing)
+    subset = m * _subset_sum_bound(fiw, num_devices)
+    return max(work, chain, per_layer_tail, per_layer, packing, subset)
 
 
 def _bins_l2(sizes: np.ndarray, capacity: float) -> int:
@@ -113,3 +118,33 @@ def _packing_bound(job: np.ndarray, num_devices: int) -> float:
         if hi - lo <= 1e-9 * hi:
             break
     return proven
+
+
+# More distinct subset sums than this and the bound is skipped (then the layers' sizes are varied
+# enough that some subset sum lies close to the mean anyway, and (a) says as much).
+_MAX_SUBSET_SUMS = 200_000
+
+
+def _subset_sum_bound(job: np.ndarray, num_devices: int) -> float:
+    """The smallest sum of a sub-multiset of `job` that is at least the mean load sum / P (0 when the
+    distinct sums would exceed `_MAX_SUBSET_SUMS`). Equal sizes (to 1e-9 relative) form one class,
+    so a stack of identical blocks costs one dimension, not one per block."""
+    sizes = np.asarray(job, dtype=float)
+    total = float(sizes.sum())
+    if num_devices <= 1 or total <= 0:
+        return total
+    mean = total / num_devices
+    tol = 1e-9 * float(sizes.max())
+    classes, counts = np.unique(np.round(sizes / tol) * tol if tol > 0 else sizes, return_counts=True)
+    sums = np.zeros(1)
+    for size, count in zip(classes.tolist(), counts.tolist(), strict=True):
+        if size <= 0:
+            continue
+        sums = (sums[:, None] + size * np.arange(count + 1)[None, :]).ravel()
+        sums = np.unique(np.round(sums / tol) * tol)
+        if sums.size > _MAX_SUBSET_SUMS:
+            return 0.0
+    # each class's rounding moved a sum by at most tol / 2: keep the bound below the truth
+    slack = (len(classes) + 1) * tol
+    above = sums[sums >= mean - slack]
+    return max(float(above.min()) - slack, 0.0) if above.size else 0.0
