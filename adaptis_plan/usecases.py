@@ -240,8 +240,11 @@ def make_plan_for(
         budget = req.budget or SearchBudget.for_time_limit(req.time_limit_s)
         # classic plans are candidates only on the cost table they were built on (the unsplit head)
         searched = baselines if forced is None else {}
-        # with a target, the unrestricted search and the restricted one share the budget
-        share = budget.scaled(0.5) if target.name != "adaptis" else budget
+        # --recompute auto where memory may bind: the search without recomputation and the recompute
+        # candidates share the budget; with a target, the unrestricted search and the restricted one
+        rc_share = 0.75 if recompute == "auto" and _memory_may_bind(baselines) else 0.0
+        plain = budget.scaled(1.0 - rc_share)
+        share = plain.scaled(0.5) if target.name != "adaptis" else plain
         k_best, outcome = _search_options(req, options, searched, progress, None, share, deadline)
         if target.name != "adaptis":
             # what the restriction costs: the same search without it, beside the restricted one
@@ -270,7 +273,7 @@ def make_plan_for(
         if recompute == "auto":
             restrict = target.placement_filter(req.pp) if target.name != "adaptis" else None
             modes, costs, outcome, rc_info = _auto_recompute(
-                req, model, costs, outcome, baselines, table, progress, restrict, budget, deadline
+                req, model, costs, outcome, baselines, table, progress, restrict, budget.scaled(rc_share), deadline
             )
         best = outcome.best
         if target.runtime_schedule(best.layout.num_stages // req.pp) is not None:
@@ -404,6 +407,12 @@ def _search_options(req: PlanRequest, options, baselines, progress, placement_ok
     )
 
 
+def _memory_may_bind(baselines: dict) -> bool:
+    from adaptis_plan.search.recompute import memory_may_bind
+
+    return memory_may_bind(baselines)
+
+
 def _auto_recompute(  # noqa: ANN202
     req: PlanRequest,
     model: ModelSpec,
@@ -416,9 +425,9 @@ def _auto_recompute(  # noqa: ANN202
     budget,
     deadline,  # noqa: ANN001
 ):
-    """`--recompute auto` after the search without recomputation (the very search `--recompute
-    none` runs, so auto is never slower): when memory can bind, the recompute candidates
-    (`search.recompute`) share half as much work again, under the command's deadline."""
+    """`--recompute auto` after the search without recomputation: when memory can bind, the recompute
+    candidates (`search.recompute`) share `budget` (the other half of the command's work), under the
+    command's deadline; when it cannot, nothing more is searched (the plan is `--recompute none`'s)."""
     from adaptis_plan.search.recompute import memory_may_bind, search_recompute
 
     if not memory_may_bind(baselines):
@@ -433,7 +442,7 @@ def _auto_recompute(  # noqa: ANN202
         components=req.search,
         time_limit_s=req.time_limit_s,
         seed=req.seed,
-        budget=budget.scaled(0.5),
+        budget=budget,
         deadline=deadline,
         progress=progress,
         placement_ok=placement_ok,

@@ -45,6 +45,9 @@ HEAVIEST_FRACTIONS = (0.25, 0.5, 0.75)
 NEAR_BOUND = 0.01
 # A device whose peak reaches this fraction of its memory limit counts as memory-bound.
 BOUND_FRACTION = 0.9
+# The least work one recompute candidate's search gets (list-scheduled actions; the default
+# search, `--time-limit 5`, has 120,000): below it a search finds too little to judge a candidate.
+MIN_CANDIDATE_ACTIONS = 30_000
 
 
 @dataclass
@@ -208,7 +211,13 @@ def search_recompute(
         info["reason"] = f"the plan without recomputation is within {NEAR_BOUND:.0%} of its lower bound"
         return best
     cands = recompute_candidates(plain.best.layout, plain_costs, plain.best.programs, r, kinds)
-    share = budget.scaled(1.0 / max(len(cands), 1))
+    # each candidate gets at least a quarter of the default search's work; the budget decides how
+    # many of the likeliest are tried (the rest are listed as skipped)
+    runs = max(1, min(len(cands), budget.schedule_actions // MIN_CANDIDATE_ACTIONS))
+    if runs < len(cands):
+        info["not_tried"] = [lab for lab, _ in cands[runs:]]
+        cands = cands[:runs]
+    share = budget.scaled(1.0 / len(cands))
     for n, (label, modes) in enumerate(cands):
         if deadline.expired():  # the time is a hard limit: the rest are not tried
             deadline.abort("recompute candidates")
@@ -224,6 +233,7 @@ def search_recompute(
             seed=seed,
             progress=_scaled(progress, n, len(cands), label),
             placement_ok=placement_ok,
+            baselines={},  # the search's own policies: classic plans are judged once, without recomputation
             budget=share,
             deadline=deadline,
         )
