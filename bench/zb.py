@@ -581,7 +581,7 @@ def paper_section_zb(results: Sequence[PaperResult], command: str, wall_s: float
         f"Reproduce: `{command}`" + (f" ({wall_s:.0f} s wall)." if wall_s is not None else "."),
         "",
         "Per-layer F, I (the paper's B) and W from the AdaPtis author's profile (`research/paper-profiled-ratios.csv`,"
-        " loaded by `bench/paper_profile.py`): T = attention / dense layer, X = MoE or Mamba layer, H = head, in units"
+        " from the built-in paper profile, `bench/paper_profile.py`): T = attention / dense layer, X = MoE or Mamba layer, H = head, in units"
         " of the reference layer's forward; the embedding costs nothing; zero communication; no memory limit."
         " S = PP 4, 16 micro-batches; M = PP 8, 32 micro-batches. `search_plan` with the work budget of"
         f" `--time-limit {BENCH_TIME_LIMIT_S:g}`. `LB` = the simulator's lower bound (`judge/bound.py`); `order` = CP-SAT's"
