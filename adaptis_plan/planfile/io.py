@@ -9,10 +9,9 @@ a rename, and only ever over a regular file (`check_output_path`). Files are rea
 boundary reader, `spec.read`. Imports the spec, core, errors and the judge's program
 semantics; never a solver or torch.
 
-Files are written as JSON with one level of indentation per object and every list of plain
-values (a device's action strings, its start / end times) on one line: readable with any
-JSON tool, and a 500-layer model with 512 micro-batches at PP 64 stays a few MB and loads in
-well under a second.
+Files are written as JSON with one level of indentation per object, every list of plain values
+on one line and every action object on a line of its own: readable with any JSON tool, and a
+500-layer model with 512 micro-batches at PP 64 stays a few MB and loads in under a second.
 """
 
 from __future__ import annotations
@@ -126,15 +125,26 @@ def write_plan(plan: PlanFile, path: str | Path) -> None:
     write_json_atomic(plan.model_dump(mode="json", exclude_none=True), path)
 
 
+# objects with at most this many plain values are written on one line (an action has five)
+_FLAT_KEYS = 5
+
+
 def dumps(data: object) -> str:
-    """JSON text: objects indented one space per level, lists of plain values on one line."""
+    """JSON text: objects indented one space per level; lists of plain values, and small objects of
+    plain values (a plan's actions), on one line each."""
     parts: list[str] = []
     _dump(data, 0, parts)
     return "".join(parts)
 
 
 def _dump(value: object, level: int, out: list[str]) -> None:
-    if isinstance(value, dict):
+    if (
+        isinstance(value, dict)
+        and 0 < len(value) <= _FLAT_KEYS
+        and not any(isinstance(v, dict | list | tuple) for v in value.values())
+    ):
+        out.append(json.dumps(value, separators=(", ", ": ")))
+    elif isinstance(value, dict):
         if not value:
             out.append("{}")
             return

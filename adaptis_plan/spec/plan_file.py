@@ -8,11 +8,11 @@ training settings (`training`) and the costs it was planned with (`costs`: the c
 the measured profile when one was used, and what every action of every stage cost), so no
 other file is needed to simulate, export or run it.
 
-Schema version 2. Each device's program is stored compactly: `actions` is a list of action
-strings in torch's notation (`"7I3"` = stage 7, op I, micro-batch 3) and `start_s` / `end_s`
-are parallel arrays of the simulated times. The documented object form
-(`{"op", "stage", "mb", "start_s", "end_s"}` per action) is still read, so hand-written plans
-keep working; in memory every action is a `PlanAction` with those five fields either way.
+Schema version 2. Each device's program is written in the documented form, one object per
+action (`{"op", "stage", "mb", "start_s", "end_s"}`, each on one line of the file). A shorter
+form is read too: `actions` as strings in torch's notation (`"7I3"` = stage 7, op I,
+micro-batch 3) with `start_s` / `end_s` as parallel arrays (optional), which is handy for
+hand-written plans; in memory every action is a `PlanAction` with those five fields either way.
 
 Structural checks that need only the file itself live here (stages cover every layer once, in
 order, non-empty; devices in range; action indices within the plan's own sizes, checked before
@@ -28,6 +28,7 @@ times and memory are only required to be finite: they are outputs, whatever the 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -193,6 +194,8 @@ def _parse_actions(value: Any) -> list:
     for k, item in enumerate(value):
         if isinstance(item, PlanAction):
             out.append(item)
+        elif type(item) is dict and (fast := _fast_record(item)) is not None:
+            out.append(fast)
         elif isinstance(item, dict):
             try:
                 rec = PlanActionRecord.model_validate(item)
@@ -207,9 +210,31 @@ def _parse_actions(value: Any) -> list:
     return out
 
 
+_RECORD_KEYS = frozenset(("op", "stage", "mb", "start_s", "end_s"))
+_OP_SET = frozenset(_OPS)
+
+
+def _fast_record(item: dict) -> PlanAction | None:
+    """An action record that plainly obeys `PlanActionRecord` (a plan holds up to hundreds of
+    thousands), None for anything else, which then gets the model's full check and message."""
+    if item.keys() != _RECORD_KEYS:
+        return None
+    op, stage, mb, t0, t1 = item["op"], item["stage"], item["mb"], item["start_s"], item["end_s"]
+    if op not in _OP_SET or type(stage) is not int or type(mb) is not int:
+        return None
+    if not (0 <= stage < MAX_LAYERS and 0 <= mb < MAX_MICROBATCHES):
+        return None
+    if type(t0) not in (float, int) or type(t1) not in (float, int) or not (0 <= t0 < math.inf and 0 <= t1 < math.inf):
+        return None
+    return _new_tuple(PlanAction, (op, stage, mb, float(t0), float(t1)))
+
+
 _ActionList = Annotated[
     list[PlanAction],
-    PlainValidator(_parse_actions, json_schema_input_type=list[Annotated[str, Field(pattern=r"^\d+[FBIW]\d+$")]]),
+    PlainValidator(
+        _parse_actions,
+        json_schema_input_type=list[PlanActionRecord] | list[Annotated[str, Field(pattern=r"^\d+[FBIW]\d+$")]],
+    ),
 ]
 
 
@@ -249,13 +274,12 @@ class PlanDevice(_Strict):
         return self
 
     @model_serializer(mode="plain")
-    def _compact(self) -> dict[str, Any]:
-        acts = self.actions
+    def _documented(self) -> dict[str, Any]:
         return {
             "device": self.device,
-            "actions": [f"{a.stage}{a.op}{a.mb}" for a in acts],
-            "start_s": [a.start_s for a in acts],
-            "end_s": [a.end_s for a in acts],
+            "actions": [
+                {"op": a.op, "stage": a.stage, "mb": a.mb, "start_s": a.start_s, "end_s": a.end_s} for a in self.actions
+            ],
         }
 
 

@@ -29,6 +29,7 @@ import os
 import stat
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -226,29 +227,54 @@ def _parse_yaml(p: Path, text: str, tail: str) -> Any:
 
 
 def _walk(p: Path, data: Any) -> None:
-    """Depth, value count and big integers, without recursion (a hostile file may nest 900 deep)."""
-    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
-    count = 0
+    """Depth, value count and big integers, without recursion (a hostile file may nest 900 deep).
+
+    One pass over containers with their depth (a plan holds hundreds of thousands of values); the
+    location of a problem is looked up only when there is one (`_locate`)."""
+    count = 1
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    if type(data) is _BigInt:
+        _refuse_big(p, data, ())
     while stack:
-        value, loc = stack.pop()
-        count += 1
-        if count > MAX_VALUES:
-            raise InputError(f"{p}: more than {MAX_VALUES:,} values; this is not a file adaptis wrote")
-        if len(loc) > MAX_DEPTH:
+        value, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            loc = _locate(data, lambda v, d: d >= MAX_DEPTH and isinstance(v, dict | list))
             raise InputError(
                 f"{p}: {format_loc(loc[:8])}...: nested deeper than {MAX_DEPTH} levels; this is not a file"
                 " adaptis wrote"
             )
+        items = value.values() if type(value) is dict else value
+        count += len(items)
+        if count > MAX_VALUES:
+            raise InputError(f"{p}: more than {MAX_VALUES:,} values; this is not a file adaptis wrote")
+        for v in items:
+            kind = type(v)
+            if kind is dict or kind is list:
+                stack.append((v, depth + 1))
+            elif kind is _BigInt:
+                _refuse_big(p, v, _locate(data, lambda x, _d, big=v: x is big))
+
+
+def _refuse_big(p: Path, value: _BigInt, loc: tuple[Any, ...]) -> None:
+    field = format_loc(loc) or "(top level)"
+    raise InputError(
+        f"{p}: {field} = an integer of {value.digits} digits: far beyond any size adaptis handles"
+        f" (integers here fit in 64 bits); fix the value"
+    )
+
+
+def _locate(data: Any, found: Callable[[Any, int], bool]) -> tuple[Any, ...]:
+    """The location (keys and indices) of the first value, depth first, for which `found(value, depth)`."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+    while stack:
+        value, loc = stack.pop()
+        if found(value, len(loc)):
+            return loc
         if isinstance(value, dict):
-            stack.extend((v, (*loc, k)) for k, v in value.items())
+            stack.extend((v, (*loc, k)) for k, v in reversed(value.items()))
         elif isinstance(value, list):
-            stack.extend((v, (*loc, i)) for i, v in enumerate(value))
-        elif isinstance(value, _BigInt):
-            field = format_loc(loc) or "(top level)"
-            raise InputError(
-                f"{p}: {field} = an integer of {value.digits} digits: far beyond any size adaptis handles"
-                f" (integers here fit in 64 bits); fix the value"
-            )
+            stack.extend((v, (*loc, i)) for i, v in reversed(list(enumerate(value))))
+    return ()
 
 
 # ----------------------------------------------------------------------------- data -> model

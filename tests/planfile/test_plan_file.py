@@ -48,10 +48,13 @@ def test_plan_file_carries_the_contract_core(tiny_plan: Path) -> None:
     assert {"step_time_s", "bubble_ratio_per_device", "peak_memory_bytes"} <= set(data["predicted"])
     assert all(set(s) == {"stage", "device", "layers", "recompute"} for s in data["stages"])
     for dev in data["devices"]:
-        # compact: action strings in torch's notation, times as parallel arrays
-        assert all(isinstance(a, str) and a == str(Action.parse(a)) for a in dev["actions"])
-        assert len(dev["start_s"]) == len(dev["end_s"]) == len(dev["actions"])
-        assert all(t0 <= t1 for t0, t1 in zip(dev["start_s"], dev["end_s"], strict=True))
+        # the documented form: one object per action
+        assert all(set(a) == {"op", "stage", "mb", "start_s", "end_s"} for a in dev["actions"])
+        assert all(a["start_s"] <= a["end_s"] for a in dev["actions"])
+    # ... each on one line of the file
+    lines = [line.strip().rstrip(",") for line in tiny_plan.read_text().splitlines()]
+    for dev in data["devices"]:
+        assert all(json.dumps(a, separators=(", ", ": ")) in lines for a in dev["actions"])
     assert [c["stage"] for c in data["costs"]["stages"]] == list(range(len(data["stages"])))
     model = load_model("tiny-llama")
     assert data["model"]["fingerprint"] == model.fingerprint()
@@ -167,20 +170,18 @@ def test_unwritable_path_is_input_error(tmp_path: Path, writer: Callable[[Path],
 
 
 # ----------------------------------------------------------------------------- validation
-def _as_objects(data: dict) -> None:
-    """Rewrite every device's program in the documented object form (which is read as well)."""
+def _as_strings(data: dict) -> None:
+    """Rewrite every device's program in the short form (action strings, parallel time arrays)."""
     for dev in data["devices"]:
-        dev["actions"] = [
-            {"op": a.op, "stage": a.stage, "mb": a.mb, "start_s": t0, "end_s": t1}
-            for a, t0, t1 in zip(map(Action.parse, dev["actions"]), dev.pop("start_s"), dev.pop("end_s"), strict=True)
-        ]
+        acts = dev["actions"]
+        dev["actions"] = [f"{a['stage']}{a['op']}{a['mb']}" for a in acts]
+        dev["start_s"], dev["end_s"] = [a["start_s"] for a in acts], [a["end_s"] for a in acts]
 
 
 def _bad(tmp_path: Path, src: Path, edit: Callable[[dict], None]) -> InputError:
-    """Write an edited copy of `src` (programs in object form), read it, and return its InputError
-    (checked: one line, names the file)."""
+    """Write an edited copy of `src`, read it, and return its InputError (checked: one line, names
+    the file)."""
     data = json.loads(src.read_text())
-    _as_objects(data)
     edit(data)
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(data))
@@ -357,12 +358,12 @@ def test_keeps_stored_order_and_times(tmp_path: Path, zbv_plan: Path) -> None:
     data = json.loads(zbv_plan.read_text())
     plan = read_plan(zbv_plan)
     for dev, raw in zip(plan.devices, data["devices"], strict=True):
-        assert [(str(a), a.start_s, a.end_s) for a in dev.actions] == list(
-            zip(raw["actions"], raw["start_s"], raw["end_s"], strict=True)
-        )
-    # the documented object form reads into the same plan
-    _as_objects(data)
-    objects = tmp_path / "objects.json"
-    objects.write_text(json.dumps(data))
-    assert read_plan(objects) == plan
+        assert [(a.op, a.stage, a.mb, a.start_s, a.end_s) for a in dev.actions] == [
+            (a["op"], a["stage"], a["mb"], a["start_s"], a["end_s"]) for a in raw["actions"]
+        ]
+    # the short form (action strings, parallel times) reads into the same plan
+    _as_strings(data)
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(data))
+    assert read_plan(short) == plan
     assert os.path.getsize(zbv_plan) > 0
