@@ -212,9 +212,9 @@ def section(
     fastest = sum(1 for row in rows if row[9] == "yes")
     summary = (
         f"auto recomputed in {chose} of {len(runs)} cases and was the fastest of the three (ties included)"
-        f" in {fastest} of {len(runs)}. auto first runs the very search that off runs and keeps its plan unless"
-        " a recompute candidate fits and simulates faster, so where auto is slower than off, the two runs of"
-        " that search found different plans (it is cut by wall time, which a loaded machine changes)."
+        f" in {fastest} of {len(runs)}. Where memory may bind (some classic plan runs out of it), auto gives the"
+        " search without recomputation a quarter of the work and its recompute candidates the rest, so it can"
+        " end slower than off when no candidate pays; where memory cannot bind it runs exactly off's search."
     )
     header = [
         "case",
@@ -237,14 +237,14 @@ def section(
         "Every plan is made by `adaptis plan` (adaptive strategy) on the analytic cost model, the `h200` profile"
         " (memory limit 90% of 141 GB HBM = 118.2 GiB per GPU), at the TP shown, once with each"
         " `--recompute`: off (`none`: today's plans), `full` (every decoder block recomputes) and `auto` (the"
-        " default: the search without recomputation, then, when memory can bind, per-stage recompute"
-        " candidates with as much search time again; the fastest plan is kept). A row's command:"
+        " default: where memory may bind, the search without recomputation on a quarter of the work and per-stage"
+        " recompute candidates, the likeliest first, on the rest; the fastest plan is kept). A row's command:"
         f" `{runs[0].case.command('auto') if runs else ''}`. The lower bound is that of the plan's own cost"
         " table, recomputation included (a bound for the chosen recomputation, not over all choices). OOM: the"
         " search found no plan that fits memory. The classic strategies are planned without recomputation"
         " (uniform and balanced partitions). Planning times are"
-        " wall times on this shared machine; the search phases stop at their time limit, so a loaded"
-        " machine can change a plan." + (" **Quick run** (two cases, 1 s search time limit)." if quick else ""),
+        " wall times on this shared machine; the search's work is fixed by `--time-limit` (the same plan on"
+        " any machine), which is also a hard stop: a plan it cut short says so." + (" **Quick run** (two cases, 1 s search time limit)." if quick else ""),
         "",
         table(header, rows),
         "",

@@ -289,8 +289,8 @@ def build_report(
         + (" **Quick run** (subset of cases, 1 s search time limit)." if cfg.quick else ""),
         "",
         f"Machine load average (1 min) at the start / end: {load0} / {_load()}. Planning wall times grow on a"
-        " loaded machine, and the search phases stop at their time limit, so on a busy machine a plan can"
-        " differ slightly from one found on an idle one.",
+        " loaded machine; the plans do not (the search's work is fixed by `--time-limit`, which only aborts"
+        " a search that runs past it, and a plan it cut short says so).",
         "",
         "All figures are simulated by adaptis' own event simulator on its analytic cost model (the `h200`"
         ' profile, calibrated against the published runs of "Does the model match real runs?"), or, where a'

@@ -47,7 +47,7 @@ NEAR_BOUND = 0.01
 BOUND_FRACTION = 0.9
 # The least work one recompute candidate's search gets (list-scheduled actions; the default
 # search, `--time-limit 5`, has 120,000): below it a search finds too little to judge a candidate.
-MIN_CANDIDATE_ACTIONS = 30_000
+MIN_CANDIDATE_ACTIONS = 60_000
 
 
 @dataclass

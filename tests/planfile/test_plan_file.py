@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from adaptis_plan.core import Action
 from adaptis_plan.errors import InputError
 from adaptis_plan.inputs.models.load import load_model
 from adaptis_plan.planfile import io as io_module
