@@ -220,7 +220,7 @@ def _fast_record(item: dict) -> PlanAction | None:
     if item.keys() != _RECORD_KEYS:
         return None
     op, stage, mb, t0, t1 = item["op"], item["stage"], item["mb"], item["start_s"], item["end_s"]
-    if op not in _OP_SET or type(stage) is not int or type(mb) is not int:
+    if type(op) is not str or op not in _OP_SET or type(stage) is not int or type(mb) is not int:
         return None
     if not (0 <= stage < MAX_LAYERS and 0 <= mb < MAX_MICROBATCHES):
         return None

@@ -232,9 +232,9 @@ def _walk(p: Path, data: Any) -> None:
     One pass over containers with their depth (a plan holds hundreds of thousands of values); the
     location of a problem is looked up only when there is one (`_locate`)."""
     count = 1
-    stack: list[tuple[Any, int]] = [(data, 0)]
     if type(data) is _BigInt:
         _refuse_big(p, data, ())
+    stack: list[tuple[Any, int]] = [(data, 0)] if type(data) in (dict, list) else []
     while stack:
         value, depth = stack.pop()
         if depth >= MAX_DEPTH:
