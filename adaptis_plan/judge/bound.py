@@ -7,6 +7,9 @@ placement and schedule. Imports only `core` and `errors` (numpy inside).
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import numpy as np
 
 from adaptis_plan.core import CostTable
@@ -41,6 +44,8 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
         least the mean, so it is at least the smallest such subset sum that reaches the mean
         (`_subset_sum_bound`). It matters when the layers come in a few sizes (a stack of equal
         blocks, an embedding, a head): no subset may land between the mean and the next sum up.
+    (e) and (f) give way to the exact packing optimum (`best_packing`) when the layers come in
+    few enough sizes for it to be computed.
     """
     if num_devices < 1 or num_microbatches < 1:
         raise InputError(
@@ -70,6 +75,9 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
     chain = float(f.sum() + i.sum()) + w0
     per_layer_tail = float(np.max(head + m * fi + head_i)) + w0
     per_layer = float(np.max(head + m * fiw))
+    best = best_packing(fiw, num_devices)
+    if best is not None:  # exact: it is at least (e) and (f)
+        return max(work, chain, per_layer_tail, per_layer, m * best.max_load)
     packing = m * _packing_bound(fiw, num_devices)
     subset = m * _subset_sum_bound(fiw, num_devices)
     return max(work, chain, per_layer_tail, per_layer, packing, subset)
@@ -148,3 +156,93 @@ def _subset_sum_bound(job: np.ndarray, num_devices: int) -> float:
     slack = (len(classes) + 1) * tol
     above = sums[sums >= mean - slack]
     return max(float(above.min()) - slack, 0.0) if above.size else 0.0
+
+
+# More sub-multisets of the layers than this (the product of (count + 1) over the distinct sizes),
+# or more than `_MAX_PACKING_WORK` of them times devices, and `best_packing` gives up (None).
+_MAX_PACKING_STATES = 20_000
+_MAX_PACKING_WORK = 200_000
+
+
+@dataclass(frozen=True)
+class Packing:
+    """The best assignment of whole jobs to devices by their sizes alone (P||Cmax): `sizes` the
+    distinct job sizes, `per_device[d][c]` how many jobs of size `sizes[c]` device d gets (zero-size
+    jobs are left out), `max_load` the busiest device's load. Sizes that agree to 1e-9 are one class
+    at the smallest of them, so `max_load` never exceeds the true optimum."""
+
+    sizes: tuple[float, ...]
+    per_device: tuple[tuple[int, ...], ...]
+    max_load: float
+
+
+def _size_classes(job: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct positive sizes, their counts): sizes equal to 1e-9 of the largest are one class,
+    represented by its smallest member (so a load computed from the classes never exceeds the
+    true load)."""
+    sizes = np.asarray(job, dtype=float)
+    sizes = np.sort(sizes[sizes > 0])
+    if sizes.size == 0:
+        return np.zeros(0), np.zeros(0, dtype=int)
+    tol = 1e-9 * float(sizes.max())
+    _, first, counts = np.unique(np.round(sizes / tol), return_index=True, return_counts=True)
+    return sizes[first], counts
+
+
+def best_packing(job: np.ndarray, num_devices: int) -> Packing | None:
+    """The optimal P||Cmax of `job` on `num_devices` devices when the jobs come in few distinct
+    sizes (a stack of equal blocks, an embedding, a head, a second block kind), else None.
+
+    Dynamic programme over sub-multisets S (count vectors): g_1(S) = load(S) and
+    g_k(S) = min over C <= S of max(load(C), g_{k-1}(S - C)), the best busiest load of S on k
+    devices; the answer is g_P(all). Cached per (sizes, counts, devices): the simulator asks for
+    the bound of every plan it judges."""
+    classes, counts = _size_classes(job)
+    if num_devices < 1 or classes.size == 0:
+        return None
+    key = (tuple(classes.tolist()), tuple(counts.tolist()), int(num_devices))
+    states = int(np.prod(counts + 1))
+    if states > _MAX_PACKING_STATES or states * min(num_devices, int(counts.sum())) > _MAX_PACKING_WORK:
+        return None
+    return _best_packing_cached(*key)
+
+
+@functools.lru_cache(maxsize=256)
+def _best_packing_cached(sizes: tuple[float, ...], counts: tuple[int, ...], num_devices: int) -> Packing:
+    shape = tuple(c + 1 for c in counts)
+    load = np.tensordot(np.array(sizes), np.indices(shape), axes=1)
+    full = tuple(c for c in counts)
+    # more devices than jobs: the rest stay empty, the busiest holds the largest job
+    devices = min(num_devices, sum(counts))
+    g = load
+    choices: list[np.ndarray] = []  # per k >= 2: the flat index of the chosen C for each S
+    subsets = list(np.ndindex(shape))
+    # only a device load up to a known packing's busiest (largest first onto the least loaded) matters
+    jobs = sorted((x for x, c in zip(sizes, counts, strict=True) for _ in range(c)), reverse=True)
+    loads = [0.0] * devices
+    for x in jobs:
+        loads[loads.index(min(loads))] += x
+    worth = [(flat, c) for flat, c in enumerate(subsets) if load[c] <= max(loads)]
+    for _ in range(2, devices + 1):
+        new = load.copy()
+        choice = np.full(shape, -1, dtype=np.int64)  # -1: S alone on this device (C = S)
+        for flat, c in worth:
+            dst = tuple(slice(ci, None) for ci in c)
+            src = tuple(slice(0, s - ci) for s, ci in zip(shape, c, strict=True))
+            cand = np.maximum(load[c], g[src])
+            better = cand < new[dst]
+            new[dst] = np.where(better, cand, new[dst])
+            choice[dst] = np.where(better, flat, choice[dst])
+        g = new
+        choices.append(choice)
+    # walk the choices back: device by device, what it takes of what is left
+    per_device: list[tuple[int, ...]] = []
+    left = full
+    for choice in reversed(choices):
+        flat = int(choice[left])
+        take = left if flat < 0 else subsets[flat]
+        per_device.append(tuple(int(x) for x in take))
+        left = tuple(a - b for a, b in zip(left, take, strict=True))
+    per_device.append(tuple(int(x) for x in left))
+    per_device += [(0,) * len(sizes)] * (num_devices - devices)
+    return Packing(sizes, tuple(per_device), float(g[full]))

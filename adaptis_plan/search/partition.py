@@ -9,6 +9,9 @@ solver, no simulator.
   bottleneck with a greedy fill, which is optimal for contiguous segments.
 - `device_balanced_bounds`: starts there and moves single boundary layers while the heaviest
   device's total work drops (AdaPtis' move-one-layer with rollback to the best so far).
+- `packed_layouts`: irregular placements whose device loads approach the best assignment of whole
+  layers to devices; `exact_packed_layout` reaches it where `judge.bound.best_packing` can be
+  computed (the same optimum the lower bound uses).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from adaptis_plan.core import CostTable
+from adaptis_plan.judge.bound import best_packing
 
 
 def layer_work(costs: CostTable) -> np.ndarray:
@@ -201,4 +205,61 @@ def packed_layouts(
             continue
         placement_ = tuple(sd)
         out.append((f"packed x{k}", placement_, device_balanced_bounds(costs, placement_, start=tuple(bounds))))
+    exact = exact_packed_layout(costs, num_devices)
+    if exact is not None and all(exact[0] != sd for _, sd, _ in out):
+        out.append(("packed exact", *exact))
     return out
+
+
+def exact_packed_layout(costs: CostTable, num_devices: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(stage_device, bounds) whose device loads are the optimal packing of whole layers
+    (`best_packing` on each layer's cheapest F + I + W), or None where it is not computed or leaves
+    a device empty. The layers are dealt in order: a layer stays on the previous layer's device while
+    that device still needs a layer of its size, else goes to the device that needs it and can take
+    the longest run from here (fewest stages), the lowest id on ties; zero-cost layers stay put."""
+    work = layer_work(costs).min(axis=0)
+    packing = best_packing(work, num_devices)
+    if packing is None or any(sum(d) == 0 for d in packing.per_device):
+        return None
+    sizes = np.array(packing.sizes)
+    # each positive layer's class: the representative it agrees with to 1e-9 (the smallest member)
+    kind = [int(np.argmin(np.abs(sizes - x))) if x > 0 else -1 for x in work.tolist()]
+    need = [list(d) for d in packing.per_device]
+
+    def run_length(d: int, start: int) -> int:
+        left = need[d].copy()
+        n = 0
+        for c in kind[start:]:
+            if c >= 0:
+                if left[c] == 0:
+                    break
+                left[c] -= 1
+            n += 1
+        return n
+
+    owner: list[int] = []
+    for l, c in enumerate(kind):
+        cur = owner[-1] if owner else None
+        if c < 0:
+            owner.append(cur if cur is not None else -1)
+            continue
+        if cur is None or cur < 0 or need[cur][c] == 0:
+            cur = max((d for d in range(num_devices) if need[d][c] > 0), key=lambda d: (run_length(d, l), -d))
+        need[cur][c] -= 1
+        owner.append(cur)
+    # leading zero-cost layers join the first device that holds a layer
+    first = next(d for d in owner if d >= 0)
+    owner = [first if d < 0 else d for d in owner]
+    # devices numbered in the order the layers reach them (the packing does not tell them apart)
+    rename: dict[int, int] = {}
+    for d in owner:
+        rename.setdefault(d, len(rename))
+    owner = [rename[d] for d in owner]
+    stage_device = [owner[0]]
+    bounds = [0]
+    for l in range(1, len(owner)):
+        if owner[l] != owner[l - 1]:
+            stage_device.append(owner[l])
+            bounds.append(l)
+    bounds.append(len(owner))
+    return tuple(stage_device), tuple(bounds)
