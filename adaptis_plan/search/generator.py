@@ -21,7 +21,8 @@ Phases (each keeps the best so far, as AdaPtis does):
    (its status and proven bound are reported; it starts from the search's own best order for
    the layout), then rolling-horizon windows on any size, from the search's own best order
    first and then from a better order of another source (a classic strategy's), if one remains.
-Packed irregular placements (`partition.packed_layouts`) join phase 1 after the presets.
+Packed irregular placements (`partition.packed_layouts`, the exact best packing of whole layers
+among them) join phase 1 after the presets.
 
 Determinism: every phase does a fixed amount of work from the `SearchBudget` (list-scheduled
 actions, simulated candidates, CP-SAT deterministic time on one worker), so the same inputs,
