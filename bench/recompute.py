@@ -244,7 +244,8 @@ def section(
         " search found no plan that fits memory. The classic strategies are planned without recomputation"
         " (uniform and balanced partitions). Planning times are"
         " wall times on this shared machine; the search's work is fixed by `--time-limit` (the same plan on"
-        " any machine), which is also a hard stop: a plan it cut short says so." + (" **Quick run** (two cases, 1 s search time limit)." if quick else ""),
+        " any machine), which is also a hard stop: a plan it cut short says so."
+        + (" **Quick run** (two cases, 1 s search time limit)." if quick else ""),
         "",
         table(header, rows),
         "",

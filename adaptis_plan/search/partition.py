@@ -11,7 +11,7 @@ solver, no simulator.
   device's total work drops (AdaPtis' move-one-layer with rollback to the best so far).
 - `packed_layouts`: irregular placements whose device loads approach the best assignment of whole
   layers to devices; `exact_packed_layout` reaches it where `judge.bound.best_packing` can be
-  computed (the same optimum the lower bound uses).
+  computed (the same optimum the lower bound uses), with the fewest stages or spread over the depth.
 """
 
 from __future__ import annotations
@@ -205,18 +205,32 @@ def packed_layouts(
             continue
         placement_ = tuple(sd)
         out.append((f"packed x{k}", placement_, device_balanced_bounds(costs, placement_, start=tuple(bounds))))
-    exact = exact_packed_layout(costs, num_devices)
-    if exact is not None and all(exact[0] != sd for _, sd, _ in out):
-        out.append(("packed exact", *exact))
+    for label, deal in (("packed exact", "runs"), ("packed spread", "spread")):
+        exact = exact_packed_layout(costs, num_devices, deal)
+        if exact is not None and all(exact[0] != sd for _, sd, _ in out):
+            out.append((label, *exact))
     return out
 
 
-def exact_packed_layout(costs: CostTable, num_devices: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def exact_packed_layout(
+    costs: CostTable, num_devices: int, deal: str = "runs"
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """(stage_device, bounds) whose device loads are the optimal packing of whole layers
     (`best_packing` on each layer's cheapest F + I + W), or None where it is not computed or leaves
-    a device empty. The layers are dealt in order: a layer stays on the previous layer's device while
-    that device still needs a layer of its size, else goes to the device that needs it and can take
-    the longest run from here (fewest stages), the lowest id on ties; zero-cost layers stay put."""
+    a device empty. The layers are dealt in order, by one of two rules:
+
+    - "runs" (fewest stages): a layer stays on the previous layer's device while that device still
+      needs a layer of its size, else goes to the device that needs it and can take the longest run
+      from here, the lowest id on ties;
+    - "spread" (every device holds layers from the whole depth): a layer goes to the device, among
+      those that need its size, that has received the smallest share of its own total so far; on
+      ties not the previous layer's device, then the lowest id. Each device then has work from the
+      first micro-batch's forward on and until the last backward, which shortens the fill and the
+      drain at the price of more stages (what an interleaved schedule does with equal stages).
+
+    Zero-cost layers stay with the layer before them (leading ones with the first device)."""
+    if deal not in ("runs", "spread"):
+        raise ValueError(f"deal = {deal!r}: use 'runs' or 'spread'")
     work = layer_work(costs).min(axis=0)
     packing = best_packing(work, num_devices)
     if packing is None or any(sum(d) == 0 for d in packing.per_device):
@@ -225,6 +239,8 @@ def exact_packed_layout(costs: CostTable, num_devices: int) -> tuple[tuple[int, 
     # each positive layer's class: the representative it agrees with to 1e-9 (the smallest member)
     kind = [int(np.argmin(np.abs(sizes - x))) if x > 0 else -1 for x in work.tolist()]
     need = [list(d) for d in packing.per_device]
+    total = [float(np.dot(sizes, d)) for d in packing.per_device]
+    dealt = [0.0] * num_devices
 
     def run_length(d: int, start: int) -> int:
         left = need[d].copy()
@@ -238,14 +254,18 @@ def exact_packed_layout(costs: CostTable, num_devices: int) -> tuple[tuple[int, 
         return n
 
     owner: list[int] = []
-    for l, c in enumerate(kind):
+    for pos, c in enumerate(kind):
         cur = owner[-1] if owner else None
         if c < 0:
             owner.append(cur if cur is not None else -1)
             continue
-        if cur is None or cur < 0 or need[cur][c] == 0:
-            cur = max((d for d in range(num_devices) if need[d][c] > 0), key=lambda d: (run_length(d, l), -d))
+        takers = [d for d in range(num_devices) if need[d][c] > 0]
+        if deal == "spread":
+            cur = min(takers, key=lambda d: (round(dealt[d] / total[d], 12), d == cur, d))
+        elif cur is None or cur < 0 or need[cur][c] == 0:
+            cur = max(takers, key=lambda d: (run_length(d, pos), -d))
         need[cur][c] -= 1
+        dealt[cur] += float(sizes[c])
         owner.append(cur)
     # leading zero-cost layers join the first device that holds a layer
     first = next(d for d in owner if d >= 0)
@@ -257,9 +277,9 @@ def exact_packed_layout(costs: CostTable, num_devices: int) -> tuple[tuple[int, 
     owner = [rename[d] for d in owner]
     stage_device = [owner[0]]
     bounds = [0]
-    for l in range(1, len(owner)):
-        if owner[l] != owner[l - 1]:
-            stage_device.append(owner[l])
-            bounds.append(l)
+    for pos in range(1, len(owner)):
+        if owner[pos] != owner[pos - 1]:
+            stage_device.append(owner[pos])
+            bounds.append(pos)
     bounds.append(len(owner))
     return tuple(stage_device), tuple(bounds)

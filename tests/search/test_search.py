@@ -215,25 +215,35 @@ def test_real_models_plan_or_refuse_with_exit_3(model, hardware, pp, mb, seq):
         assert res.step_time_s <= min(feasible) * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("deal", ["runs", "spread"])
 @pytest.mark.parametrize("num_devices", [2, 3, 4])
-def test_exact_packed_layout_reaches_the_best_packing(num_devices: int) -> None:
+def test_exact_packed_layout_reaches_the_best_packing(num_devices: int, deal: str) -> None:
     """Two layer kinds in a repeating pattern, an embedding that costs nothing and a heavy head:
     the layout's device loads are the optimal packing of whole layers (the lower bound's), its cut
     points are a valid partition, every device holds a stage and the devices are numbered in the
-    order the layers reach them."""
+    order the layers reach them. Spread dealing gives every device a layer near the start and one
+    near the end of the model; dealing in runs gives no more stages than spread dealing."""
     from adaptis_plan.judge.bound import best_packing
     from adaptis_plan.search.partition import exact_packed_layout, layer_work, packed_layouts
 
     sizes = [0.0] + [3.77, 3.77, 9.09] * 9 + [3.77, 12.28]
     costs = uniform_costs(len(sizes), num_devices, f=0.0, i=0.0, w=0.0)
     costs = dataclasses.replace(costs, f_s=np.tile(sizes, (num_devices, 1)))
-    sd, bounds = exact_packed_layout(costs, num_devices)
+    sd, bounds = exact_packed_layout(costs, num_devices, deal)
     Layout(bounds=bounds, stage_device=sd, num_devices=num_devices)  # validates the layout
-    assert bounds[0] == 0 and bounds[-1] == len(sizes) and all(a < b for a, b in zip(bounds, bounds[1:]))
-    assert all(a != b for a, b in zip(sd, sd[1:]))  # a stage is a maximal run on one device
+    assert bounds[0] == 0 and bounds[-1] == len(sizes) and all(a < b for a, b in zip(bounds, bounds[1:], strict=False))
+    assert all(a != b for a, b in zip(sd, sd[1:], strict=False))  # a stage is a maximal run on one device
     assert sorted(set(sd)) == list(range(num_devices))
     assert [d for k, d in enumerate(sd) if d not in sd[:k]] == list(range(num_devices))
     best = best_packing(layer_work(costs).min(axis=0), num_devices)
     assert device_work(costs, bounds, sd).max() == pytest.approx(best.max_load, rel=1e-12)
+    label = {"runs": "packed exact", "spread": "packed spread"}[deal]
     if len(sd) > num_devices:
-        assert any(label == "packed exact" and layout == sd for label, layout, _ in packed_layouts(costs, num_devices))
+        assert any(name == label and layout == sd for name, layout, _ in packed_layouts(costs, num_devices))
+    owner = [d for s, d in enumerate(sd) for _ in range(bounds[s + 1] - bounds[s])]
+    if deal == "spread":
+        n = len(owner)
+        assert max(owner.index(d) for d in range(num_devices)) <= num_devices
+        assert min(n - 1 - owner[::-1].index(d) for d in range(num_devices)) >= n - 2 * num_devices
+    else:
+        assert len(sd) <= len(exact_packed_layout(costs, num_devices, "spread")[0])
