@@ -80,6 +80,13 @@ Number = float  # whole model units in the model, seconds in `list_timing`
 
 _OP_RANK = {"F": 0, "I": 1, "B": 1, "W": 2}
 
+#: No LP relaxation: building it for the no-overlap and cumulative constraints took most of a
+#: short solve's wall time (1.1 of 2.0 s at P=8, M=32, 1,536 actions), outside the deterministic
+#: budget, while its bound added nothing over propagation and the device bound on the paper cases
+#: (`python -m bench.zb --sections paper`: the same order bounds on the same layouts, searches
+#: 2-3x faster).
+_LINEARIZATION_LEVEL = 0
+
 
 def _ops(split_backward: bool) -> tuple[str, ...]:
     return ("F", "I", "W") if split_backward else ("F", "B")
@@ -486,6 +493,7 @@ class OrderModel:
         solver = new_solver(time_limit_s, num_workers, seed, deterministic_time)
         # presolve probing took 4 s of wall time (1.0 deterministic) at P=16, M=64 with memory
         solver.parameters.presolve_probing_deterministic_time_limit = 0.1
+        solver.parameters.linearization_level = _LINEARIZATION_LEVEL
         status = solver.solve(self.model)
         name = solver.status_name(status)
         stopped = clock_stopped(solver, status)
@@ -796,6 +804,7 @@ class WindowModel:
         """(status, window starts or None, deterministic time spent, clock stopped)."""
         solver = new_solver(time_limit_s, 1, seed, deterministic_time)
         solver.parameters.presolve_probing_deterministic_time_limit = 0.05
+        solver.parameters.linearization_level = _LINEARIZATION_LEVEL
         status = solver.solve(self.model)
         stopped = clock_stopped(solver, status)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
