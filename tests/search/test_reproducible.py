@@ -81,6 +81,9 @@ def test_budget_scales_with_the_time_limit_and_rejects_negative_work() -> None:
     assert five == SearchBudget()
     assert thirty.schedule_actions == 6 * five.schedule_actions
     assert thirty.order_window_dtime == pytest.approx(6 * five.order_window_dtime)
+    # the whole-step order model grows with the limit up to twice the default size, no further
+    assert SearchBudget.for_time_limit(2.5).order_full_max_actions == five.order_full_max_actions // 2
+    assert thirty.order_full_max_actions == 2 * five.order_full_max_actions
     assert five.scaled(0.5).schedule_actions == five.schedule_actions // 2
     with pytest.raises(ValueError, match="order_layouts"):
         SearchBudget(order_layouts=-1)
