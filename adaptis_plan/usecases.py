@@ -426,8 +426,9 @@ def _auto_recompute(  # noqa: ANN202
     deadline,  # noqa: ANN001
 ):
     """`--recompute auto` after the search without recomputation: when memory can bind, the recompute
-    candidates (`search.recompute`) share `budget` (the other half of the command's work), under the
-    command's deadline; when it cannot, nothing more is searched (the plan is `--recompute none`'s)."""
+    candidates (`search.recompute`) share `budget` (three quarters of the command's work, see
+    `make_plan_for`), under the command's deadline; when it cannot, nothing more is searched (the
+    plan is `--recompute none`'s)."""
     from adaptis_plan.search.recompute import memory_may_bind, search_recompute
 
     if not memory_may_bind(baselines):

@@ -211,7 +211,7 @@ def best_packing(job: np.ndarray, num_devices: int) -> Packing | None:
 def _best_packing_cached(sizes: tuple[float, ...], counts: tuple[int, ...], num_devices: int) -> Packing:
     shape = tuple(c + 1 for c in counts)
     load = np.tensordot(np.array(sizes), np.indices(shape), axes=1)
-    full = tuple(c for c in counts)
+    full = counts
     # more devices than jobs: the rest stay empty, the busiest holds the largest job
     devices = min(num_devices, sum(counts))
     g = load

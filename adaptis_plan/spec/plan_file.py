@@ -152,7 +152,7 @@ class PlanAction(NamedTuple):
 
 
 class PlanActionRecord(_Strict):
-    """The documented object form of one action (read; written as the compact string form)."""
+    """The documented object form of one action: how plans are written; the string form is read too."""
 
     op: Literal["F", "B", "I", "W"] = Field(
         description="F forward, B full backward, I backward for inputs, W backward for weights"
