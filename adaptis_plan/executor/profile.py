@@ -18,13 +18,16 @@ Per distinct layer and repeat (medians over `repeats` after `warmup`):
 - I: backward to the layer input with weight GEMMs deferred (`WeightGradStore.deferring`);
 - W: the deferred weight GEMMs;
 - B: a fresh forward (untimed), then the fused full backward.
+Weight gradients accumulate across repeats (warm-up repeats allocate them), as they do for all
+but the first micro-batch of a step; memory is measured in an untimed pass before (below).
 A head split into vocabulary chunks is profiled chunk by chunk (`distinct_layers` says which
 chunks share an entry): a later chunk gets a packed [b, s, h + 2] float32 input, and only the
 last chunk's output is a loss (the others are backpropagated from a seeded output gradient).
 `head_chunks` = (2, 3, 4, ...) also measures an unsplit model's head split that many ways
 (`CostProfile.head_chunks`), so a plan that splits the head is costed with its chunks' own times.
 Memory: `act_bytes` = distinct storages autograd saves during F and still holds after it
-(`saved_bytes`: a saved-tensor hook; parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
+(`saved_bytes`: a saved-tensor hook, in its own untimed pass, since the hook's Python work per
+saved tensor is not the executor's; parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
 gradients, distinct storages; capped at `act_bytes`, since the cost model's memory semantics
 only let I free memory). On CPU everything runs with one intra-op thread, like the
 one-thread-per-rank executor. `measure_link` times gloo point-to-point between two local
@@ -149,20 +152,30 @@ def _profile_layer(
         out = layer(x, labels) if kind == "head" else layer(x)
         return out, x
 
+    # memory, in a pass of its own: the saved-tensor hooks cost Python work per saved tensor,
+    # which the executor's forward and backward do not pay
+    (out, _), act_bytes = saved_bytes(forward, params)
+    grad = None if is_loss else torch.ones_like(out) / out.numel()
+    with store.deferring("p"):
+        torch.autograd.backward(out, grad)
+    act_w_bytes = store.pending_bytes("p")
+    store.discard("p")
+    del out
+    for p in layer.parameters():
+        p.grad = None
+    # timed passes; gradients accumulate from one repeat to the next (the warm-up ones allocate
+    # them), as they do for all but the first micro-batch of a step
     times: dict[str, list[float]] = {"f": [], "i": [], "w": [], "b": []}
-    act_bytes = act_w_bytes = 0
     for rep in range(warmup + repeats):
         _sync(device)
         t0 = time.perf_counter()
-        (out, _), nbytes = saved_bytes(forward, params)
+        out, _ = forward()
         _sync(device)
         t1 = time.perf_counter()
-        grad = None if is_loss else torch.ones_like(out) / out.numel()
         with store.deferring("p"):
             torch.autograd.backward(out, grad)
         _sync(device)
         t2 = time.perf_counter()
-        stash = store.pending_bytes("p")
         store.run("p")
         _sync(device)
         t3 = time.perf_counter()
@@ -174,12 +187,11 @@ def _profile_layer(
         _sync(device)
         t5 = time.perf_counter()
         del out
-        for p in layer.parameters():
-            p.grad = None
         if rep >= warmup:
             for k, v in zip("fiwb", (t1 - t0, t2 - t1, t3 - t2, t5 - t4), strict=True):
                 times[k].append(v)
-            act_bytes, act_w_bytes = nbytes, stash
+    for p in layer.parameters():
+        p.grad = None
     med = {k: statistics.median(v) for k, v in times.items()}
     return LayerCostEntry(
         layers=[index],

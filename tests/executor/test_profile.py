@@ -59,13 +59,13 @@ def test_profile_measures_the_head_split_into_chunks() -> None:
 
 
 @pytest.mark.parametrize("num_microbatches", [4, 16])
-def test_overhead_probe_is_a_gpipe_plan_whose_critical_path_is_counted_in_actions(num_microbatches: int) -> None:
+def test_overhead_probe_is_a_one_rank_plan_whose_critical_path_is_every_action(num_microbatches: int) -> None:
     plan, model, critical = _overhead_probe(num_microbatches)
     check_programs(plan_layout(plan), plan_programs(plan), num_microbatches)
     check_model_matches(plan, model, "probe")
-    assert plan.strategy == "GPipe" and [len(d.actions) for d in plan.devices] == [2 * num_microbatches] * 2
-    # GPipe on 2 devices: device 0's forwards, device 1's last forward, its backwards, device 0's last backward
-    assert critical == 2 * num_microbatches + 2
+    assert plan.strategy == "GPipe" and [len(d.actions) for d in plan.devices] == [2 * num_microbatches]
+    # one stage on one rank, no P2P: the rank runs every F and B one after another
+    assert critical == 2 * num_microbatches
 
 
 def test_profile_command_writes_the_profile_and_reports_recompute(adaptis, tmp_path: Path) -> None:
@@ -91,5 +91,6 @@ def test_profile_command_writes_the_profile_and_reports_recompute(adaptis, tmp_p
 def test_profile_with_runtime_measures_the_link_and_the_time_per_action(tmp_path: Path) -> None:
     got = profile_for(ProfileRequest(model_arg="tiny-llama", seq_len=16, repeats=1, runtime=True))
     assert got.profile.link is not None and got.profile.link.bandwidth_gbps > 0
-    # the runtime's own work per action on this CPU: tens to hundreds of microseconds, never zero
-    assert 1e-6 < got.profile.action_overhead_s < 0.05
+    # the runtime's own work per action beyond its layers' profiled time: at most a few hundred
+    # microseconds on this CPU (0 when the noise hides it); the layers' dispatch is in their profile
+    assert 0.0 <= got.profile.action_overhead_s < 1e-3
