@@ -6,7 +6,8 @@ Run (`bench/real.py` writes the config and launches this for you):
         -m bench.torch_runtime --config CONFIG.json --out RESULTS/
 
 Data flow: config (model spec file, a list of runs: `{"name", "runtime": "torch" | "torch-csv" |
-"ours", "plan", "schedule"?, "csv"?}`, warm-up and measured rounds, `save_grads`) -> per run,
+"ours", "plan", "schedule"?, "csv"?}`, warm-up and measured rounds, `save_grads`, optional
+`profile_models`: model spec files to profile in the launch) -> per run,
 this rank's part of
 - "torch": `PipelineStage`s over the plan's own stages (same layers, same rank: the plan's
   `stages[*].device` is checked against torch's loop / V stage-to-rank mapping) and torch's
@@ -19,12 +20,14 @@ this rank's part of
   plan's per-stage recomputation.
 Then rounds: every run takes one step per round, in config order on even rounds and in reverse
 order on odd rounds (A B C C B A ...), so slow drift of the machine's load hits every run
-alike; rank 0 also records, per round, the share of the machine's CPU time that processes
+alike (with `profile_models`, one more item of the rotation profiles those models,
+`InRunProfile`); rank 0 also records, per round, the share of the machine's CPU time that processes
 other than the two ranks used (`bench.real.others_share`), so the parent can drop rounds that
 other jobs disturbed. Output: `<out>/rank{r}.json` with per-run step times (rank 0's wall time
 from a barrier to a barrier), the per-round loss on the rank that holds the last stage, and
-for "ours" the busy time per rank and op letter (summed action spans); with `save_grads`, the
-first round's gradients of every run as `<out>/grads.{run index}.rank{r}.pt` (names
+for "ours" the busy time per rank and op letter (summed action spans), the in-launch profiles
+(`profiles`, one CostProfile JSON per model, this rank's medians); with `save_grads`, the first
+round's gradients of every run as `<out>/grads.{run index}.rank{r}.pt` (names
 `{layer index}.{name in layer}` in both runtimes). On failure `<out>/error.rank{r}.json` and
 exit 1.
 
@@ -51,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -66,12 +70,16 @@ from torch import nn
 from adaptis_plan.executor import layers as L
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
+from adaptis_plan.executor.profile import profile_model
 from adaptis_plan.executor.runtime import RankRuntime
 from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from bench.real import machine_ticks, others_share, process_ticks
+
+#: the name of the in-launch profile's pseudo-run (`InRunProfile`) in the round rotation
+IN_RUN_PROFILE = "profile"
 
 #: torch's schedule class and stage-to-rank style for each classic strategy we compare.
 TORCH_SCHEDULES = {
@@ -262,6 +270,47 @@ class OursRun:
         return res.loss
 
 
+class InRunProfile:
+    """`adaptis profile` of whole models taken inside the launch, one repeat per round.
+
+    A pseudo-run in the round rotation: both ranks time every distinct layer of each model at
+    once (as the two profiler copies of `bench.real.profile` do), between the plans' steps, so the
+    profile sees the same machine, processes, allocator state and moment as the steps it is
+    compared with. `merged()`: per model, each field's median over the measured rounds.
+    """
+
+    def __init__(self, specs: list[ModelSpec], seq_len: int, micro_batch_size: int, seed: int) -> None:
+        self.specs, self.seq_len, self.micro_batch_size, self.seed = specs, seq_len, micro_batch_size, seed
+        self.rounds: list[list[dict]] = []  # per round, per model: the CostProfile as JSON
+
+    def zero_grad(self) -> None:
+        pass
+
+    def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> float | None:
+        self.rounds.append(
+            [
+                profile_model(
+                    spec, seq_len=self.seq_len, micro_batch_size=self.micro_batch_size,
+                    repeats=1, warmup=1, seed=self.seed,
+                ).model_dump(mode="json")
+                for spec in self.specs
+            ]
+        )  # fmt: skip
+        return None
+
+    def merged(self, first: int) -> list[dict]:
+        kept = self.rounds[first:] or self.rounds
+        out = []
+        for k in range(len(self.specs)):
+            merged = json.loads(json.dumps(kept[0][k]))
+            merged["repeats"] = len(kept)
+            for n, entry in enumerate(merged["entries"]):
+                for key in ("f_s", "i_s", "w_s", "b_s"):
+                    entry[key] = statistics.median(r[k]["entries"][n][key] for r in kept)
+            out.append(merged)
+        return out
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.torch_runtime", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="JSON: model, runs, warmup, rounds, seed, timeout_s")
@@ -300,6 +349,10 @@ def run(cfg: dict, out: Path) -> None:
         else:
             runs[r["name"]] = OursRun(plan, model, seed, timeout_s)
     assert tr is not None
+    profiled = [ModelSpec.model_validate_json(Path(m).read_text()) for m in cfg.get("profile_models", [])]
+    in_run = InRunProfile(profiled, tr.seq_len, tr.micro_batch_size, seed) if profiled else None
+    if in_run is not None:
+        runs[IN_RUN_PROFILE] = in_run  # type: ignore[assignment]
     names = list(runs)
     warmup, rounds = int(cfg["warmup"]), int(cfg["rounds"])
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -339,6 +392,7 @@ def run(cfg: dict, out: Path) -> None:
             "losses": losses,
             "busy_s": {n: j.busy_s[warmup:] for n, j in runs.items() if isinstance(j, OursRun)},
             "others_share": shares[warmup:],
+            "profiles": in_run.merged(warmup) if in_run is not None else [],
             "num_threads": torch.get_num_threads(),
             "torch_version": torch.__version__,
         },

@@ -83,7 +83,8 @@ def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) 
     for r in rows:
         assert r[0] == "tiny-llama"
         assert float(r[5]) > 0 and float(r[7]) > 0  # ours ms, predicted ms
-        assert re.fullmatch(NUM + "%", r[8]) and re.fullmatch(NUM + "%", r[9])  # errors: plan's, after-run profile
+        # errors: the planning profile's, the in-launch profile's, the after-run profile's
+        assert all(re.fullmatch(NUM + "%", r[k]) for k in (8, 9, 10))
         if r[2].split(" ")[0] in real.CLASSIC:
             assert float(r[4]) > 0 and float(r[6]) > 0  # torch ms, ours / torch
     (noise,) = _table_after(text, "### Other jobs on the machine")
@@ -92,6 +93,20 @@ def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) 
     assert speed[2] in real.CLASSIC and float(speed[5].removesuffix("x")) > 0
     assert len(_table_after(text, "### Where our runtime's time goes")) == len(real.RUNS)
     assert "max |difference|" in text and "torch 2." in text and "set_num_threads(1)" in text
+
+
+def test_every_plan_is_also_simulated_with_its_layers_profiled_inside_the_launch(
+    results: real.RealResults,
+) -> None:
+    (m,) = results.models
+    for strategy, p in m.plans.items():
+        assert p.predicted_in_run_s is not None and p.predicted_in_run_s > 0, strategy
+        assert p.in_run_error == pytest.approx((p.predicted_in_run_s - p.ours) / p.ours)
+    # the ranks' medians are averaged like the profiler's concurrent copies
+    a = {"entries": [{"f_s": 1.0, "i_s": 2.0, "w_s": 3.0, "b_s": 5.0}], "head_chunks": []}
+    b = {"entries": [{"f_s": 3.0, "i_s": 2.0, "w_s": 1.0, "b_s": 3.0}], "head_chunks": []}
+    assert real.average_profiles([a, b])["entries"] == [{"f_s": 2.0, "i_s": 2.0, "w_s": 2.0, "b_s": 4.0}]
+    assert a["entries"][0]["f_s"] == 1.0  # the inputs are left as they were
 
 
 def test_the_recompute_plan_runs_recomputation_on_every_stage(results: real.RealResults) -> None:
