@@ -274,9 +274,10 @@ class InRunProfile:
     """`adaptis profile` of whole models taken inside the launch, one repeat per round.
 
     A pseudo-run in the round rotation: both ranks time every distinct layer of each model at
-    once (as the two profiler copies of `bench.real.profile` do), between the plans' steps, so the
-    profile sees the same machine, processes, allocator state and moment as the steps it is
-    compared with. `merged()`: per model, each field's median over the measured rounds.
+    once, between the plans' steps, so the profile sees the same machine, processes, allocator
+    state and moment as the steps it is compared with. Rank 1 walks the layers last to first, so
+    the two ranks never time the same layer at the same moment, as no two pipeline ranks run
+    the same layer. `merged()`: per model, each field's median over the measured rounds.
     """
 
     def __init__(self, specs: list[ModelSpec], seq_len: int, micro_batch_size: int, seed: int) -> None:
@@ -291,7 +292,7 @@ class InRunProfile:
             [
                 profile_model(
                     spec, seq_len=self.seq_len, micro_batch_size=self.micro_batch_size,
-                    repeats=1, warmup=1, seed=self.seed,
+                    repeats=1, warmup=1, seed=self.seed, reverse=dist.get_rank() % 2 == 1,
                 ).model_dump(mode="json")
                 for spec in self.specs
             ]

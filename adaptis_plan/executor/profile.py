@@ -216,17 +216,25 @@ def profile_model(
     warmup: int = 2,
     seed: int = 0,
     head_chunks: tuple[int, ...] = (),
+    reverse: bool = False,
 ) -> CostProfile:
     """Measured F / I / W / B seconds and activation bytes per distinct layer (see the module docstring).
 
     `head_chunks`: chunk counts to measure the head split into (ignored for a tied or already split
-    head). The gloo link (`measure_link`) and the runtime's time per action are measured separately
+    head). `reverse`: measure the distinct layers last to first (the entries keep model order):
+    two processes profiling at once, one each way, do not run the same layer at the same time,
+    as no two pipeline ranks do (a large-vocabulary head timed on both cores at once shares the
+    memory bandwidth that, in a pipeline, only one rank uses for it). The gloo link (`measure_link`) and the runtime's time per action are measured separately
     (the `adaptis profile` use case adds them to the profile).
     """
     with _measuring(device) as dev:
+        groups = distinct_layers(model)
         entries = _entries(
-            model, distinct_layers(model), "none", seq_len, micro_batch_size, dev, dtype, repeats, warmup, seed
-        )
+            model, groups[::-1] if reverse else groups, "none", seq_len, micro_batch_size, dev, dtype, repeats,
+            warmup, seed,
+        )  # fmt: skip
+        if reverse:
+            entries.reverse()
         chunked = _profile_head_chunks(
             model, head_chunks, seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
             dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed,

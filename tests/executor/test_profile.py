@@ -36,6 +36,12 @@ def test_profile_groups_identical_layers_and_measures_every_op() -> None:
         assert 0 < e.act_w_bytes <= e.act_bytes
     assert prof.num_threads == 1 and prof.link is None
     assert CostProfile.model_validate_json(prof.model_dump_json()) == prof
+    # measured last layer first, reported in model order, with the same memory
+    back = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, reverse=True)
+    assert [e.layers for e in back.entries] == [e.layers for e in prof.entries]
+    assert [(e.kind, e.act_bytes, e.act_w_bytes) for e in back.entries] == [
+        (e.kind, e.act_bytes, e.act_w_bytes) for e in prof.entries
+    ]
 
 
 @pytest.mark.slow
