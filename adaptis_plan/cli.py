@@ -588,7 +588,8 @@ def run_cmd(
 @click.option(
     "--runtime/--no-runtime",
     default=None,
-    help="also measure the gloo link and the runtime's time per action on 2 local ranks (default: on for cpu)",
+    help="also measure the gloo link (2 local ranks) and the runtime's time per action beyond its layers' own"
+    " (one rank) (default: on for cpu)",
 )
 @click.option(
     "--head-chunks",
