@@ -219,6 +219,7 @@ class CaseResult:
     # Interleaved1F1B with one decoder layer per virtual stage (as the paper's simulator runs it)
     i1f1b_per_layer: StrategyRow | None = None
     head_share: float | None = None  # h: the whole head's share of one micro-batch's work (unsplit model)
+    aborted: bool = False  # the wall-clock abort (`--time-limit`) cut the search short
 
     def base(self, label: str) -> StrategyRow | None:
         return self.baselines.get(label)
@@ -365,6 +366,7 @@ def run_case(case: Case, keep_panels: bool = False) -> CaseResult:
         phases=tuple((str(ph["phase"]), float(ph["wall_s"])) for ph in out.search_info.get("phases", [])),
         head_chunks=int(out.search_info.get("head_chunks", 1) or 1),
         analysis=analyse(out.costs, res, layout, case.num_microbatches),
+        aborted=bool(out.search_info.get("aborted", False)),
     )
     _per_layer_extras(case, cr)
     if cr.head_chunks > 1:  # separate the head split's gain from the search's
@@ -810,12 +812,25 @@ def paper_tp_section(
             "–",
         ]
     )
+    limits = sorted({c.time_limit_s for c in cases})
+    rows.append(
+        [
+            f"searches the wall-clock abort cut short (`--time-limit {'/'.join(f'{x:g}' for x in limits)}`)",
+            *cells(lambda rs: f"{sum(r.aborted for r in rs)} of {len(rs)}"),
+            "–",
+        ]
+    )
     out += [
         "### Summary",
         "",
         table(
             ["figure", *[("calibrated" if c is None else "paper costs") for c in settings], "paper (measured)"], rows
         ),
+        "",
+        "The search's budget is work, not seconds (`SearchBudget`): the same case gives the same plan on any"
+        " machine unless the wall-clock abort fires, and the plan file says when it did (`search.aborted`). The"
+        " count above is from this run, with the bench's worker pool running cases side by side on this"
+        " machine's cores.",
         "",
     ]
     for costs in settings:

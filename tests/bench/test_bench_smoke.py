@@ -145,6 +145,8 @@ def test_paper_tp_tables_under_both_cost_settings(report: tuple[str, Path]) -> N
     summary = _table_after(text, "### Summary")
     assert summary[0][0] == "mean adaptive / Interleaved1F1B" and len(summary[0]) == 4
     assert "1.42x" in summary[0][-1]
+    aborted = next(r for r in summary if r[0].startswith("searches the wall-clock abort cut short"))
+    assert all(re.fullmatch(r"[01] of 1", c) for c in aborted[1:3])  # one case per cost setting here
     for setting in ("calibrated analytic model", "the paper's profiled costs"):
         rows = _table_after(text, f"### Per case, {setting}")
         assert [r[0] for r in rows] == ["deepseek-s 2K"]
