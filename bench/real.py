@@ -25,8 +25,8 @@ Data flow, per tiny model (`ModelCase`):
    schedule classes over the classic plans' own stages (the split and stage-to-rank map are
    the plan's, checked against torch's loop / V mapping) and our `RankRuntime` on every plan,
    and steps them in alternating rounds (A B ... B A), so noise hits all alike; one more item of
-   the rotation profiles the model (and its split-head form) again, on both ranks at once, one
-   repeat per round (`InRunProfile`): each plan is also simulated with that in-launch profile;
+   the rotation profiles the model (and its split-head form) again, on both ranks at once, a few
+   repeats per round (`InRunProfile`): each plan is also simulated with that in-launch profile;
 4. medians of the measured rounds -> per-model tables and the three targets below.
 Imports `adaptis_plan` (planning, plan IO, the executor's link measurement), and `bench.run` /
 `bench.paper` for the provenance line (torch is imported with `executor.profile`); everything
@@ -805,7 +805,7 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
             f"classic plans {_range(p.in_run_error for _, p in in_run if p.strategy in CLASSIC)}, adaptive plans"
             f" {_range(p.in_run_error for _, p in in_run if p.strategy == 'adaptive')}. The profile: every distinct"
             " layer of the model (and of its split-head form, for a plan that splits the head) timed by both"
-            " ranks at once inside the launch, one repeat per round between the plans' steps"
+            " ranks at once inside the launch, a few repeats per round between the plans' steps"
             " (`bench.torch_runtime.InRunProfile`), medians over the measured rounds; then `adaptis simulate"
             " --costs`. It sees the machine the steps see; the row above is the profile planning used, minutes"
             " earlier"

@@ -128,8 +128,14 @@ def _profile_layer(
     warmup: int,
     seed: int,
     recompute: str = "none",
+    keep: dict | None = None,
 ) -> LayerCostEntry:
-    layer = set_recompute(build_layer(model, index, seed=seed), recompute).to(device=device, dtype=dtype)
+    key = (model.fingerprint(), index, recompute, str(device), dtype, seed)
+    layer = keep.get(key) if keep is not None else None
+    if layer is None:
+        layer = set_recompute(build_layer(model, index, seed=seed), recompute).to(device=device, dtype=dtype)
+        if keep is not None:
+            keep[key] = layer
     kind = model.layers[index].kind
     g = torch.Generator().manual_seed(seed + 1000 + index)
     shape = (micro_batch_size, seq_len)
@@ -217,6 +223,7 @@ def profile_model(
     seed: int = 0,
     head_chunks: tuple[int, ...] = (),
     reverse: bool = False,
+    keep: dict | None = None,
 ) -> CostProfile:
     """Measured F / I / W / B seconds and activation bytes per distinct layer (see the module docstring).
 
@@ -224,14 +231,16 @@ def profile_model(
     head). `reverse`: measure the distinct layers last to first (the entries keep model order):
     two processes profiling at once, one each way, do not run the same layer at the same time,
     as no two pipeline ranks do (a large-vocabulary head timed on both cores at once shares the
-    memory bandwidth that, in a pipeline, only one rank uses for it). The gloo link (`measure_link`) and the runtime's time per action are measured separately
+    memory bandwidth that, in a pipeline, only one rank uses for it). `keep`: a dict that holds the
+    built layers from one call to the next (a process that profiles again and again, between
+    pipeline steps, then times the same modules instead of allocating new ones each time). The gloo link (`measure_link`) and the runtime's time per action are measured separately
     (the `adaptis profile` use case adds them to the profile).
     """
     with _measuring(device) as dev:
         groups = distinct_layers(model)
         entries = _entries(
             model, groups[::-1] if reverse else groups, "none", seq_len, micro_batch_size, dev, dtype, repeats,
-            warmup, seed,
+            warmup, seed, keep,
         )  # fmt: skip
         if reverse:
             entries.reverse()
@@ -323,12 +332,13 @@ def _entries(
     repeats: int,
     warmup: int,
     seed: int,
+    keep: dict | None = None,
 ) -> list[LayerCostEntry]:
     entries = []
     for group in groups:
         e = _profile_layer(
             model, group[0], seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
-            dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed, recompute=mode,
+            dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed, recompute=mode, keep=keep,
         )  # fmt: skip
         entries.append(e.model_copy(update={"layers": group}))
     return entries

@@ -36,6 +36,15 @@ def test_profile_groups_identical_layers_and_measures_every_op() -> None:
         assert 0 < e.act_w_bytes <= e.act_bytes
     assert prof.num_threads == 1 and prof.link is None
     assert CostProfile.model_validate_json(prof.model_dump_json()) == prof
+    # with `keep`, a second call times the same layer modules again (none built anew)
+    keep: dict = {}
+    first = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, keep=keep)
+    held = dict(keep)
+    again = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, keep=keep)
+    assert len(held) == len(prof.entries) and keep.keys() == held.keys()
+    assert all(keep[k] is held[k] for k in keep)
+    assert all(p.grad is None for layer in keep.values() for p in layer.parameters())
+    assert [e.act_bytes for e in again.entries] == [e.act_bytes for e in first.entries]
     # measured last layer first, reported in model order, with the same memory
     back = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, reverse=True)
     assert [e.layers for e in back.entries] == [e.layers for e in prof.entries]
