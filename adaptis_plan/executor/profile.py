@@ -130,7 +130,8 @@ def _profile_layer(
     recompute: str = "none",
     keep: dict | None = None,
 ) -> LayerCostEntry:
-    key = (model.fingerprint(), index, recompute, str(device), dtype, seed)
+    # the whole spec, not `fingerprint()`: that one is the same for the model with its head split
+    key = (model.model_dump_json(), index, recompute, str(device), dtype, seed)
     layer = keep.get(key) if keep is not None else None
     if layer is None:
         layer = set_recompute(build_layer(model, index, seed=seed), recompute).to(device=device, dtype=dtype)

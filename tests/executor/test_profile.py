@@ -16,6 +16,7 @@ from helpers_executor import (
 
 from adaptis_plan.executor.profile import distinct_layers, measure_link, profile_model
 from adaptis_plan.inputs.models.load import load_model
+from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.judge.semantics import check_programs
 from adaptis_plan.planfile.io import check_model_matches, plan_layout, plan_programs
 from adaptis_plan.spec.cost_profile import CostProfile
@@ -45,6 +46,11 @@ def test_profile_groups_identical_layers_and_measures_every_op() -> None:
     assert all(keep[k] is held[k] for k in keep)
     assert all(p.grad is None for layer in keep.values() for p in layer.parameters())
     assert [e.act_bytes for e in again.entries] == [e.act_bytes for e in first.entries]
+    # the same dict also keeps the model with its head split apart (same fingerprint, other layers)
+    split = split_head(model, 2)
+    assert split.fingerprint() == model.fingerprint()
+    chunks = profile_model(split, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, keep=keep)
+    assert len(keep) == len(held) + len(chunks.entries)
     # measured last layer first, reported in model order, with the same memory
     back = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, reverse=True)
     assert [e.layers for e in back.entries] == [e.layers for e in prof.entries]
