@@ -392,9 +392,7 @@ def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int)
     rtt_small = pingpong(small)
     rtt_large = pingpong(large)
     if rank == 0:
-        latency = rtt_small / 2
-        bw = large_bytes / max(rtt_large - latency, 1e-9)  # the round trip = large one way + small back
-        Path(out).write_text(f"{latency} {bw}")
+        Path(out).write_text(f"{rtt_small} {rtt_large}")
     dist.barrier()
     dist.destroy_process_group()
 
@@ -402,8 +400,26 @@ def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int)
 def measure_link(*, repeats: int = 20, large_bytes: int = 16 * 2**20, timeout_s: float = 60.0) -> MeasuredLink:
     """gloo point-to-point latency and bandwidth between two local processes (one thread each).
 
-    Runs `python -m adaptis_plan.executor.profile --link-rank R PORT OUT REPEATS BYTES` twice.
+    Latency = half a small message's round trip; bandwidth from a large message's round trip (the
+    large one way, a small one back) less a small round trip. When that difference does not stand
+    out of the noise (under one small round trip: a busy machine), the large message is measured
+    again 4x and 16x larger; if it still does not, the measurement fails with one line instead of
+    reporting a bandwidth that is noise. Runs `python -m adaptis_plan.executor.profile
+    --link-rank R PORT OUT REPEATS BYTES` twice per attempt.
     """
+    for size in (large_bytes, 4 * large_bytes, 16 * large_bytes):
+        rtt_small, rtt_large = _link_pair(repeats, size, timeout_s)
+        one_way = rtt_large - rtt_small
+        if one_way >= rtt_small:
+            return MeasuredLink(latency_s=rtt_small / 2, bandwidth_gbps=size / one_way / 1e9, backend="gloo")
+    raise AdaptisError(
+        f"measuring the gloo link: a {size} B message took no longer than a 4 B one ({rtt_large * 1e3:.3f} vs"
+        f" {rtt_small * 1e3:.3f} ms round trip): the machine is too busy to measure; try again when it is quieter"
+    )
+
+
+def _link_pair(repeats: int, large_bytes: int, timeout_s: float) -> tuple[float, float]:
+    """The two link processes' median round trips (small, large), in seconds."""
     with tempfile.TemporaryDirectory(prefix="adaptis-link-") as tmp:
         out = os.path.join(tmp, "link.txt")
         port = _free_port()
@@ -442,8 +458,8 @@ def measure_link(*, repeats: int = 20, large_bytes: int = 16 * 2**20, timeout_s:
                 errors.append(f"rank {r}: {(err or '').strip().splitlines()[-1:] or ['exit ' + str(p.returncode)]}")
         if errors:
             raise AdaptisError("measuring the gloo link failed: " + "; ".join(errors))
-        latency, bw = (float(x) for x in Path(out).read_text().split())
-    return MeasuredLink(latency_s=latency, bandwidth_gbps=bw / 1e9, backend="gloo")
+        rtt_small, rtt_large = (float(x) for x in Path(out).read_text().split())
+    return rtt_small, rtt_large
 
 
 if __name__ == "__main__":
