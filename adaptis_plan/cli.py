@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -725,6 +726,17 @@ def schema_cmd(check: bool, out_dir: str, as_json: bool) -> None:
         console().print(f"wrote {p}")
 
 
+def _interrupted() -> None:
+    """Ctrl-C: say so and exit 130 at once. Every `finally` and context manager on the way up has
+    run by now (temporary files removed, worker processes stopped); `os._exit` then skips the
+    interpreter's shutdown, where a native thread still winding down (CP-SAT's, stopped a moment
+    before) could abort the process ("terminate called without an active exception", exit -6)."""
+    click.echo("interrupted (Ctrl-C); no file is left half-written", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def main() -> None:
     """Console entry point: the one place user errors become messages and exit codes."""
     global _STARTED
@@ -734,8 +746,7 @@ def main() -> None:
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:  # click's form of a Ctrl-C (KeyboardInterrupt) inside a command
-        click.echo("interrupted (Ctrl-C); no file is left half-written", err=True)
-        sys.exit(130)
+        _interrupted()
     except click.ClickException as e:
         e.show()
         sys.exit(2 if e.exit_code == 2 else e.exit_code)
@@ -746,8 +757,7 @@ def main() -> None:
             click.echo(grid, err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        click.echo("interrupted (Ctrl-C); no file is left half-written", err=True)
-        sys.exit(130)
+        _interrupted()
     except Exception:  # a bug, never bad input: exit 1 with the traceback to report
         import traceback
 

@@ -36,8 +36,8 @@ class _InterruptibleSolver(cp_model.CpSolver):
                 outcome["error"] = e
 
         worker = threading.Thread(target=work, name="cp-sat", daemon=True)
-        worker.start()
         try:
+            worker.start()  # inside the try: a Ctrl-C right after the start still stops the solve
             while worker.is_alive():
                 worker.join(0.05)
         except KeyboardInterrupt:
