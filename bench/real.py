@@ -55,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -362,14 +362,20 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
 def average_profiles(copies: Sequence[dict]) -> dict:
     """Profiles (CostProfile JSON) of one model measured at once by several processes -> one, each
     layer's F / I / W / B seconds averaged (the head's chunk entries too)."""
+    return combine_profiles(copies, statistics.fmean)
+
+
+def combine_profiles(copies: Sequence[dict], reduce: Callable[[Iterable[float]], float]) -> dict:
+    """Profiles (CostProfile JSON) of one model -> one: the first, with each layer's F / I / W / B
+    seconds (the head's chunk entries too) replaced by `reduce` over all of them."""
     merged = json.loads(json.dumps(copies[0]))
     for n, entry in enumerate(merged["entries"]):
         for key in ("f_s", "i_s", "w_s", "b_s"):
-            entry[key] = statistics.fmean(c["entries"][n][key] for c in copies)
+            entry[key] = reduce(c["entries"][n][key] for c in copies)
     for h, chunks in enumerate(merged.get("head_chunks", [])):  # the head's chunks, measured alike
         for n, entry in enumerate(chunks["entries"]):
             for key in ("f_s", "i_s", "w_s", "b_s"):
-                entry[key] = statistics.fmean(c["head_chunks"][h]["entries"][n][key] for c in copies)
+                entry[key] = reduce(c["head_chunks"][h]["entries"][n][key] for c in copies)
     return merged
 
 
@@ -436,8 +442,9 @@ def _plan(
 
 def _resimulate_with_chunks(  # noqa: ANN001
     model, num_chunks: int, case: ModelCase, cfg: RealConfig, link: dict | None, work: Path
-) -> dict:
-    """{"adaptive": step time} of the adaptive plan simulated with the split model's own profile.
+) -> tuple[dict, Path]:
+    """({"adaptive": step time} of the adaptive plan simulated with the split model's own profile,
+    the split model's spec file).
 
     The planner costs vocabulary chunks by scaling the unsplit head's measured time to each
     chunk's share of the vocabulary; this measures the chunks themselves (their log-sum-exp
@@ -451,7 +458,7 @@ def _resimulate_with_chunks(  # noqa: ANN001
     path = work / "profile-chunks.json"
     _profile_with_link(spec, case, cfg, link, path)
     outcome = simulate_plan_file(str(work / "plan-adaptive.json"), costs_path=str(path))
-    return {"adaptive": outcome.result.step_time_s}
+    return {"adaptive": outcome.result.step_time_s}, spec
 
 
 def _profile_with_link(
@@ -540,8 +547,7 @@ def run_model(
     adaptive = plans["adaptive"][0]
     split_spec = None
     if adaptive.plan.model.head_chunks > 1:
-        chunked = _resimulate_with_chunks(model, adaptive.plan.model.head_chunks, case, cfg, link, work)
-        split_spec = work / f"model-{adaptive.plan.model.head_chunks}-chunks.json"
+        chunked, split_spec = _resimulate_with_chunks(model, adaptive.plan.model.head_chunks, case, cfg, link, work)
     log(
         f"{case.model}: planned ({', '.join(f'{s} {o.plan.predicted.step_time_s * 1e3:.0f} ms' for s, (o, _) in plans.items())})"
     )

@@ -76,7 +76,7 @@ from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
-from bench.real import machine_ticks, others_share, process_ticks
+from bench.real import combine_profiles, machine_ticks, others_share, process_ticks
 
 #: the name of the in-launch profile's pseudo-run (`InRunProfile`) in the round rotation
 IN_RUN_PROFILE = "profile"
@@ -278,8 +278,9 @@ class InRunProfile:
     """`adaptis profile` of whole models taken inside the launch, a few repeats per round.
 
     A pseudo-run in the round rotation: both ranks time every distinct layer of each model at
-    once (`IN_RUN_REPEATS` repeats after a warm-up, their median), between the plans' steps, so the profile sees the same machine, processes, allocator
-    state and moment as the steps it is compared with. Rank 1 walks the layers last to first, so
+    once (`IN_RUN_REPEATS` repeats after a warm-up, their median), between the plans' steps, so
+    the profile sees the same machine, processes, allocator state and moment as the steps it is
+    compared with. Rank 1 walks the layers last to first, so
     the two ranks never time the same layer at the same moment, as no two pipeline ranks run
     the same layer. `merged()`: per model, each field's median over the measured rounds.
     """
@@ -307,15 +308,10 @@ class InRunProfile:
 
     def merged(self, first: int) -> list[dict]:
         kept = self.rounds[first:] or self.rounds
-        out = []
-        for k in range(len(self.specs)):
-            merged = json.loads(json.dumps(kept[0][k]))
-            merged["repeats"] = len(kept)
-            for n, entry in enumerate(merged["entries"]):
-                for key in ("f_s", "i_s", "w_s", "b_s"):
-                    entry[key] = statistics.median(r[k]["entries"][n][key] for r in kept)
-            out.append(merged)
-        return out
+        return [
+            {**combine_profiles([r[k] for r in kept], statistics.median), "repeats": len(kept)}
+            for k in range(len(self.specs))
+        ]
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

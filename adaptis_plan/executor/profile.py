@@ -130,13 +130,17 @@ def _profile_layer(
     recompute: str = "none",
     keep: dict | None = None,
 ) -> LayerCostEntry:
-    # the whole spec, not `fingerprint()`: that one is the same for the model with its head split
-    key = (model.model_dump_json(), index, recompute, str(device), dtype, seed)
-    layer = keep.get(key) if keep is not None else None
-    if layer is None:
-        layer = set_recompute(build_layer(model, index, seed=seed), recompute).to(device=device, dtype=dtype)
-        if keep is not None:
-            keep[key] = layer
+    def build() -> torch.nn.Module:
+        return set_recompute(build_layer(model, index, seed=seed), recompute).to(device=device, dtype=dtype)
+
+    if keep is None:
+        layer = build()
+    else:
+        # the whole spec, not `fingerprint()`: that one is the same for the model with its head split
+        key = (model.model_dump_json(), index, recompute, str(device), dtype, seed)
+        layer = keep.get(key)
+        if layer is None:
+            layer = keep[key] = build()
     kind = model.layers[index].kind
     g = torch.Generator().manual_seed(seed + 1000 + index)
     shape = (micro_batch_size, seq_len)
@@ -234,8 +238,9 @@ def profile_model(
     as no two pipeline ranks do (a large-vocabulary head timed on both cores at once shares the
     memory bandwidth that, in a pipeline, only one rank uses for it). `keep`: a dict that holds the
     built layers from one call to the next (a process that profiles again and again, between
-    pipeline steps, then times the same modules instead of allocating new ones each time). The gloo link (`measure_link`) and the runtime's time per action are measured separately
-    (the `adaptis profile` use case adds them to the profile).
+    pipeline steps, then times the same modules instead of allocating new ones each time). The
+    gloo link (`measure_link`) and the runtime's time per action are measured separately (the
+    `adaptis profile` use case adds them to the profile).
     """
     with _measuring(device) as dev:
         groups = distinct_layers(model)
