@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import signal
+
 from adaptis_plan.core import Action, Programs
+
+
+def default_sigint() -> None:
+    """`preexec_fn` for a child a test will Ctrl-C: SIGINT back to its default action. A test suite
+    started as a background job of a non-interactive shell (`cmd &`) inherits SIGINT ignored, and
+    Python then keeps it ignored, as a user's background job should; the tests mean a terminal's
+    Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def one_f_one_b(num_devices: int, m: int, split: bool = False) -> Programs:

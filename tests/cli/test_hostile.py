@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers_cli import leftovers, one_line_error, tiny_cost_profile
+from helpers_common import default_sigint
 
 from adaptis_plan.inputs.models.load import load_model
 
@@ -314,7 +315,9 @@ def test_ctrl_c_while_cp_sat_solves(tmp_path: Path) -> None:
     out = tmp_path / "p.json"
     cmd = [sys.executable, "-m", "adaptis_plan.cli", "plan", "--model", "gemma-s", "--hardware", "h200"]
     cmd += ["--pp", "8", "--microbatches", "32", "--time-limit", "60", "-o", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, preexec_fn=default_sigint
+    )
     time.sleep(4.0)  # loading, costing and the baselines take ~1 s here; then the search runs up to 60 s
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGINT)
@@ -356,7 +359,9 @@ def test_cp_sat_solve_is_interrupted_at_once(tmp_path: Path) -> None:
         "except KeyboardInterrupt:\n"
         "    print('handler kept')\n"
     )
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, preexec_fn=default_sigint
+    )
     lines = proc.stdout.split("\n")
     assert lines[0].startswith("interrupted after"), proc.stdout + proc.stderr
     assert float(lines[0].split()[-1]) < 10

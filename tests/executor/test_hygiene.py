@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_common import default_sigint
 from helpers_executor import greedy_programs, layout_for, tiny_family, write_plan_file
 
 from adaptis_plan.errors import InputError
@@ -71,7 +72,9 @@ class Launch:
         env = dict(os.environ, TMPDIR=str(self.tmp), **{MARK: self.mark})
         cmd = [sys.executable, "-c", "from adaptis_plan.cli import main; main()", "run", str(plan)]
         cmd += ["--model", str(tmp / "model.json"), "--device", "cpu", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=default_sigint
+        )
 
     def run_folders(self) -> list[Path]:
         return sorted(self.tmp.glob("adaptis-run-*"))
