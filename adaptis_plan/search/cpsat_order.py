@@ -21,8 +21,9 @@ Model (one `_add_*` method per constraint family), all in integer time units:
   machine, the cumulative form solves where a reservoir per device finds nothing in 10 s;
 - symmetry breaking: the micro-batches of one (stage, op) run in mb order;
 - objective: the makespan, with a redundant device bound (nothing on a device starts before
-  its first stage's F of mb 0, then the device works serially): CP-SAT's own bound was 60 %
-  below the optimum at P=8, M=32 without it.
+  its first stage's F of mb 0, then the device works serially, and after its last I / B the
+  gradient still runs down the stages below, less the W work the device can do meanwhile:
+  `_device_tail`): CP-SAT's own bound was 60 % below the optimum at P=8, M=32 without it.
 
 Scaling, done once in `_Scaled`: times to a power-of-ten unit (`result.time_unit_s`: the
 shortest duration or delay spans >= 1000 units, a serial upper bound of the step <= 1e9),
@@ -353,9 +354,31 @@ def _backward_tail(sc: _Scaled, stage: int) -> int:
     return int(sum(sc.dur[s]["B"] + sc.delay_grad[s + 1] for s in range(stage)))
 
 
+def _device_tail(sc: _Scaled, device: int) -> int:
+    """Least time the step still runs after the device's last I / B, beyond what the device itself
+    can fill.
+
+    The device's last I (or B) is one of its lowest stage s0 (an I of a higher stage of that mb
+    would still have I of s0 after it). The gradient then still has to go down every stage below
+    s0 (with its P2P delays) and, with split backward, W(0) after I(0) on stage 0's device. Without
+    split backward the device has nothing left to do meanwhile; with it, only its W's, at most all
+    of them, remain. So the step ends at least max(0, chain - the device's W work) after the device
+    has done everything else.
+    """
+    stages = sc.layout.stages_of(device)
+    s0 = stages[0]
+    if not sc.split_backward:
+        return _backward_tail(sc, s0)
+    chain = sum(sc.dur[s]["I"] + sc.delay_grad[s + 1] for s in range(s0))
+    if s0 > 0:
+        chain += sc.dur[0]["W"]
+    own_w = sc.num_microbatches * sum(sc.dur[s]["W"] for s in stages)
+    return int(max(0, chain - own_w))
+
+
 def _device_bound(sc: _Scaled) -> int:
     """A makespan bound that holds without solving: per device, the forward chain before its first
-    stage, then all its work back to back (then, without split backward, the gradient's way to stage 0)."""
+    stage, then all its work back to back, then `_device_tail`."""
     best = 0
     for d in range(sc.layout.num_devices):
         stages = sc.layout.stages_of(d)
@@ -363,9 +386,15 @@ def _device_bound(sc: _Scaled) -> int:
             continue
         head = int(sum(sc.dur[s]["F"] + sc.delay_act[s + 1] for s in range(stages[0])))
         work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
-        tail = 0 if sc.split_backward else min(_backward_tail(sc, s) for s in stages)
-        best = max(best, head + work + tail)
+        best = max(best, head + work + _device_tail(sc, d))
     return best
+
+
+def device_bound_s(layout: Layout, costs: CostTable, num_microbatches: int, split_backward: bool) -> float:
+    """`_device_bound` in seconds: no order of the layout's actions ends sooner (model semantics:
+    links never queue; memory ignored, which only makes it lower)."""
+    sc = _Scaled.build(layout, costs, num_microbatches, split_backward, [math.inf] * layout.num_devices)
+    return _device_bound(sc) * sc.unit_s
 
 
 class OrderModel:
@@ -462,16 +491,15 @@ class OrderModel:
 
     def _add_device_bounds(self) -> None:
         # redundant: nothing on a device starts before its first stage's F of mb 0, and the
-        # device then runs all its work serially (then, without split backward, the gradient
-        # still has to flow back to stage 0); CP-SAT's own bound is far weaker on big models
+        # device then runs all its work serially, and the step lasts `_device_tail` longer;
+        # CP-SAT's own bound is far weaker on big models
         sc = self.sc
         for d in range(sc.layout.num_devices):
             stages = sc.layout.stages_of(d)
             if not stages:
                 continue
             work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
-            tail = 0 if sc.split_backward else min(_backward_tail(sc, s) for s in stages)
-            self.model.add(self.makespan >= self.start[(stages[0], "F", 0)] + work + tail)
+            self.model.add(self.makespan >= self.start[(stages[0], "F", 0)] + work + _device_tail(sc, d))
 
     def device_lower_bound(self) -> int:
         """The constant behind `_add_device_bounds`: a makespan bound that holds without solving."""
@@ -842,6 +870,17 @@ class WindowStats:
     improved: int
 
 
+def _window_positions(total: int, size: int) -> list[int]:
+    """First-action positions of the windows of `size` actions that cover `total` by half a
+    window's steps, alternately from both ends inwards (the fill and the drain hold the bubbles)."""
+    step = max(1, size // 2)
+    starts_fwd = list(range(0, max(total - size, 0) + 1, step))
+    if starts_fwd[-1] != max(total - size, 0):
+        starts_fwd.append(max(total - size, 0))
+    positions = [x for pair in itertools.zip_longest(starts_fwd, reversed(starts_fwd)) for x in pair if x is not None]
+    return list(dict.fromkeys(positions))[: len(starts_fwd)]
+
+
 def improve_order_windows(
     layout: Layout,
     costs: CostTable,
@@ -862,11 +901,15 @@ def improve_order_windows(
     half a window (from both ends of the step inwards: the fill and the drain hold the bubbles); each is solved by `WindowModel` with `window_deterministic_time` of work and
     kept when the re-timed whole step gets shorter and still fits memory (both under this
     module's model semantics). Programs already at the device bound come back at once as
-    OPTIMAL. A pass that keeps no window doubles each window's work for the next pass; the
+    OPTIMAL. A pass that keeps no window doubles each window's length and work for the next
+    pass (small windows make the quick local moves; longer ones the moves small ones cannot
+    see: on nemotron-h-s 2K, V x4, 10 units of work reach the device bound this way, 684.98,
+    where fixed 60-action windows stop at 695.52); the
     search ends when the next pass could not afford even one window of it, or with the total
     `deterministic_time` (counted in the solver's own work units, so the same programs always
-    give the same result) or the wall-clock abort `time_limit_s`. Status FEASIBLE with the best
-    programs; the bound is the device bound (it holds without solving); None payload when the
+    give the same result) or the wall-clock abort `time_limit_s`, or once the order meets the
+    device bound. Status OPTIMAL when it does, else FEASIBLE, with the best programs; the bound
+    is the device bound (it holds without solving); None payload when the
     programs do not fit this model (wrong backward kind, deadlock, memory).
     """
     t0 = time.perf_counter()
@@ -890,15 +933,9 @@ def improve_order_windows(
         )
     total = sum(len(p) for p in current)
     size = max(8, min(window_actions, total))
-    step = max(1, size // 2)
+    positions = _window_positions(total, size)
     spent, kept_in_pass, windows, kept = 0.0, 0, 0, 0
     stopped = False
-    # window starts from both ends inwards: the fill and the drain hold the bubbles
-    starts_fwd = list(range(0, max(total - size, 0) + 1, step))
-    if starts_fwd[-1] != max(total - size, 0):
-        starts_fwd.append(max(total - size, 0))
-    positions = [x for pair in itertools.zip_longest(starts_fwd, reversed(starts_fwd)) for x in pair if x is not None]
-    positions = list(dict.fromkeys(positions))[: len(starts_fwd)]
     at = 0
     order: list[Key] = []
     tail: dict[Key, Number] = {}
@@ -946,18 +983,22 @@ def improve_order_windows(
                     current, timed, best, stale = trial, new_timed, makespan, True
                     kept += 1
                     kept_in_pass += 1
-        if stopped:
+        if stopped or best <= bound:
             break
         at += 1
         if at >= len(positions):
             if not kept_in_pass:
-                # nothing kept this pass: search each window harder, while the budget lasts
+                # nothing kept this pass: windows twice as long (a move that spans more actions),
+                # each searched twice as hard, while the budget lasts
                 window_deterministic_time *= 2
                 if window_deterministic_time > deterministic_time - spent:
                     break
+                if size < total:
+                    size = min(total, 2 * size)
+                    positions = _window_positions(total, size)
             at, kept_in_pass = 0, 0
     result = SolveResult(
-        status="FEASIBLE",
+        status="OPTIMAL" if best <= bound else "FEASIBLE",
         objective=best * sc.unit_s,
         bound=bound * sc.unit_s,
         wall_s=time.perf_counter() - t0,

@@ -554,13 +554,26 @@ class _Search:
             key=lambda c: (c.step_s, c.layout.num_stages, c.label),
         )
         records = []
-        for c in ranked[: self.budget.order_layouts]:
+        for c in ranked:
+            if len(records) >= self.budget.order_layouts:
+                break
             if self.deadline.expired():
                 self.deadline.abort("cp-sat order")
                 break
+            # a layout whose order bound already reaches the best plan cannot improve on it
+            # (the best plan's own layout is still solved: its bound is the plan's proof)
+            if self.best is not None and c.layout != self.best.layout and self._order_bound(c) >= self.best.step_s:
+                continue
             records.append(self._order_one(c))
         self.solver["order_layouts"] = records
         self.log_phase("cp-sat order", started)
+
+    def _order_bound(self, cand: Candidate) -> float:
+        """Seconds no order of the candidate's layout can beat (`cpsat_order.device_bound_s`)."""
+        from adaptis_plan.search.cpsat_order import device_bound_s
+
+        split = any(a.op == "I" for p in cand.programs for a in p)
+        return device_bound_s(cand.layout, self.costs, self.m, split)
 
     def _order_one(self, start: Candidate) -> dict:
         from adaptis_plan.search.cpsat_order import improve_order_windows, solve_order

@@ -14,7 +14,7 @@ import pytest
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs, uniform_costs
 from adaptis_plan.judge.semantics import check_programs
-from adaptis_plan.search.cpsat_order import list_timing, solve_order
+from adaptis_plan.search.cpsat_order import device_bound_s, improve_order_windows, list_timing, solve_order
 from adaptis_plan.search.cpsat_partition import solve_partition
 from adaptis_plan.search.result import SolveResult
 
@@ -229,6 +229,64 @@ def test_order_v_placement_reaches_the_device_bound(num_devices: int, num_mb: in
     assert result.optimal
     assert result.objective == pytest.approx(num_mb * 3 * 2 + num_devices - 1)
     assert result.bound == pytest.approx(result.objective)
+    _check_programs(layout, costs, result.payload, num_mb, True)
+
+
+@pytest.mark.parametrize("num_devices", [2, 4])
+def test_device_bound_counts_the_gradients_way_down(num_devices: int) -> None:
+    # sequential, F = 1, I = 2, W = 0: the last device starts after P - 1 forwards, works 3 M,
+    # and the last input gradient still runs down P - 1 stages (no W to fill that time): the
+    # classic 1F1B step (M + P - 1) x 3, which the order solve also proves optimal
+    num_mb = 4
+    layout = _layout("sequential", num_devices, 1)
+    costs = uniform_costs(layout.num_layers, num_devices, f=1.0, i=2.0, w=0.0)
+    assert device_bound_s(layout, costs, num_mb, True) == pytest.approx(3 * (num_mb + num_devices - 1))
+    result = solve_order(layout, costs, num_mb, hint=_gpipe(layout, num_mb), time_limit_s=5.0)
+    assert result.optimal and result.objective == pytest.approx(3 * (num_mb + num_devices - 1))
+    # with W = 1 the device's own W work (M) covers that much of the way down (I of P - 1
+    # stages, then W of stage 0)
+    costs_w = uniform_costs(layout.num_layers, num_devices, f=1.0, i=2.0, w=1.0)
+    way_down = 2 * (num_devices - 1) + 1
+    expected = num_devices - 1 + 4 * num_mb + max(0, way_down - num_mb)
+    assert device_bound_s(layout, costs_w, num_mb, True) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_device_bound_never_exceeds_a_proven_optimum(seed: int) -> None:
+    # random small layouts and costs: the bound is a bound (the solve's optimum is never below it)
+    rng = np.random.default_rng(seed)
+    num_devices, num_layers, num_mb = 2, 4, 3
+    stage_device = (0, 1, 1, 0) if seed % 2 else (0, 1, 0, 1)
+    layout = Layout((0, 1, 2, 3, 4), stage_device, num_devices)
+    base = uniform_costs(num_layers, num_devices)
+    draw = lambda: np.tile(rng.uniform(0.1, 2.0, num_layers), (num_devices, 1))  # noqa: E731
+    costs = dataclasses.replace(base, f_s=draw(), i_s=draw(), w_s=draw() * (seed % 3) / 2)
+    for split in (True, False):
+        result = solve_order(
+            layout, costs, num_mb, split_backward=split, hint=_gpipe(layout, num_mb, split), time_limit_s=10.0
+        )
+        assert result.optimal
+        assert device_bound_s(layout, costs, num_mb, split) <= result.objective + 1e-3
+
+
+def test_order_windows_grow_until_the_device_bound() -> None:
+    # V on 3 devices, F = I = W = 1, from GPipe's order with windows of 8 actions: the search
+    # ends at the device bound (M x 6 + P - 1) and says OPTIMAL
+    num_devices, num_mb = 3, 6
+    layout = _layout("v", num_devices, 2)
+    costs = uniform_costs(layout.num_layers, num_devices)
+    result, stats = improve_order_windows(
+        layout,
+        costs,
+        num_mb,
+        _gpipe(layout, num_mb),
+        window_actions=8,
+        deterministic_time=20.0,
+        window_deterministic_time=0.05,
+        time_limit_s=120.0,
+    )
+    assert result.status == "OPTIMAL" and stats.improved > 0
+    assert result.objective == pytest.approx(num_mb * 6 + num_devices - 1)
     _check_programs(layout, costs, result.payload, num_mb, True)
 
 

@@ -80,7 +80,11 @@ def test_budget_scales_with_the_time_limit_and_rejects_negative_work() -> None:
     five, thirty = SearchBudget.for_time_limit(5), SearchBudget.for_time_limit(30)
     assert five == SearchBudget()
     assert thirty.schedule_actions == 6 * five.schedule_actions
-    assert thirty.order_window_dtime == pytest.approx(6 * five.order_window_dtime)
+    # window work: linear up to 5 s, then 0.3 units per layout for each further 5 s
+    assert thirty.order_window_dtime == pytest.approx(6 * five.order_window_dtime + 5 * 0.3)
+    assert SearchBudget.for_time_limit(2.5).order_window_dtime == pytest.approx(five.order_window_dtime / 2)
+    # and one more layout past the default limit
+    assert (five.order_layouts, thirty.order_layouts) == (2, 3)
     # the whole-step order model grows with the limit up to twice the default size, no further
     assert SearchBudget.for_time_limit(2.5).order_full_max_actions == five.order_full_max_actions // 2
     assert thirty.order_full_max_actions == 2 * five.order_full_max_actions
