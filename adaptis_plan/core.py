@@ -112,6 +112,10 @@ class CostTable:
     layer_kinds: tuple[str, ...] = field(default=())
     device_names: tuple[str, ...] = field(default=())
     action_overhead_s: float = 0.0  # host time of the runtime per action (dispatch, P2P posting), any op
+    # host CPU time each end of a cross-device message takes (fixed + per byte), charged to the
+    # action that sends or receives it: CPU ranks' gloo copies compete with their compute
+    transfer_host_s: float = 0.0
+    transfer_host_s_per_byte: float = 0.0
 
     def stage_op_seconds(self, device: int, lo: int, hi: int) -> dict[str, float]:
         """F / I / W / B seconds of the layers [lo, hi) as one stage on `device`, each op
@@ -133,6 +137,10 @@ class CostTable:
     @property
     def b_s(self) -> np.ndarray:
         return self.i_s + self.w_s
+
+    def transfer_host_seconds(self, nbytes: float) -> float:
+        """Host time one end of a cross-device message of `nbytes` takes on its device."""
+        return self.transfer_host_s + nbytes * self.transfer_host_s_per_byte
 
     def p2p_s(self, src: int, dst: int, nbytes: float) -> float:
         """Time to move `nbytes` from device src to dst; zero on the same device."""

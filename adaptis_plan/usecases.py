@@ -783,7 +783,8 @@ def profile_for(req: ProfileRequest) -> ProfileOutcome:
     shape = dict(seq_len=req.seq_len, micro_batch_size=req.micro_batch_size, device=req.device, dtype=req.dtype)
     profile = profile_model(model, repeats=req.repeats, head_chunks=req.head_chunks, **shape)
     if req.runtime:
-        profile = profile.model_copy(update={"link": measure_link(), "action_overhead_s": measure_action_overhead()})
+        link = measure_link(host_costs=req.device == "cpu")
+        profile = profile.model_copy(update={"link": link, "action_overhead_s": measure_action_overhead()})
     recompute = profile_recompute(model, repeats=req.repeats, **shape) if req.recompute else {}
     return ProfileOutcome(model, profile, recompute)
 

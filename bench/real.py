@@ -9,7 +9,8 @@ Data flow, per tiny model (`ModelCase`):
 1. measure: `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread, as each
    rank runs; with the head also split into 2, 3 and 4 vocabulary chunks), two copies at once in
    fresh processes with `MALLOC_ENV` as the two ranks run, averaged -> a cost profile, plus the
-   gloo link (`measure_link`, median of a few measurements, once per run) ->
+   gloo link (`measure_link` with each message end's host CPU time, median of a few
+   measurements, once per run) ->
    `<work>/<model>/profile.json`;
 2. plan with it (`usecases.make_plan_for`, hardware `cpu`, `costs_path` = that profile): the
    classic `GPipe`, `1F1B`, `Interleaved1F1B`, `ZBVZeroBubble` on the uniform partition, and
@@ -404,11 +405,13 @@ def measure_link(samples: int) -> dict | None:
         return None
     from adaptis_plan.executor.profile import measure_link as one
 
-    got = [one() for _ in range(samples)]
+    got = [one(host_costs=True) for _ in range(samples)]
     return {
         "latency_s": statistics.median(g.latency_s for g in got),
         "bandwidth_gbps": statistics.median(g.bandwidth_gbps for g in got),
         "backend": got[0].backend,
+        "host_s_per_message": statistics.median(g.host_s_per_message or 0.0 for g in got),
+        "host_s_per_byte": statistics.median(g.host_s_per_byte or 0.0 for g in got),
     }
 
 
@@ -914,8 +917,10 @@ def render(res: RealResults) -> str:
         f"Per model: a cost profile measured here (`adaptis profile`, one thread, medians of"
         f" {cfg.profile_repeats} repeats, {cfg.profile_procs} copies at once as the ranks run, averaged)"
         + (
-            f" and the gloo link ({res.link['latency_s'] * 1e6:.0f} us, {res.link['bandwidth_gbps']:.2f} GB/s,"
-            f" median of {cfg.link_samples})"
+            f" and the gloo link ({res.link['latency_s'] * 1e6:.0f} us, {res.link['bandwidth_gbps']:.2f} GB/s;"
+            f" host CPU per message end {res.link.get('host_s_per_message', 0.0) * 1e6:.0f} us +"
+            f" {res.link.get('host_s_per_byte', 0.0) * 1e9 * 2**20 / 1e6:.2f} ms per MiB, charged by the"
+            f" planner to each action that sends or receives across ranks; medians of {cfg.link_samples})"
             if res.link
             else ""
         )

@@ -306,6 +306,7 @@ def build_cost_table(
     act = np.array([w.act_bytes for w in works], dtype=float)
     act_w = np.array([w.act_w_bytes for w in works], dtype=float)
     bw, latency = _link_matrices([node for _, node in slots], hardware.intra_node, hardware.inter_node)
+    host = (0.0, 0.0)  # host time per message end: fixed, per byte (measured CPU profiles only)
     if profile is not None:
         _check_profile(profile, model, training, profile_source)
         plain_works = _works(model, training)
@@ -331,6 +332,7 @@ def build_cost_table(
             off = ~np.eye(num_devices, dtype=bool)
             bw[off] = profile.link.bandwidth_gbps * 1e9
             latency[off] = profile.link.latency_s
+            host = (profile.link.host_s_per_message or 0.0, profile.link.host_s_per_byte or 0.0)
     return CostTable(
         f_s=f_s,
         i_s=i_s,
@@ -351,6 +353,8 @@ def build_cost_table(
             if profile is not None and profile.action_overhead_s is not None
             else hardware.action_overhead_s
         ),
+        transfer_host_s=float(host[0]),
+        transfer_host_s_per_byte=float(host[1]),
     )
 
 

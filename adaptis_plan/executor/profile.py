@@ -39,6 +39,7 @@ the entry point of those two processes:
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -372,6 +373,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Message sizes (bytes) at which `measure_link` times each end's host CPU, and messages per size.
+_HOST_SIZES = (64 * 2**10, 1 * 2**20)
+_HOST_MESSAGES = 48
+
+
 def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int) -> None:
     import torch.distributed as dist
 
@@ -394,15 +400,37 @@ def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int)
             samples.append(time.perf_counter() - t0)
         return statistics.median(samples[2:])
 
+    def host_cpu(nbytes: int) -> float:
+        """This process's CPU time (every thread: gloo's copies run on its own) per message end, as
+        the executor moves tensors: every send / receive posted at once, each receive into a fresh
+        buffer, then all waited; both directions, so each rank times one sending and one receiving
+        end of every message size."""
+        t = torch.zeros(nbytes // 4)
+        spent = 0.0
+        for sender in (0, 1):
+            dist.barrier()
+            c0 = time.process_time()
+            if rank == sender:
+                handles = [dist.isend(t, peer) for _ in range(_HOST_MESSAGES)]
+            else:
+                handles = [dist.irecv(torch.empty_like(t), peer) for _ in range(_HOST_MESSAGES)]
+            for h in handles:
+                h.wait()
+            spent += time.process_time() - c0
+        return spent / (2 * _HOST_MESSAGES)
+
     rtt_small = pingpong(small)
     rtt_large = pingpong(large)
-    if rank == 0:
-        Path(out).write_text(f"{rtt_small} {rtt_large}")
+    host_cpu(_HOST_SIZES[0])  # warm-up: the first messages of a size pay allocation and connection set-up
+    host = [host_cpu(n) for n in _HOST_SIZES]
+    Path(f"{out}.{rank}").write_text(json.dumps({"rtt": [rtt_small, rtt_large], "host": host}))
     dist.barrier()
     dist.destroy_process_group()
 
 
-def measure_link(*, repeats: int = 20, large_bytes: int = 16 * 2**20, timeout_s: float = 60.0) -> MeasuredLink:
+def measure_link(
+    *, repeats: int = 20, large_bytes: int = 16 * 2**20, timeout_s: float = 60.0, host_costs: bool = False
+) -> MeasuredLink:
     """gloo point-to-point latency and bandwidth between two local processes (one thread each).
 
     Latency = half a small message's round trip; bandwidth from a large message's round trip (the
@@ -411,20 +439,31 @@ def measure_link(*, repeats: int = 20, large_bytes: int = 16 * 2**20, timeout_s:
     again 4x and 16x larger; if it still does not, the measurement fails with one line instead of
     reporting a bandwidth that is noise. Runs `python -m adaptis_plan.executor.profile
     --link-rank R PORT OUT REPEATS BYTES` twice per attempt.
+
+    `host_costs` (for CPU ranks, whose compute shares the cores with gloo's copies): also the
+    host CPU time one end of a message takes, fixed + per byte, fitted to the two ranks' mean CPU
+    time per message end at `_HOST_SIZES` (`host_s_per_message`, `host_s_per_byte`).
     """
     for size in (large_bytes, 4 * large_bytes, 16 * large_bytes):
-        rtt_small, rtt_large = _link_pair(repeats, size, timeout_s)
+        rtt_small, rtt_large, host = _link_pair(repeats, size, timeout_s)
         one_way = rtt_large - rtt_small
         if one_way >= rtt_small:
-            return MeasuredLink(latency_s=rtt_small / 2, bandwidth_gbps=size / one_way / 1e9, backend="gloo")
+            link = MeasuredLink(latency_s=rtt_small / 2, bandwidth_gbps=size / one_way / 1e9, backend="gloo")
+            if host_costs:
+                (n0, n1), (c0, c1) = _HOST_SIZES, host
+                per_byte = max(0.0, (c1 - c0) / (n1 - n0))
+                fixed = max(0.0, c0 - n0 * per_byte)
+                link = link.model_copy(update={"host_s_per_message": fixed, "host_s_per_byte": per_byte})
+            return link
     raise AdaptisError(
         f"measuring the gloo link: a {size} B message took no longer than a 4 B one ({rtt_large * 1e3:.3f} vs"
         f" {rtt_small * 1e3:.3f} ms round trip): the machine is too busy to measure; try again when it is quieter"
     )
 
 
-def _link_pair(repeats: int, large_bytes: int, timeout_s: float) -> tuple[float, float]:
-    """The two link processes' median round trips (small, large), in seconds."""
+def _link_pair(repeats: int, large_bytes: int, timeout_s: float) -> tuple[float, float, list[float]]:
+    """The two link processes' median round trips (small, large) and their mean host CPU per message
+    end at each of `_HOST_SIZES`, in seconds."""
     with tempfile.TemporaryDirectory(prefix="adaptis-link-") as tmp:
         out = os.path.join(tmp, "link.txt")
         port = _free_port()
@@ -463,8 +502,10 @@ def _link_pair(repeats: int, large_bytes: int, timeout_s: float) -> tuple[float,
                 errors.append(f"rank {r}: {(err or '').strip().splitlines()[-1:] or ['exit ' + str(p.returncode)]}")
         if errors:
             raise AdaptisError("measuring the gloo link failed: " + "; ".join(errors))
-        rtt_small, rtt_large = (float(x) for x in Path(out).read_text().split())
-    return rtt_small, rtt_large
+        ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
+    rtt_small, rtt_large = (float(x) for x in ranks[0]["rtt"])
+    host = [statistics.mean(float(r["host"][k]) for r in ranks) for k in range(len(_HOST_SIZES))]
+    return rtt_small, rtt_large, host
 
 
 if __name__ == "__main__":

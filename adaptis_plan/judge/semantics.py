@@ -372,7 +372,8 @@ def _check(
 class StageCosts:
     """What the actions of each stage cost on the stage's device (module docstring, 1).
 
-    Seconds per stage `f`, `i`, `w`, `b` (each with the runtime's per-action overhead once);
+    Seconds per stage `f`, `i`, `w`, `b` (each with the runtime's per-action overhead once, and
+    F, I and B with the host time of each cross-device message they send or receive);
     bytes per stage `act` (allocated by F) and `act_w` (the part W still needs after I);
     `static` bytes per device (weights, gradients, optimizer state of its stages). P2P seconds
     per stage boundary: `p2p_act[s]` carries stage s-1's activation to stage s, `p2p_grad[s]`
@@ -422,6 +423,12 @@ def stage_costs(layout: Layout, costs: CostTable) -> StageCosts:
             # a message holds its link for bytes / bandwidth; the latency is flight time, not occupancy
             occ_act[s] = max(p2p_act[s] - float(costs.link_latency_s[a, c]), 0.0)
             occ_grad[s] = max(p2p_grad[s] - float(costs.link_latency_s[c, a]), 0.0)
+            # each end's host time: stage s-1's F sends and its I / B receives; stage s's F
+            # receives and its I / B sends
+            host = costs.transfer_host_seconds(nbytes)
+            for arr in (f, i, b):
+                arr[s - 1] += host
+                arr[s] += host
     return StageCosts(f, i, w, b, act, act_w, static, p2p_act, p2p_grad, occ_act, occ_grad)
 
 

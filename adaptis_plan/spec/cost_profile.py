@@ -60,6 +60,17 @@ class MeasuredLink(_Strict):
     latency_s: float = Field(ge=0, le=MAX_LATENCY_S, description="one small message, seconds")
     bandwidth_gbps: float = Field(gt=0, le=MAX_GBPS, description="large-message bandwidth, GB/s")
     backend: str = Field(description="torch.distributed backend used")
+    host_s_per_message: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_LATENCY_S,
+        description="host CPU time one end of a message takes (the mean of a send's and a receive's), fixed part,"
+        " seconds; measured on CPU ranks only, where gloo's copies compete with compute: the planner charges it"
+        " to each action that sends or receives across devices",
+    )
+    host_s_per_byte: float | None = Field(
+        None, ge=0, le=1e-3, description="host CPU time one end of a message takes per byte (see host_s_per_message)"
+    )
 
 
 class CostProfile(_Strict):

@@ -107,7 +107,10 @@ class PlanStageCosts(_Strict):
     """What every action of one stage cost as planned, on the stage's device."""
 
     stage: int = Field(ge=0, lt=MAX_LAYERS, description="the stage, in model order")
-    f_s: NonNegativeFloat = Field(description="one forward (F), seconds, the runtime's per-action overhead included")
+    f_s: NonNegativeFloat = Field(
+        description="one forward (F), seconds, the runtime's per-action overhead included, and on CPU ranks with a"
+        " measured link the host time of the messages it sends and receives (so do I and B)"
+    )
     i_s: NonNegativeFloat = Field(description="one backward for inputs (I), seconds")
     w_s: NonNegativeFloat = Field(description="one backward for weights (W), seconds")
     b_s: NonNegativeFloat = Field(description="one full backward (B), seconds")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from adaptis_plan.core import Layout
 from adaptis_plan.cost.analytic import (
     attention_efficiency,
     causal_keys,
@@ -22,6 +23,7 @@ from adaptis_plan.cost.params import model_params
 from adaptis_plan.cost.table import build_cost_table, layer_cost_rows
 from adaptis_plan.errors import InputError
 from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.judge.semantics import stage_costs
 from adaptis_plan.spec.cost_profile import CostProfile, LayerCostEntry, MeasuredLink, ProfiledModel
 from adaptis_plan.spec.hardware import DeviceTypeSpec
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
@@ -484,6 +486,26 @@ def test_profile_overrides_listed_layers_on_every_device() -> None:
     assert np.all(table.static_bytes == analytic.static_bytes)
     assert table.link_bw_bytes_per_s[0, 1] == 1e9 and table.link_latency_s[2, 3] == 1e-3
     assert table.link_latency_s[1, 1] == 0
+
+
+def test_measured_host_time_per_message_is_charged_to_the_actions_that_send_and_receive() -> None:
+    model = gemma_s()
+    plain = build_cost_table(model, H200, _train(pp=2), _profile(model))
+    assert (plain.transfer_host_s, plain.transfer_host_s_per_byte) == (0.0, 0.0)  # not measured: nothing charged
+    link = MeasuredLink(
+        latency_s=1e-3, bandwidth_gbps=1.0, backend="gloo", host_s_per_message=1e-4, host_s_per_byte=1e-9
+    )
+    table = build_cost_table(model, H200, _train(pp=2), _profile(model, link=link))
+    assert (table.transfer_host_s, table.transfer_host_s_per_byte) == (1e-4, 1e-9)
+    n = model.num_layers
+    # three stages: 0 and 1 on device 0 (no message between them), 2 on device 1
+    layout = Layout(bounds=(0, n // 3, 2 * n // 3, n), stage_device=(0, 0, 1), num_devices=2)
+    host = 1e-4 + 1e-9 * float(table.out_bytes[2 * n // 3 - 1])
+    charged, free = stage_costs(layout, table), stage_costs(layout, plain)
+    for op in ("f", "i", "b"):
+        assert list(getattr(charged, op) - getattr(free, op)) == pytest.approx([0.0, host, host]), op
+    assert list(charged.w) == list(free.w)  # W moves nothing
+    assert list(charged.p2p_act) == list(free.p2p_act)  # the link's own time is unchanged
 
 
 def test_profile_of_another_model_is_refused() -> None:

@@ -65,24 +65,34 @@ def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatc
 
     sizes: list[int] = []
 
-    def swamped_then_clear(repeats: int, size: int, timeout_s: float) -> tuple[float, float]:
+    # host CPU per message end at the two probe sizes: 30 us + 1 ns per byte
+    host = [30e-6 + n * 1e-9 for n in prof._HOST_SIZES]
+
+    def swamped_then_clear(repeats: int, size: int, timeout_s: float) -> tuple[float, float, list[float]]:
         sizes.append(size)
         # small round trip 0.2 ms; the large one stands out only at 4x: 0.2 ms + 4 MiB at 2 GB/s
-        return (2e-4, 1.9e-4) if len(sizes) == 1 else (2e-4, 2e-4 + size / 2e9)
+        return (2e-4, 1.9e-4, host) if len(sizes) == 1 else (2e-4, 2e-4 + size / 2e9, host)
 
     monkeypatch.setattr(prof, "_link_pair", swamped_then_clear)
     link = prof.measure_link(large_bytes=2**20)
     assert sizes == [2**20, 4 * 2**20]
     assert link.latency_s == pytest.approx(1e-4) and link.bandwidth_gbps == pytest.approx(2.0)
-    monkeypatch.setattr(prof, "_link_pair", lambda repeats, size, timeout_s: (2e-4, 2.5e-4))
+    assert link.host_s_per_message is None and link.host_s_per_byte is None  # asked for on CPU ranks only
+    sizes.clear()
+    link = prof.measure_link(large_bytes=2**20, host_costs=True)
+    assert link.host_s_per_message == pytest.approx(30e-6) and link.host_s_per_byte == pytest.approx(1e-9)
+    monkeypatch.setattr(prof, "_link_pair", lambda repeats, size, timeout_s: (2e-4, 2.5e-4, host))
     with pytest.raises(AdaptisError, match="too busy to measure"):
         prof.measure_link(large_bytes=2**20)
 
 
 @pytest.mark.slow
 def test_measure_link_between_two_local_processes() -> None:
-    link = measure_link(repeats=3, large_bytes=2**20)
+    link = measure_link(repeats=3, large_bytes=2**20, host_costs=True)
     assert link.backend == "gloo" and link.latency_s > 0 and link.bandwidth_gbps > 0
+    # a receive of 1 MiB into a fresh buffer and a send of it cost host CPU time on some end
+    assert link.host_s_per_message is not None and link.host_s_per_byte is not None
+    assert link.host_s_per_message + 2**20 * link.host_s_per_byte > 0
 
 
 def test_profile_measures_the_head_split_into_chunks() -> None:
