@@ -247,3 +247,25 @@ def test_exact_packed_layout_reaches_the_best_packing(num_devices: int, deal: st
         assert min(n - 1 - owner[::-1].index(d) for d in range(num_devices)) >= n - 2 * num_devices
     else:
         assert len(sd) <= len(exact_packed_layout(costs, num_devices, "spread")[0])
+
+
+def test_order_phase_skips_layouts_whose_bound_reaches_the_best_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the CP-SAT order phase solves the best plan's own layout and, of the others, only those whose
+    # device bound is below the best step found: no order of the rest could beat it
+    from adaptis_plan.search import generator
+    from adaptis_plan.search.cpsat_order import device_bound_s
+
+    costs = uniform_costs(16, 4, f=1.0, i=1.1, w=0.3, latency=0.05)
+    solved: list[tuple[Layout, bool, float, Layout]] = []
+    original = generator._Search._order_one
+
+    def spy(self, start):
+        split = any(a.op == "I" for p in start.programs for a in p)
+        solved.append((start.layout, split, self.best.step_s, self.best.layout))
+        return original(self, start)
+
+    monkeypatch.setattr(generator._Search, "_order_one", spy)
+    search_plan(costs, 16, 8, budget=SearchBudget.for_time_limit(10.0), deadline=Deadline.after(60.0))
+    assert solved
+    for layout, split, best_step, best_layout in solved:
+        assert layout == best_layout or device_bound_s(layout, costs, 8, split) < best_step
