@@ -376,17 +376,24 @@ def _device_tail(sc: _Scaled, device: int) -> int:
     return int(max(0, chain - own_w))
 
 
+def _device_rest(sc: _Scaled, device: int) -> int:
+    """Least time from the device's first action to the end of the step: all its work back to
+    back, then `_device_tail` (the device must hold a stage)."""
+    stages = sc.layout.stages_of(device)
+    work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
+    return work + _device_tail(sc, device)
+
+
 def _device_bound(sc: _Scaled) -> int:
     """A makespan bound that holds without solving: per device, the forward chain before its first
-    stage, then all its work back to back, then `_device_tail`."""
+    stage, then `_device_rest`."""
     best = 0
     for d in range(sc.layout.num_devices):
         stages = sc.layout.stages_of(d)
         if not stages:
             continue
         head = int(sum(sc.dur[s]["F"] + sc.delay_act[s + 1] for s in range(stages[0])))
-        work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
-        best = max(best, head + work + _device_tail(sc, d))
+        best = max(best, head + _device_rest(sc, d))
     return best
 
 
@@ -491,15 +498,13 @@ class OrderModel:
 
     def _add_device_bounds(self) -> None:
         # redundant: nothing on a device starts before its first stage's F of mb 0, and the
-        # device then runs all its work serially, and the step lasts `_device_tail` longer;
-        # CP-SAT's own bound is far weaker on big models
+        # step then lasts at least `_device_rest` longer; CP-SAT's own bound is far weaker on
+        # big models
         sc = self.sc
         for d in range(sc.layout.num_devices):
             stages = sc.layout.stages_of(d)
-            if not stages:
-                continue
-            work = sc.num_microbatches * sum(int(sc.dur[s][op]) for s in stages for op in _ops(sc.split_backward))
-            self.model.add(self.makespan >= self.start[(stages[0], "F", 0)] + work + _device_tail(sc, d))
+            if stages:
+                self.model.add(self.makespan >= self.start[(stages[0], "F", 0)] + _device_rest(sc, d))
 
     def device_lower_bound(self) -> int:
         """The constant behind `_add_device_bounds`: a makespan bound that holds without solving."""

@@ -229,6 +229,11 @@ def policy_portfolio() -> list[ListPolicy]:
     ]
 
 
+def _splits_backward(programs: Programs) -> bool:
+    """Whether the programs run the backward as I + W (else as one B)."""
+    return any(a.op == "I" for p in programs for a in p)
+
+
 def _layout_key(layout: Layout) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return layout.bounds, layout.stage_device
 
@@ -572,8 +577,7 @@ class _Search:
         """Seconds no order of the candidate's layout can beat (`cpsat_order.device_bound_s`)."""
         from adaptis_plan.search.cpsat_order import device_bound_s
 
-        split = any(a.op == "I" for p in cand.programs for a in p)
-        return device_bound_s(cand.layout, self.costs, self.m, split)
+        return device_bound_s(cand.layout, self.costs, self.m, _splits_backward(cand.programs))
 
     def _order_one(self, start: Candidate) -> dict:
         from adaptis_plan.search.cpsat_order import improve_order_windows, solve_order
@@ -585,7 +589,7 @@ class _Search:
         # (its proven bound does not depend on the hint); another source's order still hints the
         # windows below when it is better
         start = self.by_layout_own.get(key, start)
-        split = any(a.op == "I" for p in start.programs for a in p)
+        split = _splits_backward(start.programs)
         hint_from = start.label
         record: dict = {
             "placement": start.placement,
@@ -642,7 +646,7 @@ class _Search:
                 self.costs,
                 self.m,
                 current.programs,
-                split_backward=any(a.op == "I" for p in current.programs for a in p),
+                split_backward=_splits_backward(current.programs),
                 mem_limit_bytes=limits,
                 window_actions=b.order_window_actions,
                 deterministic_time=b.order_window_dtime * share,
