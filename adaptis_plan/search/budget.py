@@ -68,6 +68,17 @@ class SearchBudget:
     order_window_dtime: float = 0.06
     order_window_actions: int = 60
     order_window_step_dtime: float = 0.1
+    #: critical-path ranks (`search.priority`): random deals of the optimal packing whose order
+    #: bound is computed, the best of them by that bound list-scheduled with the plain ranks,
+    #: and the list-scheduled actions of the whole phase (ranking, successive halving, then the
+    #: local search over the ranks on the last `priority_layouts`); about 40 schedules of a PP 4
+    #: pipeline with 16 micro-batches and 26 stages at the default
+    packed_samples: int = 100
+    packed_ranked: int = 4
+    priority_actions: int = 50_000
+    priority_layouts: int = 2
+    #: layouts the successive halving starts from (the best by the plain ranks' estimate)
+    priority_halving: int = 16
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -101,6 +112,9 @@ class SearchBudget:
             # misses the best one for CP-SAT: nemotron-h-s 2K's V x4 ranked third)
             order_layouts=base.order_layouts + (1 if k > 1.0 else 0),
             partition_dtime=base.partition_dtime * min(k, 4.0),
+            packed_samples=int(base.packed_samples * k),
+            packed_ranked=max(1, int(base.packed_ranked * k)),
+            priority_actions=int(base.priority_actions * k),
         )
 
     def scaled(self, factor: float) -> SearchBudget:
@@ -111,6 +125,9 @@ class SearchBudget:
             partition_dtime=self.partition_dtime * factor,
             order_full_dtime=self.order_full_dtime * factor,
             order_window_dtime=self.order_window_dtime * factor,
+            packed_samples=int(self.packed_samples * factor),
+            packed_ranked=max(1, int(self.packed_ranked * factor)),
+            priority_actions=int(self.priority_actions * factor),
         )
 
     def summary(self) -> dict[str, float]:

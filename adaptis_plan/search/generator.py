@@ -46,7 +46,12 @@ from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.listsched import ListPolicy, list_schedule
-from adaptis_plan.search.partition import device_balanced_bounds, min_max_stage_bounds, packed_layouts
+from adaptis_plan.search.partition import (
+    device_balanced_bounds,
+    min_max_stage_bounds,
+    packed_layouts,
+    sampled_packed_layouts,
+)
 
 ALL_COMPONENTS = ("partition", "placement", "schedule")
 
@@ -549,6 +554,106 @@ class _Search:
                 break
         self.log_phase("irregular placement", started)
 
+    def phase_critical_path(self) -> None:
+        """Critical-path ranks (`search.priority`) on the best known layouts and on random deals of
+        the optimal packing: plain ranks on each, then the local search over the ranks on the best
+        `priority_layouts` of them (by the list scheduler's estimate), each result judged."""
+        b = self.budget
+        if "schedule" not in self.components or b.priority_actions <= 0 or self.best is None:
+            return
+        from adaptis_plan.search.priority import MB_WEIGHTS
+
+        if b.priority_actions < 2 * len(MB_WEIGHTS) * self.num_actions(self.best.layout):
+            return  # not even the plain ranks on two layouts: a pipeline too big for this budget
+        left = b.priority_actions
+
+        started = self.start_phase(0.0)
+        ranked = sorted(
+            (c for c in self.by_layout.values() if c.feasible and self.placement_ok(c.layout.stage_device)),
+            key=lambda c: (c.step_s, c.layout.num_stages, c.label),
+        )
+        pool: list[tuple[Layout, str, str]] = []
+        for c in ranked[: b.priority_layouts]:
+            pool.append((c.layout, c.placement, c.partition))
+        if {"placement", "partition"} <= self.components and b.packed_samples > 0:
+            sampled = sampled_packed_layouts(
+                self.costs,
+                self.p,
+                self.m,
+                samples=b.packed_samples,
+                keep=b.packed_ranked,
+                seed=self.seed,
+                stop=self.deadline.expired,
+            )
+            if self.deadline.expired():
+                self.deadline.abort("critical path")
+            for sd, bounds in sampled:
+                layout = Layout(bounds=bounds, stage_device=sd, num_devices=self.p)
+                if self.placement_ok(sd) and all(layout != other for other, _, _ in pool):
+                    pool.append((layout, "packed sample", "packed"))
+        policy = ListPolicy()
+        plain: list[tuple] = []
+        for n, (layout, placement_label, partition) in enumerate(pool):
+            if len(MB_WEIGHTS) * self.num_actions(layout) > left // 2:
+                break  # half of the phase's work at most goes to ranking layouts
+            if not self.deadline.can_afford(len(MB_WEIGHTS) * self.num_actions(layout) * self.rate_schedule):
+                self.deadline.abort("critical path")
+                break
+            res = self._priority(layout, policy, len(MB_WEIGHTS))
+            left -= res.actions
+            plain.append((res.estimate_s, n, layout, placement_label, partition, res))
+        # successive halving: the best half by the estimate so far gets a longer local search, until
+        # `priority_layouts` remain; they share what is left of the work
+        plain.sort(key=lambda x: (x[0], x[1]))
+        alive = plain[: max(b.priority_layouts, b.priority_halving)]
+        rounds: list[int] = []
+        round_actions = left // 4  # each halving round: a quarter of what is left after ranking
+        while len(alive) > b.priority_layouts:
+            scored = []
+            for _, n, layout, placement_label, partition, before in alive:
+                per_layout = max(1, round_actions // len(alive) // self.num_actions(layout))
+                if not self.deadline.can_afford(per_layout * self.num_actions(layout) * self.rate_schedule):
+                    self.deadline.abort("critical path")
+                    break
+                res = self._priority(layout, policy, per_layout, before)
+                left -= res.actions
+                scored.append((res.estimate_s, n, layout, placement_label, partition, res))
+            rounds.append(len(alive))
+            scored.sort(key=lambda x: (x[0], x[1]))
+            alive = scored[: max(b.priority_layouts, len(alive) // 2)]
+            if self.deadline.aborted:
+                break
+        share = max(left, 0) // max(len(alive), 1)
+        for _, _, layout, placement_label, partition, before in alive:
+            per_layout = share // self.num_actions(layout)
+            if not self.deadline.can_afford(per_layout * self.num_actions(layout) * self.rate_schedule):
+                self.deadline.abort("critical path")
+                break
+            res = self._priority(layout, policy, per_layout, before)
+            self.judge(
+                Candidate(
+                    layout,
+                    res.programs,
+                    res.estimate_s,
+                    placement=placement_label,
+                    partition=partition,
+                    policy="critical path",
+                )
+            )
+        self.log_phase("critical path", started, layouts_ranked=len(plain), halving=rounds, layouts_searched=len(alive))
+
+    def _priority(self, layout: Layout, policy: ListPolicy, schedules: int, start=None):  # noqa: ANN001, ANN202
+        from adaptis_plan.search.priority import priority_search
+
+        t0 = time.perf_counter()
+        res = priority_search(
+            layout, self.costs, self.m, schedules=schedules, policy=policy, seed=self.seed, start=start
+        )
+        self.evaluated += res.schedules
+        self.actions += res.actions
+        self.rate_schedule = max(self.rate_schedule * 0.5, (time.perf_counter() - t0) / max(res.actions, 1))
+        return res
+
     def phase_cpsat_order(self) -> None:
         """CP-SAT on the best few distinct layouts, each hinted with the best order known for it."""
         if "schedule" not in self.components or not self.by_layout:
@@ -782,6 +887,8 @@ def search_plan(
     s.phase_refine_partition()
     s.progress("irregular placement", 0.65)
     s.phase_irregular()
+    s.progress("critical path", 0.72)
+    s.phase_critical_path()
     s.progress("cp-sat order", 0.8)
     s.phase_cpsat_order()
     best = s.best

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs
@@ -109,10 +110,59 @@ class ListPolicy:
             raise ValueError(f"f_order = {self.f_order!r}: use one of {F_ORDERS}")
 
 
+@dataclass(frozen=True)
+class Priority:
+    """Ranks that replace the rule "backward first, then forward" (`list_schedule(priority=...)`).
+
+    Among a device's ready actions (forwards still pass the memory admission), the one with the
+    highest score runs: `f[s]` or `b[s]` (the I, or B when backward is not split, of stage s) minus
+    `mb_weight` x its micro-batch. W's still only fill time no forward or backward can use.
+    `critical_path_priority` gives each action its stage's remaining critical path, which keeps
+    every device fed on irregular placements where a device holds many stages (a micro-batch then
+    crosses it again and again, and the backward-first rule starves the devices further down)."""
+
+    f: tuple[float, ...]
+    b: tuple[float, ...]
+    mb_weight: float
+
+    def perturbed(self, f_delta: Sequence[float], b_delta: Sequence[float]) -> Priority:
+        return Priority(
+            tuple(x + d for x, d in zip(self.f, f_delta, strict=True)),
+            tuple(x + d for x, d in zip(self.b, b_delta, strict=True)),
+            self.mb_weight,
+        )
+
+
+def critical_path_priority(layout: Layout, costs: CostTable, split_backward: bool, mb_weight: float) -> Priority:
+    """Each stage's upward rank: the longest work and transfer path from its F (or its I / B) to
+    the end of its micro-batch's backward at stage 0; `mb_weight` in units of the mean stage
+    forward (older micro-batches first, by that much per micro-batch)."""
+    st = stage_costs(layout, costs)
+    n = layout.num_stages
+    back = (st.i if split_backward else st.b).tolist()
+    f, p2p_act, p2p_grad = st.f.tolist(), st.p2p_act.tolist(), st.p2p_grad.tolist()
+    b_rank = [0.0] * n
+    for s in range(n):
+        b_rank[s] = back[s] + (b_rank[s - 1] + p2p_grad[s] if s > 0 else 0.0)
+    f_rank = [0.0] * n
+    for s in reversed(range(n)):
+        f_rank[s] = f[s] + (f_rank[s + 1] + p2p_act[s + 1] if s + 1 < n else b_rank[n - 1])
+    unit = sum(f) / n if n else 0.0
+    return Priority(tuple(f_rank), tuple(b_rank), mb_weight * unit)
+
+
 def list_schedule(
-    layout: Layout, costs: CostTable, num_microbatches: int, policy: ListPolicy = ListPolicy()
+    layout: Layout,
+    costs: CostTable,
+    num_microbatches: int,
+    policy: ListPolicy = ListPolicy(),
+    *,
+    priority: Priority | None = None,
 ) -> tuple[Programs, float]:
-    """Per-device orders and the scheduler's own makespan estimate (links never queue here)."""
+    """Per-device orders and the scheduler's own makespan estimate (links never queue here);
+    `priority` (one rank per stage of `layout`) replaces the backward-first rule (`Priority`)."""
+    if priority is not None and not (len(priority.f) == len(priority.b) == layout.num_stages):
+        raise ValueError(f"priority has {len(priority.f)} / {len(priority.b)} ranks for {layout.num_stages} stages")
     st = stage_costs(layout, costs)
     num_stages, num_devices, m_total = layout.num_stages, layout.num_devices, num_microbatches
     last = num_stages - 1
@@ -147,6 +197,7 @@ def list_schedule(
     last_op = [""] * num_devices  # the device's last action's op class: F, B (I or B) or W
     last_fb = [""] * num_devices  # its last forward or backward
     f_order = policy.f_order
+    mbw = priority.mb_weight if priority is not None else 0.0
 
     f_end = [[inf] * m_total for _ in range(num_stages)]
     b_end = [[inf] * m_total for _ in range(num_stages)]  # I, or B when not split
@@ -211,6 +262,7 @@ def list_schedule(
         # --- backward candidates
         best_b = None
         best_bk = None
+        best_b_k = -1
         next_b_arrival = inf
         for s in stages:
             k = next_b[s]
@@ -221,9 +273,9 @@ def list_schedule(
                 continue
             r = fe if s == last else b_end[s + 1][k] + p2p_grad[s + 1]
             if r <= t:
-                key = (k, -s)
+                key = (k, -s) if priority is None else (priority.b[s] * -1 + mbw * k, k, -s)
                 if best_bk is None or key < best_bk:
-                    best_bk, best_b = key, s
+                    best_bk, best_b, best_b_k = key, s, k
             elif r < next_b_arrival:
                 next_b_arrival = r
         choice_op, choice_s, choice_k = "", -1, -1
@@ -235,12 +287,15 @@ def list_schedule(
         late_f: list[tuple[tuple[int, int], float]] = []  # forwards whose input is in flight: (key, arrival)
         oldest = min(next_b[s] for s in stages)
         # forwards matter only when no backward is ready, or when the policy alternates after one
-        for s in stages if best_b is None or (alternate and last_fb[d] == "B") else ():
+        for s in stages if best_b is None or (alternate and last_fb[d] == "B") or priority is not None else ():
             k = next_f[s]
             if k >= m_total:
                 continue
             r = 0.0 if s == 0 else f_end[s - 1][k] + p2p_act[s]
-            key = (k, -s) if f_order == "mb-depth" else (k, s) if f_order == "mb-breadth" else (-s, k)
+            if priority is not None:
+                key = (priority.f[s] * -1 + mbw * k, k, -s)
+            else:
+                key = (k, -s) if f_order == "mb-depth" else (k, s) if f_order == "mb-breadth" else (-s, k)
             if r > t:
                 if r < next_f_arrival:
                     next_f_arrival = r
@@ -262,16 +317,17 @@ def list_schedule(
             if next_b_arrival < soon or any(r < soon and key < best_fk for key, r in late_f):
                 best_f = None
         f_first = alternate and last_fb[d] == "B" and best_f is not None
+        if priority is not None and best_f is not None and best_b is not None:
+            f_first = best_fk < best_bk  # the higher score runs
         if eager_w and last_op[d] == "B" and pending_w[d] and any(next_f[x] < m_total for x in stages):
             # the W of the backward just done runs next (the zero-bubble handcrafted rhythm F, I, W)
             # while forwards remain; in the cool-down W's wait, so the backwards reach stage 0 sooner
             k, s = heapq.heappop(pending_w[d])
             choice_op, choice_s, choice_k = "W", s, k
         elif best_b is not None and not f_first:
-            choice_op, choice_s, choice_k = ("I" if split else "B"), best_b, best_bk[0]
+            choice_op, choice_s, choice_k = ("I" if split else "B"), best_b, best_b_k
         elif best_f is not None:
-            choice_op, choice_s = "F", best_f
-            choice_k = best_fk[1] if f_order == "stage-depth" else best_fk[0]
+            choice_op, choice_s, choice_k = "F", best_f, next_f[best_f]
         elif pending_w[d]:
             k, s = pending_w[d][0]
             wait = inf

@@ -16,6 +16,9 @@ solver, no simulator.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+
 import numpy as np
 
 from adaptis_plan.core import CostTable
@@ -231,15 +234,11 @@ def exact_packed_layout(
     Zero-cost layers stay with the layer before them (leading ones with the first device)."""
     if deal not in ("runs", "spread"):
         raise ValueError(f"deal = {deal!r}: use 'runs' or 'spread'")
-    work = layer_work(costs).min(axis=0)
-    packing = best_packing(work, num_devices)
-    if packing is None or any(sum(d) == 0 for d in packing.per_device):
+    classes = _packing_classes(costs, num_devices)
+    if classes is None:
         return None
-    sizes = np.array(packing.sizes)
-    # each positive layer's class: the representative it agrees with to 1e-9 (the smallest member)
-    kind = [int(np.argmin(np.abs(sizes - x))) if x > 0 else -1 for x in work.tolist()]
-    need = [list(d) for d in packing.per_device]
-    total = [float(np.dot(sizes, d)) for d in packing.per_device]
+    kind, need, sizes = classes
+    total = [float(np.dot(sizes, d)) for d in need]
     dealt = [0.0] * num_devices
 
     def run_length(d: int, start: int) -> int:
@@ -267,10 +266,33 @@ def exact_packed_layout(
         need[cur][c] -= 1
         dealt[cur] += float(sizes[c])
         owner.append(cur)
-    # leading zero-cost layers join the first device that holds a layer
+    return _layout_of_owners(owner)
+
+
+def _packing_classes(costs: CostTable, num_devices: int) -> tuple[list[int], list[list[int]], np.ndarray] | None:
+    """(each layer's size class, -1 for zero-cost layers; per device, how many layers of each class
+    the optimal packing gives it; the class sizes), or None where `best_packing` is not computed or
+    leaves a device empty."""
+    work = layer_work(costs).min(axis=0)
+    packing = best_packing(work, num_devices)
+    if packing is None or any(sum(d) == 0 for d in packing.per_device):
+        return None
+    sizes = np.array(packing.sizes)
+    # each positive layer's class: the representative it agrees with to 1e-9 (the smallest member)
+    kind = [int(np.argmin(np.abs(sizes - x))) if x > 0 else -1 for x in work.tolist()]
+    return kind, [list(d) for d in packing.per_device], sizes
+
+
+def _layout_of_owners(owner: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(stage_device, bounds) of a device per layer (-1: a zero-cost layer, which stays with the
+    layer before it, leading ones with the first device that holds a layer); devices are
+    renumbered in the order the layers reach them (the packing does not tell them apart)."""
+    owner = list(owner)
+    for pos in range(1, len(owner)):
+        if owner[pos] < 0:
+            owner[pos] = owner[pos - 1]
     first = next(d for d in owner if d >= 0)
     owner = [first if d < 0 else d for d in owner]
-    # devices numbered in the order the layers reach them (the packing does not tell them apart)
     rename: dict[int, int] = {}
     for d in owner:
         rename.setdefault(d, len(rename))
@@ -283,3 +305,58 @@ def exact_packed_layout(
             bounds.append(pos)
     bounds.append(len(owner))
     return tuple(stage_device), tuple(bounds)
+
+
+def sampled_packed_layouts(
+    costs: CostTable,
+    num_devices: int,
+    num_microbatches: int,
+    *,
+    samples: int,
+    keep: int,
+    seed: int = 0,
+    stop: Callable[[], bool] | None = None,
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The `keep` layouts with the lowest order bound (`cpsat_order.device_bound_s`, I / W split)
+    among `samples` random deals of the optimal packing (each device gets exactly the layers of
+    each size class the packing gives it, in a random arrangement over the depth), distinct,
+    ties by stage count then map; [] where the packing is not computed. `stop()` true ends the
+    sampling early (the search's wall-clock abort). The bound only screens:
+    the successive halving in the generator's critical-path phase picks among them by schedule.
+
+    The two fixed deals of `exact_packed_layout` fix one arrangement each; where the packing
+    forces a device to hold many stages (Nemotron-H: eleven Mamba layers, which come in pairs
+    between attention layers), the fill and drain of the layout decide the step, and random deals
+    ranked by the order bound find arrangements both deals miss (nemotron-h-s 4K on the paper's
+    costs: bound 673.3 against 682.7 for the spread deal, the lower bound being 672.3)."""
+    from adaptis_plan.core import Layout
+    from adaptis_plan.search.cpsat_order import device_bound_s
+
+    classes = _packing_classes(costs, num_devices)
+    if classes is None or samples <= 0 or keep <= 0:
+        return []
+    kind, need, _ = classes
+    positions: dict[int, list[int]] = {}
+    for pos, c in enumerate(kind):
+        if c >= 0:
+            positions.setdefault(c, []).append(pos)
+    rng = random.Random(seed)
+    seen: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    ranked = []
+    for _ in range(samples):
+        if stop is not None and stop():
+            break
+        owner = [-1] * len(kind)
+        for c, where in sorted(positions.items()):
+            pool = [d for d in range(num_devices) for _ in range(need[d][c])]
+            rng.shuffle(pool)
+            for pos, d in zip(where, pool, strict=True):
+                owner[pos] = d
+        sd, bounds = _layout_of_owners(owner)
+        if (sd, bounds) in seen:
+            continue
+        seen.add((sd, bounds))
+        bound = device_bound_s(Layout(bounds, sd, num_devices), costs, num_microbatches, True)
+        ranked.append((round(bound, 9), len(sd), sd, bounds))
+    ranked.sort()
+    return [(sd, bounds) for _, _, sd, bounds in ranked[:keep]]

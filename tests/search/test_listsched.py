@@ -20,7 +20,7 @@ from adaptis_plan.judge.semantics import check_programs, stage_costs
 from adaptis_plan.judge.simulate import simulate
 from adaptis_plan.schedules import get_spec
 from adaptis_plan.search.generator import policy_portfolio
-from adaptis_plan.search.listsched import ListPolicy, list_schedule
+from adaptis_plan.search.listsched import ListPolicy, critical_path_priority, list_schedule
 
 
 def _one_f_one_b_peak(p: int, m: int, costs) -> float:
@@ -128,3 +128,31 @@ def test_policy_names_describe_their_fields():
     assert len(set(names)) == len(names)
     with pytest.raises(ValueError, match="w_lookahead"):
         ListPolicy(w_lookahead="sometimes")
+
+
+@given(_cases(), st.sampled_from([0.5, 2.0, 8.0]), st.integers(0, 3))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_critical_path_ranks_keep_the_memory_and_action_contract(case, mb_weight, seed):
+    """The priority mode replaces only the choice among ready actions: memory admission and the
+    action contract hold as in the rule-based mode, for plain and for perturbed ranks."""
+    layout, costs, m, policy = case
+    pri = critical_path_priority(layout, costs, policy.split_backward, mb_weight)
+    rng = np.random.default_rng(seed)
+    pri = pri.perturbed(rng.normal(0, 1, layout.num_stages), rng.normal(0, 1, layout.num_stages))
+    programs, est = list_schedule(layout, costs, m, policy, priority=pri)
+    check_programs(layout, programs, m, backward="split" if policy.split_backward else "fused")
+    res = simulate(layout, costs, programs, m)
+    assert res.fits_memory, (res.peak_memory_bytes, res.mem_limit_bytes, policy.name)
+    assert res.step_time_s <= est * (1 + 1e-9)
+
+
+def test_critical_path_ranks_are_the_remaining_path_of_each_action():
+    costs = uniform_costs(4, 2, f=1.0, i=2.0, w=0.5, latency=0.0)
+    layout = Layout((0, 1, 2, 3, 4), (0, 1, 1, 0), 2)
+    pri = critical_path_priority(layout, costs, True, 0.0)
+    # I at stage s: the I's of stages s..0; F at stage s: the F's of stages s..3, then every I
+    assert pri.b == pytest.approx((2.0, 4.0, 6.0, 8.0))
+    assert pri.f == pytest.approx((12.0, 11.0, 10.0, 9.0))
+    assert critical_path_priority(layout, costs, True, 2.0).mb_weight == pytest.approx(2.0)  # x the mean stage F (1)
+    with pytest.raises(ValueError, match="ranks for 4 stages"):
+        list_schedule(layout, costs, 2, priority=dataclasses.replace(pri, f=pri.f[:3], b=pri.b[:3]))
