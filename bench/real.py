@@ -151,6 +151,11 @@ class PlanRun:
     predicted_after_s: float | None = None  # re-simulated with a second profile taken right after the runs
     #: re-simulated with the layers it runs profiled inside the launch, between the steps (a split head as its chunks)
     predicted_in_run_s: float | None = None
+    #: "F3" (op letter, stage) -> summed simulated action spans; the same measured, per kept round
+    predicted_stage_busy_s: dict[str, float] = field(default_factory=dict)
+    ours_stage_busy_s: list[dict[str, float]] = field(default_factory=list)
+    #: minor page faults of our runtime's step, both ranks together, per kept round (memory touched afresh)
+    page_faults: list[int] = field(default_factory=list)
 
     @property
     def ours(self) -> float:
@@ -204,6 +209,14 @@ class PlanRun:
         devices = range(len(self.predicted_busy_s))
         extra = sum(self.busy(d) - self.predicted_busy(d) for d in devices)
         return extra / max(sum(self.num_actions), 1)
+
+    def stage_inflation(self, stage: int, op: str) -> float | None:
+        """Measured / predicted compute of `op` on `stage` (median over rounds), minus 1; None when not planned."""
+        key = f"{op}{stage}"
+        pred = self.predicted_stage_busy_s.get(key, 0.0)
+        if pred <= 0 or not self.ours_stage_busy_s:
+            return None
+        return statistics.median(r.get(key, 0.0) for r in self.ours_stage_busy_s) / pred - 1.0
 
     def split(self) -> str:
         return " ".join(f"{a}-{b - 1}@d{d}" if b - a > 1 else f"{a}@d{d}" for a, b, d in self.stages)
@@ -602,13 +615,21 @@ def run_model(
         plan = outcome.plan
         bounds = [(s.layers[0], s.layers[1], s.device) for s in plan.stages]
         pred_busy = []
+        pred_stage: dict[str, float] = {}
         for dev in plan.devices:
             per_op = dict.fromkeys("FIWB", 0.0)
             for a in dev.actions:
                 per_op[a.op] += a.end_s - a.start_s
+                pred_stage[f"{a.op}{a.stage}"] = pred_stage.get(f"{a.op}{a.stage}", 0.0) + a.end_s - a.start_s
             pred_busy.append(per_op)
         ours = f"ours:{strategy}"
         busy = [list(x) for x in zip(*(d["busy_s"][ours] for d in ranks), strict=True)]
+        # each stage lives on one rank: the ranks' per-stage dicts merge without overlap
+        stage_busy = [
+            {k: v for d in per_rank for k, v in d.items()}
+            for per_rank in zip(*(d["stage_busy_s"][ours] for d in ranks), strict=True)
+        ]
+        faults = [sum(x) for x in zip(*(d["minor_faults"][ours] for d in ranks), strict=True)]
         pr = PlanRun(
             strategy=strategy,
             stages=bounds,
@@ -624,6 +645,9 @@ def run_model(
             predicted_chunks_s=chunked.get(strategy),
             predicted_after_s=after[strategy],
             predicted_in_run_s=in_run_pred[strategy],
+            predicted_stage_busy_s=pred_stage,
+            ours_stage_busy_s=kept(stage_busy),
+            page_faults=kept(faults),
         )
         if strategy in CLASSIC:
             pr.torch_s = kept(ranks[0]["step_times_s"][f"torch:{strategy}"])
@@ -892,6 +916,10 @@ def _inflation(p: PlanRun) -> float:
     return p.inflation() or 0.0
 
 
+def _faults(p: PlanRun) -> str:
+    return f"{statistics.median(p.page_faults):.0f}" if p.page_faults else "–"
+
+
 def _pct_or_dash(v: float | None) -> str:
     return "–" if v is None else f"{v * 100:+.0f}%"
 
@@ -1012,11 +1040,13 @@ def render(res: RealResults) -> str:
         " busy − 1 over both devices (then per op letter): compute that ran slower in the pipeline than the"
         " profile measured layer by layer; extra per action = that difference over the plan's number of"
         " actions. Idle = step − busy of the busier device: waiting on the other rank, gloo P2P, and"
-        " per-action Python work.",
+        " per-action Python work. Page faults = minor page faults of one step, both ranks (median over"
+        " rounds): memory the step touched afresh (4 KiB each; one tiny-gemma logits tensor is about"
+        " 12,000), which the profile's warm layers do not pay.",
         "",
         "| model | plan | step ms (pred) | busy d0 ms (pred) | busy d1 ms (pred) | compute inflation"
-        " | F | I | W | B | extra per action us | idle of the busier device ms (pred) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " | F | I | W | B | extra per action us | idle of the busier device ms (pred) | page faults |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in res.models:
         for s in RUNS:
@@ -1028,8 +1058,29 @@ def render(res: RealResults) -> str:
             lines.append(
                 f"| {m.case.model} | {s} | {_ms(p.ours)} ({_ms(p.predicted_s)}) | {_ms(busy[0])}"
                 f" ({_ms(pbusy[0])}) | {_ms(busy[1])} ({_ms(pbusy[1])})"
-                f" | {_pct(_inflation(p))} | {per_op} | {p.extra_per_action() * 1e6:.0f} | {_ms(idle)} ({_ms(pidle)}) |"
+                f" | {_pct(_inflation(p))} | {per_op} | {p.extra_per_action() * 1e6:.0f} | {_ms(idle)} ({_ms(pidle)})"
+                f" | {_faults(p)} |"
             )
+    lines += [
+        "",
+        "### Per stage",
+        "",
+        "For the plans that split the backward (I and W as their own actions, W deferred):"
+        " compute inflation of each stage's F, I and W (measured / predicted summed spans − 1, median over"
+        " rounds).",
+        "",
+        "| model | plan | stage | layers | device | F | I | W |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in res.models:
+        for s in RUNS:
+            p = m.plans[s]
+            if not any(k.startswith("W") for k in p.predicted_stage_busy_s):
+                continue
+            for n, (a, b, d) in enumerate(p.stages):
+                per_op = " | ".join(_pct_or_dash(p.stage_inflation(n, op)) for op in "FIW")
+                layers = f"{a}-{b - 1}" if b - a > 1 else str(a)
+                lines.append(f"| {m.case.model} | {s} | {n} | {layers} | d{d} | {per_op} |")
     lines += ["", "### Same loss in both runtimes", ""]
     diffs = [(m, p) for m in res.models for p in (m.plans[s] for s in CLASSIC)]
     worst = max(p.loss_diff for _, p in diffs)

@@ -25,7 +25,9 @@ alike (with `profile_models`, one more item of the rotation profiles those model
 other than the two ranks used (`bench.real.others_share`), so the parent can drop rounds that
 other jobs disturbed. Output: `<out>/rank{r}.json` with per-run step times (rank 0's wall time
 from a barrier to a barrier), the per-round loss on the rank that holds the last stage, and
-for "ours" the busy time per rank and op letter (summed action spans), the in-launch profiles
+for "ours" the busy time per rank and op letter (summed action spans) and per op letter and
+stage (`stage_busy_s`), the minor page faults of every run's step on this rank (`minor_faults`,
+from getrusage: memory touched afresh), the in-launch profiles
 (`profiles`, one CostProfile JSON per model, this rank's medians); with `save_grads`, the first
 round's gradients of every run as `<out>/grads.{run index}.rank{r}.pt` (names
 `{layer index}.{name in layer}` in both runtimes). On failure `<out>/error.rank{r}.json` and
@@ -54,6 +56,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -258,6 +261,7 @@ class OursRun:
             recompute=[st.recompute for st in plan.stages],
         )
         self.busy_s: list[dict[str, float]] = []  # per step: op letter -> summed action spans
+        self.stage_busy_s: list[dict[str, float]] = []  # per step: "F3" (op letter, stage) -> summed spans
 
     def zero_grad(self) -> None:
         self.rt.zero_grad()
@@ -268,9 +272,12 @@ class OursRun:
     def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> float | None:
         res = self.rt.run_step(inputs, labels)
         busy = dict.fromkeys("FIWB", 0.0)
-        for _name, _stage, _mb, op, t0, t1 in res.actions:
+        by_stage: dict[str, float] = {}
+        for _name, stage, _mb, op, t0, t1 in res.actions:
             busy[op] += t1 - t0
+            by_stage[f"{op}{stage}"] = by_stage.get(f"{op}{stage}", 0.0) + t1 - t0
         self.busy_s.append(busy)
+        self.stage_busy_s.append(by_stage)
         return res.loss
 
 
@@ -359,6 +366,7 @@ def run(cfg: dict, out: Path) -> None:
     names = list(runs)
     warmup, rounds = int(cfg["warmup"]), int(cfg["rounds"])
     times: dict[str, list[float]] = {n: [] for n in names}
+    faults: dict[str, list[int]] = {n: [] for n in names}  # minor page faults per step (first touch of memory)
     losses: dict[str, list[float | None]] = {n: [] for n in names}
     pids: list[int] = [0] * dist.get_world_size()
     dist.all_gather_object(pids, os.getpid())
@@ -376,10 +384,12 @@ def run(cfg: dict, out: Path) -> None:
             job = runs[name]
             job.zero_grad()
             dist.barrier()
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
             loss = job.step(inputs, labels)
             dist.barrier()
             times[name].append(time.perf_counter() - t0)
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
             losses[name].append(loss)
             if rnd == 0 and cfg.get("save_grads"):
                 torch.save(job.named_grads(), out / f"grads.{names.index(name)}.rank{rank}.pt")
@@ -392,8 +402,10 @@ def run(cfg: dict, out: Path) -> None:
             "warmup": warmup,
             "step_times_s": {n: t[warmup:] for n, t in times.items()},
             "warmup_times_s": {n: t[:warmup] for n, t in times.items()},
+            "minor_faults": {n: f[warmup:] for n, f in faults.items()},
             "losses": losses,
             "busy_s": {n: j.busy_s[warmup:] for n, j in runs.items() if isinstance(j, OursRun)},
+            "stage_busy_s": {n: j.stage_busy_s[warmup:] for n, j in runs.items() if isinstance(j, OursRun)},
             "others_share": shares[warmup:],
             "profiles": in_run.merged(warmup) if in_run is not None else [],
             "num_threads": torch.get_num_threads(),

@@ -91,7 +91,15 @@ def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) 
     assert re.fullmatch(r"\d+ of \d+", noise[2]) and noise[1].endswith("%")
     (speed,) = _table_after(text, "### Adaptive vs the best torch schedule")
     assert speed[2] in real.CLASSIC and float(speed[5].removesuffix("x")) > 0
-    assert len(_table_after(text, "### Where our runtime's time goes")) == len(real.RUNS)
+    spent = _table_after(text, "### Where our runtime's time goes")
+    assert len(spent) == len(real.RUNS)
+    assert all(re.fullmatch(r"\d+", r[12]) for r in spent)  # page faults per step
+    # per stage: every stage of each plan that splits the backward (ZBV's four at least), F / I / W
+    per_stage = _table_after(text, "### Per stage")
+    zbv = [r for r in per_stage if r[1] == "ZBVZeroBubble"]
+    assert [r[2] for r in zbv] == ["0", "1", "2", "3"] and [r[4] for r in zbv] == ["d0", "d1", "d1", "d0"]
+    assert all(re.fullmatch(NUM + "%", c) for r in zbv for c in r[5:8])
+    assert {r[1] for r in per_stage} <= {"ZBVZeroBubble", "adaptive"}
     assert "max |difference|" in text and "torch 2." in text and "set_num_threads(1)" in text
 
 
