@@ -13,11 +13,20 @@ Imports torch, the executor's layers and `wgrad`, and the profile spec; never a 
 builder or the simulator (the runtime's time per action is measured by the `adaptis profile`
 use case, which builds the probe plan and runs it through `launch.run_plan`).
 
-Per distinct layer and repeat (medians over `repeats` after `warmup`):
+Per distinct layer and repeat (medians over `repeats` after `warmup`), in the steady state of a
+pipeline stage: `IN_FLIGHT` earlier micro-batches' graphs are alive at every timing, and each
+backward is that of the oldest of them, so F writes its activations into memory the others do not
+leave free and hot, and I / B read activations written `IN_FLIGHT` forwards before:
 - F: forward of one micro-batch ([micro_batch_size, seq_len] tokens), building the graph;
 - I: backward to the layer input with weight GEMMs deferred (`WeightGradStore.deferring`);
-- W: the deferred weight GEMMs;
-- B: a fresh forward (untimed), then the fused full backward.
+- W: the deferred weight GEMMs, right after that I;
+- B (a pass of its own): a new forward (untimed), then the fused full backward of the oldest.
+Timed back to back instead (F, then at once its I and W), the layers of the 2-rank CPU bench ran
+10-40% faster than inside the pipeline (per stage, `bench.real`'s "Per stage" table), most in F,
+by about 1.5-2 ms per tiny-llama stage forward, which a one-process stage forward with two graphs
+held reproduced. With the steady state, the in-launch errors (tiny-llama, tiny-nemotron-h) of the
+classic plans went from -2% to -14% to -6.8% to +0.7%, the adaptive plans' from -14% to -23%
+to -6% to -11%.
 Weight gradients accumulate across repeats (warm-up repeats allocate them), as they do for all
 but the first micro-batch of a step; memory is measured in an untimed pass before (below).
 A head split into vocabulary chunks is profiled chunk by chunk (`distinct_layers` says which
@@ -49,6 +58,7 @@ import sys
 import tempfile
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -63,6 +73,8 @@ from adaptis_plan.spec.cost_profile import CostProfile, HeadChunkProfile, LayerC
 from adaptis_plan.spec.model import ModelSpec
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: micro-batches whose forward graphs stay alive while a layer is timed (module docstring)
+IN_FLIGHT = 2
 
 
 def distinct_layers(model: ModelSpec) -> list[list[int]]:
@@ -176,32 +188,53 @@ def _profile_layer(
     for p in layer.parameters():
         p.grad = None
     # timed passes; gradients accumulate from one repeat to the next (the warm-up ones allocate
-    # them), as they do for all but the first micro-batch of a step
+    # them), as they do for all but the first micro-batch of a step. `IN_FLIGHT` micro-batches stay
+    # alive between a forward and its backward, as on a pipeline stage (module docstring).
     times: dict[str, list[float]] = {"f": [], "i": [], "w": [], "b": []}
-    for rep in range(warmup + repeats):
+    held: deque[tuple[int, torch.Tensor]] = deque()
+    steady = warmup + IN_FLIGHT  # from this repeat on, IN_FLIGHT graphs are alive at every timing
+    for rep in range(steady + repeats):
         _sync(device)
         t0 = time.perf_counter()
         out, _ = forward()
         _sync(device)
         t1 = time.perf_counter()
-        with store.deferring("p"):
-            torch.autograd.backward(out, grad)
+        held.append((rep, out))
+        del out
+        if len(held) <= IN_FLIGHT:
+            continue
+        key, old = held.popleft()
         _sync(device)
         t2 = time.perf_counter()
-        store.run("p")
+        with store.deferring(key):
+            torch.autograd.backward(old, grad)
         _sync(device)
         t3 = time.perf_counter()
-        del out
-        out, _ = forward()
+        store.run(key)
         _sync(device)
         t4 = time.perf_counter()
-        torch.autograd.backward(out, grad)
-        _sync(device)
-        t5 = time.perf_counter()
-        del out
-        if rep >= warmup:
-            for k, v in zip("fiwb", (t1 - t0, t2 - t1, t3 - t2, t5 - t4), strict=True):
+        del old
+        if rep >= steady:
+            for k, v in zip("fiw", (t1 - t0, t3 - t2, t4 - t3), strict=True):
                 times[k].append(v)
+    held.clear()
+    # B: a new forward (untimed), then the fused backward of the oldest micro-batch held
+    for rep in range(steady + repeats):
+        out, _ = forward()
+        held.append((rep, out))
+        del out
+        if len(held) <= IN_FLIGHT:
+            continue
+        _, old = held.popleft()
+        _sync(device)
+        t0 = time.perf_counter()
+        torch.autograd.backward(old, grad)
+        _sync(device)
+        t1 = time.perf_counter()
+        del old
+        if rep >= steady:
+            times["b"].append(t1 - t0)
+    held.clear()
     for p in layer.parameters():
         p.grad = None
     med = {k: statistics.median(v) for k, v in times.items()}

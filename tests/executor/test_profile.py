@@ -59,6 +59,45 @@ def test_profile_groups_identical_layers_and_measures_every_op() -> None:
     ]
 
 
+def test_every_timed_forward_and_backward_has_other_micro_batches_in_flight() -> None:
+    """A pipeline stage forwards while earlier micro-batches' graphs are still alive (their
+    activations take the memory the profile's back-to-back passes would reuse hot): F, I and B
+    are timed in that steady state, with `IN_FLIGHT` other graphs held."""
+    import weakref
+
+    from torch import nn
+
+    from adaptis_plan.executor import profile as prof
+
+    class Probe(nn.Module):
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+            self.outputs: list[weakref.ref] = []
+            self.alive: list[int] = []  # outputs of earlier forwards still alive, at each forward
+
+        def forward(self, *args):  # noqa: ANN002, ANN201
+            self.alive.append(sum(r() is not None for r in self.outputs))
+            out = self.inner(*args)
+            self.outputs.append(weakref.ref(out))
+            return out
+
+    model = tiny_family("llama")
+    keep: dict = {}
+    profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, keep=keep)
+    key = next(k for k in keep if k[1] == 1)  # the first decoder block
+    probe = keep[key] = Probe(keep[key])
+    repeats, warmup = 3, 1
+    profile_model(model, seq_len=16, micro_batch_size=1, repeats=repeats, warmup=warmup, keep=keep)
+    steady = warmup + prof.IN_FLIGHT
+    # the memory pass, then the I / W pass and the B pass, each `steady + repeats` forwards
+    assert len(probe.alive) == 1 + 2 * (steady + repeats)
+    ifw, b = probe.alive[1 : 1 + steady + repeats], probe.alive[1 + steady + repeats :]
+    assert prof.IN_FLIGHT >= 1
+    assert ifw[steady:] == [prof.IN_FLIGHT] * repeats and b[steady:] == [prof.IN_FLIGHT] * repeats
+    assert max(probe.alive) == prof.IN_FLIGHT  # never more: the oldest is backpropagated and freed
+
+
 def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     import adaptis_plan.executor.profile as prof
     from adaptis_plan.errors import AdaptisError
