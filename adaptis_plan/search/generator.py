@@ -364,6 +364,13 @@ class _Search:
         out = [("device-balanced", device_balanced_bounds(self.costs, stage_device, start=mm))]
         if mm != out[0][1]:
             out.append(("min-max", mm))
+        # with no more micro-batches than devices, the fill and drain decide the step (a single
+        # micro-batch: the step is the chain), which the balance above ignores: the classic
+        # strategies' uniform split too
+        if self.m <= self.p and len(stage_device) <= self.num_layers - 2:
+            uni = uniform_bounds(self.num_layers, len(stage_device))
+            if all(uni != b for _, b in out):
+                out.append(("uniform", uni))
         return out
 
     def bounds_for(self, stage_device: tuple[int, ...]) -> tuple[int, ...]:
