@@ -14,6 +14,7 @@ from helpers_executor import (
     tiny_family,
 )
 
+from adaptis_plan.errors import AdaptisError
 from adaptis_plan.executor.profile import distinct_layers, measure_link, profile_model
 from adaptis_plan.inputs.models.load import load_model
 from adaptis_plan.inputs.models.transform import split_head
@@ -127,7 +128,15 @@ def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatc
 
 @pytest.mark.slow
 def test_measure_link_between_two_local_processes() -> None:
-    link = measure_link(repeats=3, large_bytes=2**20, host_costs=True)
+    # the suite runs on every core, so a round trip can queue behind the other workers: measure again
+    # (as a user would, "when it is quieter") before calling the link unmeasurable
+    for attempt in range(3):
+        try:
+            link = measure_link(repeats=5, large_bytes=2**20, host_costs=True)
+            break
+        except AdaptisError as e:
+            if "too busy" not in str(e) or attempt == 2:
+                raise
     assert link.backend == "gloo" and link.latency_s > 0 and link.bandwidth_gbps > 0
     # a receive of 1 MiB into a fresh buffer and a send of it cost host CPU time on some end
     assert link.host_s_per_message is not None and link.host_s_per_byte is not None
