@@ -191,50 +191,43 @@ def _profile_layer(
     # them), as they do for all but the first micro-batch of a step. `IN_FLIGHT` micro-batches stay
     # alive between a forward and its backward, as on a pipeline stage (module docstring).
     times: dict[str, list[float]] = {"f": [], "i": [], "w": [], "b": []}
-    held: deque[tuple[int, torch.Tensor]] = deque()
     steady = warmup + IN_FLIGHT  # from this repeat on, IN_FLIGHT graphs are alive at every timing
-    for rep in range(steady + repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        out, _ = forward()
-        _sync(device)
-        t1 = time.perf_counter()
-        held.append((rep, out))
-        del out
-        if len(held) <= IN_FLIGHT:
-            continue
-        key, old = held.popleft()
-        _sync(device)
-        t2 = time.perf_counter()
-        with store.deferring(key):
-            torch.autograd.backward(old, grad)
-        _sync(device)
-        t3 = time.perf_counter()
-        store.run(key)
-        _sync(device)
-        t4 = time.perf_counter()
-        del old
-        if rep >= steady:
-            for k, v in zip("fiw", (t1 - t0, t3 - t2, t4 - t3), strict=True):
-                times[k].append(v)
-    held.clear()
-    # B: a new forward (untimed), then the fused backward of the oldest micro-batch held
-    for rep in range(steady + repeats):
-        out, _ = forward()
-        held.append((rep, out))
-        del out
-        if len(held) <= IN_FLIGHT:
-            continue
-        _, old = held.popleft()
-        _sync(device)
-        t0 = time.perf_counter()
-        torch.autograd.backward(old, grad)
-        _sync(device)
-        t1 = time.perf_counter()
-        del old
-        if rep >= steady:
-            times["b"].append(t1 - t0)
-    held.clear()
+
+    def steady_pass(fused: bool) -> None:
+        """F of a new micro-batch, then the backward of the oldest held: I then its W, or B (`fused`)."""
+        held: deque[tuple[int, torch.Tensor]] = deque()
+        for rep in range(steady + repeats):
+            _sync(device)
+            t0 = time.perf_counter()
+            out, _ = forward()
+            _sync(device)
+            t1 = time.perf_counter()
+            held.append((rep, out))
+            del out
+            if len(held) <= IN_FLIGHT:
+                continue
+            key, old = held.popleft()
+            _sync(device)
+            t2 = time.perf_counter()
+            if fused:
+                torch.autograd.backward(old, grad)
+            else:
+                with store.deferring(key):
+                    torch.autograd.backward(old, grad)
+            _sync(device)
+            t3 = time.perf_counter()
+            if not fused:
+                store.run(key)
+                _sync(device)
+            t4 = time.perf_counter()
+            del old
+            if rep >= steady:
+                spans = {"b": t3 - t2} if fused else {"f": t1 - t0, "i": t3 - t2, "w": t4 - t3}
+                for k, v in spans.items():
+                    times[k].append(v)
+
+    steady_pass(fused=False)
+    steady_pass(fused=True)
     for p in layer.parameters():
         p.grad = None
     med = {k: statistics.median(v) for k, v in times.items()}
