@@ -1102,7 +1102,8 @@ def render(res: RealResults) -> str:
         " above. The profiler times each distinct layer's F, I, W as a pipeline stage runs them, with two"
         " other micro-batches' graphs alive and each backward that of the oldest (`executor/profile.py`),"
         " with both cores busy (two copies at once, as the two ranks run); whatever a pipeline adds beyond"
-        " that (W deferred past other actions, per-action interpreter work, gloo's own threads) is error. The profile is measured once, minutes before the runs, on a shared machine: its own noise"
+        " that (W deferred past other actions, per-action interpreter work, gloo's own threads) is error."
+        " The profile is measured once, minutes before the runs, on a shared machine: its own noise"
         " carries into every prediction of that model."
     )
     lines.append(
