@@ -899,9 +899,7 @@ def _justify(sc: _Scaled, programs: Programs, timed: dict[Key, tuple[Number, Num
             pred[nxt].append((n, 0))
     # precedence rank for ties at equal times (zero-length actions): F down, I / B up, W last
     stages = sc.layout.num_stages
-    rank = [
-        (k[0] if k[1] == "F" else 2 * stages - k[0] if k[1] != "W" else 3 * stages, k[2]) for k in keys
-    ]
+    rank = [(k[0] if k[1] == "F" else 2 * stages - k[0] if k[1] != "W" else 3 * stages, k[2]) for k in keys]
     horizon = max(e for _, e in timed.values())
     devices = sc.layout.num_devices
 

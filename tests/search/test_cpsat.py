@@ -381,7 +381,9 @@ def _irregular_instance(seed: int) -> tuple[Layout, CostTable, Programs]:
     layout = Layout(tuple(range(num_stages + 1)), stage_device, num_devices)
     draw = lambda: np.tile(rng.uniform(0.2, 2.0, num_stages), (num_devices, 1))  # noqa: E731
     costs = dataclasses.replace(uniform_costs(num_stages, num_devices), f_s=draw(), i_s=draw(), w_s=draw() * 0.5)
-    programs, _ = list_schedule(layout, costs, 6, ListPolicy(), priority=critical_path_priority(layout, costs, True, 1.0))
+    programs, _ = list_schedule(
+        layout, costs, 6, ListPolicy(), priority=critical_path_priority(layout, costs, True, 1.0)
+    )
     return layout, costs, programs
 
 
