@@ -167,6 +167,7 @@ class P2P:
         self.pump()
 
     def pump(self) -> None:
+        sent = False
         for q in self._queues.values():
             while q:
                 t = q[0]
@@ -177,9 +178,14 @@ class P2P:
                 elif t.key in self._ready:
                     tensor = self._ready.pop(t.key)
                     self._sends.append((dist.isend(tensor, dst=t.dst, tag=t.tag), tensor, t))
+                    sent = True
                 else:
                     break
                 q.popleft()
+        if sent and self._device.type == "cpu":
+            # give the core to gloo's I/O thread now: with every core computing (a rank per core), a
+            # posted send otherwise waits until this rank next blocks, and its receiver with it
+            os.sched_yield()
 
     def send(self, key: tuple[str, int, int], tensor: torch.Tensor) -> None:
         self._ready[key] = tensor.contiguous()
