@@ -260,6 +260,7 @@ class RealResults:
     wall_s: float
     load: tuple[str, str]
     date: str
+    busy_link: dict | None = None  # `bench.link_busy.measure`: sends while both ranks compute
 
 
 # ----------------------------------------------------------------------------- running
@@ -693,11 +694,16 @@ def run_bench(
         link = measure_link(cfg.link_samples)
         if link:
             log(f"gloo link: {link['latency_s'] * 1e6:.0f} us, {link['bandwidth_gbps']:.2f} GB/s")
+        busy = None
+        if link:
+            from bench import link_busy
+
+            busy = link_busy.measure()
         models = [run_model(c, cfg, link, work_dir / c.model, log) for c in cfg.cases]
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    return RealResults(cfg, models, link, time.perf_counter() - t0, (load0, _load()), date)
+    return RealResults(cfg, models, link, time.perf_counter() - t0, (load0, _load()), date, busy)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -961,6 +967,12 @@ def render(res: RealResults) -> str:
         " wall time barrier to barrier; figures are medians of the measured rounds. Error ="
         " (predicted − measured) / measured, negative = the prediction is optimistic.",
         "",
+    ]
+    if res.busy_link:
+        from bench import link_busy
+
+        lines += [link_busy.sentence(res.busy_link), ""]
+    lines += [
         "### Targets",
         "",
         "| figure | ours | target | result | what limits it |",

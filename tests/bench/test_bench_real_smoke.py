@@ -101,6 +101,10 @@ def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) 
     assert all(re.fullmatch(NUM + "%", c) for r in zbv for c in r[5:8])
     assert {r[1] for r in per_stage} <= {"ZBVZeroBubble", "adaptive"}
     assert "max |difference|" in text and "torch 2." in text and "set_num_threads(1)" in text
+    # sends while both ranks compute, with and without the runtime's yield
+    assert set(results.busy_link) == {"no yield", "yield"}
+    assert all(0 <= r["median_s"] <= r["p90_s"] <= r["p99_s"] and r["mean_s"] >= 0 for r in results.busy_link.values())
+    assert "Sends while both ranks compute" in text
 
 
 def test_every_plan_is_also_simulated_with_its_layers_profiled_inside_the_launch(

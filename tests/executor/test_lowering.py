@@ -39,3 +39,38 @@ def test_lowering_refuses_a_deadlocking_order() -> None:
     with pytest.raises(DeadlockError, match="circular wait") as e:
         lower(layout, programs, 2)
     assert "[0B0]" in e.value.grid and "[1F1]" in e.value.grid
+
+
+def test_a_cpu_rank_yields_its_core_once_after_posting_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with a rank computing on every core, gloo's I/O thread writes a posted send only once it gets a
+    # core: the runtime yields after posting (measured: `python -m bench.link_busy`)
+    from datetime import timedelta
+
+    import torch
+
+    import adaptis_plan.executor.runtime as runtime
+
+    layout = Layout(bounds=(0, 1, 2), stage_device=(0, 1), num_devices=2)
+    programs = [
+        [Action(0, "F", 0), Action(0, "F", 1), Action(0, "B", 0), Action(0, "B", 1)],
+        [Action(1, "F", 0), Action(1, "B", 0), Action(1, "F", 1), Action(1, "B", 1)],
+    ]
+    low = lower(layout, programs, 2)
+    events: list[str] = []
+    monkeypatch.setattr(runtime.dist, "isend", lambda t, dst, tag: events.append(f"send {tag}") or object())
+    monkeypatch.setattr(runtime.dist, "irecv", lambda t, src, tag: events.append(f"recv {tag}") or object())
+    monkeypatch.setattr(runtime.os, "sched_yield", lambda: events.append("yield"))
+    boundaries = {0: ((1, 2), torch.float32)}
+    for device, yields in (("cpu", True), ("meta", False)):
+        events.clear()
+        comm = runtime.P2P(low, 0, boundaries, torch.device(device), 60.0)
+        comm._timeout = timedelta(seconds=60)
+        comm.start_step()
+        assert "yield" not in events  # receives posted, nothing sent yet
+        comm.send(("act", 0, 0), torch.zeros(1, 2))
+        comm.send(("act", 0, 1), torch.zeros(1, 2))
+        sends = [i for i, e in enumerate(events) if e.startswith("send")]
+        assert len(sends) == 2
+        assert [e for e in events if e == "yield"] == (["yield", "yield"] if yields else [])
+        if yields:  # each send is followed by a yield before anything else is sent
+            assert all("yield" in events[i + 1 : j] for i, j in zip(sends, sends[1:] + [len(events)], strict=True))
