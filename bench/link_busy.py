@@ -12,8 +12,8 @@ core (`os.sched_yield`) after posting sends on CPU; this probe keeps the effect 
 What it does: two processes (gloo, one thread each) compute small matmuls; rank 0 posts a 64 KiB
 `isend` at an agreed time, rank 1 (its `irecv` posted before) asks for it 1 ms later and times
 the `wait`. Both clocks are the machine's monotonic clock. Per mode, `messages` messages; the
-report gives the mean, median and 90th / 99th percentile of the wait. Imports torch only in the
-two rank processes.
+report gives the mean, median and 90th / 99th percentile of the wait. The two processes are
+started as the executor's link probe starts its own (`executor.profile.free_port` / `pair_env`).
 """
 
 from __future__ import annotations
@@ -74,24 +74,15 @@ def _rank(rank: int, port: int, out: str, messages: int) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def measure(messages: int = 200, timeout_s: float = 120.0) -> dict[str, dict[str, float]]:
     """Per mode ("no yield", "yield"): the receive's wait in seconds (mean, median, p90, p99)."""
+    from adaptis_plan.executor.profile import free_port, pair_env
+
     with tempfile.TemporaryDirectory(prefix="adaptis-busy-link-") as tmp:
         out = os.path.join(tmp, "waits.json")
-        port = _free_port()
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        root = str(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        port = free_port()
         cmd = [sys.executable, "-m", "bench.link_busy", "--rank"]
-        procs = [subprocess.Popen([*cmd, str(r), str(port), out, str(messages)], env=env) for r in (0, 1)]
+        procs = [subprocess.Popen([*cmd, str(r), str(port), out, str(messages)], env=pair_env()) for r in (0, 1)]
         try:
             for p in procs:
                 p.wait(timeout=timeout_s)

@@ -393,7 +393,8 @@ def _measuring(device: str) -> Iterator[torch.device]:
 # ---------------------------------------------------------------- point-to-point link
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (for a pair of local gloo processes)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -487,15 +488,22 @@ def measure_link(
     )
 
 
+def pair_env() -> dict[str, str]:
+    """The environment of a local probe process: one intra-op thread, and this checkout importable
+    (`python -m adaptis_plan...` or `python -m bench...` from any working directory)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
 def _link_pair(repeats: int, large_bytes: int, timeout_s: float) -> tuple[float, float, list[float]]:
     """The two link processes' median round trips (small, large) and their mean host CPU per message
     end at each of `_HOST_SIZES`, in seconds."""
     with tempfile.TemporaryDirectory(prefix="adaptis-link-") as tmp:
         out = os.path.join(tmp, "link.txt")
-        port = _free_port()
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        port = free_port()
+        env = pair_env()
         procs = [
             subprocess.Popen(
                 [

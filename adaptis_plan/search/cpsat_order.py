@@ -952,6 +952,16 @@ _RETIME_DTIME_PER_ACTION = 4e-6
 _JUSTIFY_DTIME_PER_ACTION = 2e-5
 
 
+def _shorter(sc: _Scaled, programs: Programs, best: Number) -> tuple[dict[Key, tuple[Number, Number]], Number] | None:
+    """(timing, makespan) of `programs` under the model when they keep its micro-batch order and
+    memory and end before `best`; else None."""
+    timed = sc.time_programs(programs)
+    if timed is None or not sc.hint_feasible(timed):
+        return None
+    makespan = max(e for _, e in timed.values())
+    return (timed, makespan) if makespan < best else None
+
+
 def _window_positions(total: int, size: int) -> list[int]:
     """First-action positions of the windows of `size` actions that cover `total` by half a
     window's steps, alternately from both ends inwards (the fill and the drain hold the bubbles)."""
@@ -1065,13 +1075,11 @@ def improve_order_windows(
                 if part != current[d][lo:hi]:
                     trial[d] = current[d][:lo] + part + current[d][hi:]
                     changed = True
-            new_timed = sc.time_programs(trial) if changed else None
-            if new_timed is not None and sc.hint_feasible(new_timed):
-                makespan = max(e for _, e in new_timed.values())
-                if makespan < best:
-                    current, timed, best, stale = trial, new_timed, makespan, True
-                    kept += 1
-                    kept_in_pass += 1
+            better = _shorter(sc, trial, best) if changed else None
+            if better is not None:
+                current, (timed, best), stale = trial, better, True
+                kept += 1
+                kept_in_pass += 1
         if stopped or best <= bound:
             break
         at += 1
@@ -1085,18 +1093,16 @@ def improve_order_windows(
                 # holds; when it shortens the step, the windows start over from their first size
                 spent += cost
                 trial = _justify(sc, current, timed)
-                new_timed = sc.time_programs(trial)
-                if new_timed is not None and sc.hint_feasible(new_timed):
-                    makespan = max(e for _, e in new_timed.values())
-                    if makespan < best:
-                        current, timed, best, stale = trial, new_timed, makespan, True
-                        justified += 1
-                        size, window_deterministic_time = first_size, first_window_dtime
-                        positions = _window_positions(total, size)
-                        at = 0
-                        if best <= bound:
-                            break
-                        continue
+                better = _shorter(sc, trial, best)
+                if better is not None:
+                    current, (timed, best), stale = trial, better, True
+                    justified += 1
+                    size, window_deterministic_time = first_size, first_window_dtime
+                    positions = _window_positions(total, size)
+                    at = 0
+                    if best <= bound:
+                        break
+                    continue
             if not kept_in_pass:
                 # nothing kept this pass: windows twice as long (a move that spans more actions),
                 # each searched twice as hard, while the budget lasts
