@@ -19,14 +19,18 @@ backward is that of the oldest of them, so F writes its activations into memory 
 leave free and hot, and I / B read activations written `IN_FLIGHT` forwards before:
 - F: forward of one micro-batch ([micro_batch_size, seq_len] tokens), building the graph;
 - I: backward to the layer input with weight GEMMs deferred (`WeightGradStore.deferring`);
-- W: the deferred weight GEMMs, right after that I;
+- W: the deferred weight GEMMs of the I `W_DEFERRED` repeats before, right after this repeat's I
+  (a schedule that splits the backward runs W after other actions, when the stash it reads is no
+  longer in cache: timed right after its own I, the head's W of the 2-rank CPU bench came out
+  1.5-1.8 ms (25-30 %) shorter than it ran in every split-backward plan, a decoder's 0.7 ms);
 - B (a pass of its own): a new forward (untimed), then the fused full backward of the oldest.
 Timed back to back instead (F, then at once its I and W), the layers of the 2-rank CPU bench ran
 10-40% faster than inside the pipeline (per stage, `bench.real`'s "Per stage" table), most in F,
 by about 1.5-2 ms per tiny-llama stage forward, which a one-process stage forward with two graphs
 held reproduced. With the steady state, the in-launch errors (tiny-llama, tiny-nemotron-h) of the
 classic plans went from -2% to -14% to -6.8% to +0.7%, the adaptive plans' from -14% to -23%
-to -6% to -11%.
+to -6% to -11%. With W deferred (tiny-llama, tiny-nemotron-h), the adaptive plans' went from -12.5% /
+-6.6% to -3.6% / -0.5%, and the classic plans' stayed within -1.8% to +7.4%.
 Weight gradients accumulate across repeats (warm-up repeats allocate them), as they do for all
 but the first micro-batch of a step; memory is measured in an untimed pass before (below).
 A head split into vocabulary chunks is profiled chunk by chunk (`distinct_layers` says which
@@ -75,6 +79,8 @@ from adaptis_plan.spec.model import ModelSpec
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 #: micro-batches whose forward graphs stay alive while a layer is timed (module docstring)
 IN_FLIGHT = 2
+#: later micro-batches' I that run between a micro-batch's I and its timed W (module docstring)
+W_DEFERRED = 1
 
 
 def distinct_layers(model: ModelSpec) -> list[list[int]]:
@@ -191,11 +197,14 @@ def _profile_layer(
     # them), as they do for all but the first micro-batch of a step. `IN_FLIGHT` micro-batches stay
     # alive between a forward and its backward, as on a pipeline stage (module docstring).
     times: dict[str, list[float]] = {"f": [], "i": [], "w": [], "b": []}
-    steady = warmup + IN_FLIGHT  # from this repeat on, IN_FLIGHT graphs are alive at every timing
+    # from this repeat on, IN_FLIGHT graphs are alive at every timing and every timed W is deferred
+    steady = warmup + IN_FLIGHT + W_DEFERRED
 
     def steady_pass(fused: bool) -> None:
-        """F of a new micro-batch, then the backward of the oldest held: I then its W, or B (`fused`)."""
+        """F of a new micro-batch, then the backward of the oldest held: I, then the W of the I
+        `W_DEFERRED` repeats before (module docstring), or B (`fused`)."""
         held: deque[tuple[int, torch.Tensor]] = deque()
+        stashed: deque[int] = deque()  # keys whose I ran and whose W has not
         for rep in range(steady + repeats):
             _sync(device)
             t0 = time.perf_counter()
@@ -214,10 +223,11 @@ def _profile_layer(
             else:
                 with store.deferring(key):
                     torch.autograd.backward(old, grad)
+                stashed.append(key)
             _sync(device)
             t3 = time.perf_counter()
-            if not fused:
-                store.run(key)
+            if len(stashed) > W_DEFERRED:
+                store.run(stashed.popleft())
                 _sync(device)
             t4 = time.perf_counter()
             del old
@@ -225,6 +235,8 @@ def _profile_layer(
                 spans = {"b": t3 - t2} if fused else {"f": t1 - t0, "i": t3 - t2, "w": t4 - t3}
                 for k, v in spans.items():
                     times[k].append(v)
+        while stashed:  # untimed: the pass leaves no stash behind
+            store.run(stashed.popleft())
 
     steady_pass(fused=False)
     steady_pass(fused=True)

@@ -90,13 +90,57 @@ def test_every_timed_forward_and_backward_has_other_micro_batches_in_flight() ->
     probe = keep[key] = Probe(keep[key])
     repeats, warmup = 3, 1
     profile_model(model, seq_len=16, micro_batch_size=1, repeats=repeats, warmup=warmup, keep=keep)
-    steady = warmup + prof.IN_FLIGHT
+    steady = warmup + prof.IN_FLIGHT + prof.W_DEFERRED
     # the memory pass, then the I / W pass and the B pass, each `steady + repeats` forwards
     assert len(probe.alive) == 1 + 2 * (steady + repeats)
     ifw, b = probe.alive[1 : 1 + steady + repeats], probe.alive[1 + steady + repeats :]
     assert prof.IN_FLIGHT >= 1
     assert ifw[steady:] == [prof.IN_FLIGHT] * repeats and b[steady:] == [prof.IN_FLIGHT] * repeats
     assert max(probe.alive) == prof.IN_FLIGHT  # never more: the oldest is backpropagated and freed
+
+
+def test_every_timed_w_runs_after_later_micro_batches_backward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule that splits the backward runs W after other actions, when its stash is out of
+    cache: the profiler times each W after `W_DEFERRED` later micro-batches' I, never right after
+    its own I (the timed span is the W's alone), and leaves no stash behind."""
+    from contextlib import contextmanager
+
+    from adaptis_plan.executor import profile as prof
+    from adaptis_plan.executor.wgrad import WeightGradStore
+
+    events: list[tuple[int, str, object]] = []  # (store, "I" / "W", key)
+    deferring, run = WeightGradStore.deferring, WeightGradStore.run
+
+    @contextmanager
+    def spy_deferring(self, key):  # noqa: ANN001, ANN202
+        with deferring(self, key):
+            yield
+        events.append((id(self), "I", key))
+
+    def spy_run(self, key):  # noqa: ANN001, ANN202
+        events.append((id(self), "W", key))
+        return run(self, key)
+
+    monkeypatch.setattr(WeightGradStore, "deferring", spy_deferring)
+    monkeypatch.setattr(WeightGradStore, "run", spy_run)
+    assert prof.W_DEFERRED >= 1
+    repeats, warmup = 3, 1
+    profile_model(tiny_family("llama"), seq_len=16, micro_batch_size=1, repeats=repeats, warmup=warmup)
+    stores = list(dict.fromkeys(s for s, _, _ in events))
+    for store in stores:
+        # the memory pass's stash (a str key) is measured, then dropped; the timed passes key by repeat
+        seq = [(op, key) for s, op, key in events if s == store and isinstance(key, int)]
+        i_keys = [k for op, k in seq if op == "I"]
+        w_keys = [k for op, k in seq if op == "W"]
+        assert sorted(w_keys) == sorted(i_keys)  # every stash run once: nothing left behind
+        timed = 0
+        for pos, (op, key) in enumerate(seq):
+            if op != "W" or pos == len(seq) - 1 or seq[pos + 1][0] == "W":
+                continue  # the untimed runs at the end of the pass
+            later = [k for o, k in seq[seq.index(("I", key)) + 1 : pos] if o == "I"]
+            assert len(later) == prof.W_DEFERRED, (key, seq)
+            timed += 1
+        assert timed >= repeats
 
 
 def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatch: pytest.MonkeyPatch) -> None:
