@@ -608,11 +608,18 @@ def run_cmd(
     help="also measure every decoder block under selective and full recomputation (shown, and in --json; not"
     " written to the profile)",
 )
+@click.option(
+    "--reverse",
+    is_flag=True,
+    help="measure the layers last to first (the file keeps model order): a second copy profiling at the same"
+    " time as a first then never times the same layer at the same moment, as no two pipeline ranks run one",
+)
 @click.option("-o", "--output", required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def profile_cmd(
-    model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, head_chunks_arg, recompute, output, as_json
-) -> None:
+    model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, head_chunks_arg, recompute, reverse,
+    output, as_json,
+) -> None:  # fmt: skip
     """Measure per-layer F / I / W time and activation memory on this machine."""
     from adaptis_plan.planfile.io import check_output_path
 
@@ -640,6 +647,7 @@ def profile_cmd(
             runtime=(device == "cpu") if runtime is None else runtime,
             recompute=recompute,
             head_chunks=chunk_counts,
+            reverse=reverse,
         )
     )
     spec, prof = outcome.model, outcome.profile

@@ -757,6 +757,7 @@ class ProfileRequest:
     runtime: bool = False  # also the gloo link and the runtime's time per action (2 local ranks)
     recompute: bool = False  # also every decoder block under selective and full recomputation
     head_chunks: tuple[int, ...] = ()  # also the head split into these many vocabulary chunks
+    reverse: bool = False  # the distinct layers last to first (`profile_model`)
 
 
 @dataclass
@@ -781,7 +782,7 @@ def profile_for(req: ProfileRequest) -> ProfileOutcome:
 
     model = load_model(req.model_arg)
     shape = dict(seq_len=req.seq_len, micro_batch_size=req.micro_batch_size, device=req.device, dtype=req.dtype)
-    profile = profile_model(model, repeats=req.repeats, head_chunks=req.head_chunks, **shape)
+    profile = profile_model(model, repeats=req.repeats, head_chunks=req.head_chunks, reverse=req.reverse, **shape)
     if req.runtime:
         link = measure_link(host_costs=req.device == "cpu")
         profile = profile.model_copy(update={"link": link, "action_overhead_s": measure_action_overhead()})

@@ -350,7 +350,10 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
     `cfg.profile_procs` copies at once, each a fresh process with one intra-op thread and
     `MALLOC_ENV`: with PP=2 both cores are busy, as in the pipeline, so the profile sees the
     same contention (shared caches and memory, and whatever else this machine runs) as the
-    ranks. The copies' F / I / W / B seconds are averaged per layer.
+    ranks. Every second copy walks the layers last to first (`--reverse`), as the in-launch
+    profile's second rank does: no two copies time the same layer at once (a large-vocabulary
+    head on both cores shares the memory bandwidth that only one rank uses for it in a pipeline).
+    The copies' F / I / W / B seconds are averaged per layer.
     """
     procs, outs = [], []
     for k in range(cfg.profile_procs):
@@ -358,7 +361,7 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
         cmd = [
             sys.executable, "-m", "adaptis_plan.cli", "profile", "--model", str(model_arg), "--device", "cpu",
             "--seq-len", str(case.seq_len), "--micro-batch-size", str(case.micro_batch_size),
-            "--repeats", str(cfg.profile_repeats), "-o", str(path),
+            "--repeats", str(cfg.profile_repeats), "-o", str(path), *(["--reverse"] if k % 2 else []),
         ]  # fmt: skip
         procs.append(
             subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(cfg), cwd=REPO)

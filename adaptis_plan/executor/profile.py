@@ -272,7 +272,8 @@ def profile_model(
     """Measured F / I / W / B seconds and activation bytes per distinct layer (see the module docstring).
 
     `head_chunks`: chunk counts to measure the head split into (ignored for a tied or already split
-    head). `reverse`: measure the distinct layers last to first (the entries keep model order):
+    head). `reverse`: measure the distinct layers last to first, the head's chunks before them (the
+    entries and chunks keep their order):
     two processes profiling at once, one each way, do not run the same layer at the same time,
     as no two pipeline ranks do (a large-vocabulary head timed on both cores at once shares the
     memory bandwidth that, in a pipeline, only one rank uses for it). `keep`: a dict that holds the
@@ -283,16 +284,25 @@ def profile_model(
     """
     with _measuring(device) as dev:
         groups = distinct_layers(model)
-        entries = _entries(
-            model, groups[::-1] if reverse else groups, "none", seq_len, micro_batch_size, dev, dtype, repeats,
-            warmup, seed, keep,
-        )  # fmt: skip
+
+        def layers() -> list[LayerCostEntry]:
+            got = _entries(
+                model, groups[::-1] if reverse else groups, "none", seq_len, micro_batch_size, dev, dtype, repeats,
+                warmup, seed, keep,
+            )  # fmt: skip
+            return got[::-1] if reverse else got
+
+        def chunks() -> list[HeadChunkProfile]:
+            return _profile_head_chunks(
+                model, head_chunks, seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
+                dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed, reverse=reverse,
+            )  # fmt: skip
+
+        # reversed, the head's chunks come first, so that they too meet other layers in a forward copy
         if reverse:
-            entries.reverse()
-        chunked = _profile_head_chunks(
-            model, head_chunks, seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
-            dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed,
-        )  # fmt: skip
+            chunked, entries = chunks(), layers()
+        else:
+            entries, chunked = layers(), chunks()
         threads = torch.get_num_threads()
     return CostProfile(
         model=ProfiledModel(name=model.name, fingerprint=model.fingerprint()),
@@ -309,24 +319,27 @@ def profile_model(
     )
 
 
-def _profile_head_chunks(model: ModelSpec, counts: tuple[int, ...], **kw: object) -> list[HeadChunkProfile]:
-    """The head split into each of `counts` chunks, its distinct chunks profiled; `layers` = chunk numbers."""
+def _profile_head_chunks(
+    model: ModelSpec, counts: tuple[int, ...], *, reverse: bool = False, **kw: object
+) -> list[HeadChunkProfile]:
+    """The head split into each of `counts` chunks, its distinct chunks profiled; `layers` = chunk numbers.
+    `reverse`: measured from the largest count's last chunk back (the result keeps its order)."""
     from adaptis_plan.inputs.models.transform import split_head
 
     if model.tie_word_embeddings or model.num_head_chunks != 1:
         return []
     out = []
-    for k in sorted({c for c in counts if 2 <= c <= model.vocab_size}):
+    ks = sorted({c for c in counts if 2 <= c <= model.vocab_size})
+    for k in ks[::-1] if reverse else ks:
         split = split_head(model, k)
         first = split.num_layers - k
+        groups = [g for g in distinct_layers(split) if g[0] >= first]
         entries = []
-        for group in distinct_layers(split):
-            if group[0] < first:
-                continue
+        for group in groups[::-1] if reverse else groups:
             e = _profile_layer(split, group[0], **kw)  # type: ignore[arg-type]
             entries.append(e.model_copy(update={"layers": [i - first for i in group]}))
-        out.append(HeadChunkProfile(num_chunks=k, entries=entries))
-    return out
+        out.append(HeadChunkProfile(num_chunks=k, entries=entries[::-1] if reverse else entries))
+    return out[::-1] if reverse else out
 
 
 def profile_recompute(

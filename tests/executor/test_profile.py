@@ -60,6 +60,35 @@ def test_profile_groups_identical_layers_and_measures_every_op() -> None:
     ]
 
 
+def test_a_reversed_profile_measures_the_head_chunks_first_and_last_layer_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two copies profiling at once, one reversed, never time the same layer together: the reversed
+    one walks the head's chunks (largest count, last chunk first) and then the layers last to
+    first, and reports everything in the forward copy's order."""
+    from adaptis_plan.executor import profile as prof
+
+    measured: list[tuple[int, int]] = []  # (number of layers of the model measured, layer index)
+    real = prof._profile_layer
+
+    def spy(model, index, **kw):  # noqa: ANN001, ANN003, ANN202
+        measured.append((model.num_layers, index))
+        return real(model, index, **kw)
+
+    monkeypatch.setattr(prof, "_profile_layer", spy)
+    model = tiny_family("llama")
+    n = model.num_layers
+    fwd = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, head_chunks=(2, 3))
+    forward_order, measured[:] = list(measured), []
+    back = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, head_chunks=(2, 3), reverse=True)
+    assert measured == forward_order[::-1]
+    assert measured[0] == (n + 2, n + 1) and measured[-1] == (n, 0)  # the 3-way split's last chunk first
+    assert [e.layers for e in back.entries] == [e.layers for e in fwd.entries]
+    assert [(h.num_chunks, [e.layers for e in h.entries]) for h in back.head_chunks] == [
+        (h.num_chunks, [e.layers for e in h.entries]) for h in fwd.head_chunks
+    ]
+
+
 def test_every_timed_forward_and_backward_has_other_micro_batches_in_flight() -> None:
     """A pipeline stage forwards while earlier micro-batches' graphs are still alive (their
     activations take the memory the profile's back-to-back passes would reuse hot): F, I and B
@@ -212,10 +241,11 @@ def test_overhead_probe_is_a_one_rank_plan_whose_critical_path_is_every_action(n
 
 
 def test_profile_command_writes_the_profile_and_reports_recompute(adaptis, tmp_path: Path) -> None:
+    """(measured last layer first, `--reverse`: the file is in model order all the same)"""
     out = tmp_path / "p.json"
     r = adaptis(
         "profile", "--model", "tiny-llama", "--seq-len", "16", "--repeats", "1", "--no-runtime", "--recompute",
-        "--json", "-o", out,
+        "--reverse", "--json", "-o", out,
     )  # fmt: skip
     assert r.exit_code == 0, r.stderr
     shown = json.loads(r.stdout)
