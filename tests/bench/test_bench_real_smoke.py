@@ -10,6 +10,7 @@ same loss (within 1e-5) on the first step.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ SMOKE = real.RealConfig(
     rounds=1,
     time_limit_s=0.5,
     profile_repeats=1,
+    profile_sessions=2,  # the planning profile is a median of sessions (one more session: seconds here)
     link_samples=1,
     timeout_s=240.0,
     quiet_wait_s=0.0,  # CI shares the machine with the other tests: measure, do not wait
@@ -145,3 +147,23 @@ def test_noisy_rounds_are_dropped_but_never_all() -> None:
     assert real.others_share((0, 0, 0), (0, 0, 0)) == 0.0
     busy, total = real.machine_ticks()
     assert 0 <= busy <= total
+
+
+def test_the_planning_profile_is_the_per_layer_median_of_its_sessions(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A slowdown of the whole host during one profiling session (the other processes' share does
+    not see it) does not move the planning profile: each layer's times are the sessions' median."""
+    sessions = iter([1.0, 1.6, 1.1])  # the second session ran 1.6x slow
+
+    def one(model_arg, case, cfg, out):  # noqa: ANN001, ANN202
+        k = next(sessions)
+        return {"entries": [{"f_s": k, "i_s": 2 * k, "w_s": 3 * k, "b_s": 5 * k}], "head_chunks": []}
+
+    monkeypatch.setattr(real, "profile", one)
+    monkeypatch.setattr(real, "wait_quiet", lambda *a: 0.0)
+    cfg = real.RealConfig(cases=(), quiet_wait_s=0.0)
+    got, share = real._quiet_profile("m", real.ModelCase("m", 16, 2), cfg, tmp_path / "p.json", cfg.profile_sessions)
+    assert cfg.profile_sessions == 3
+    assert got["entries"] == [{"f_s": 1.1, "i_s": 2 * 1.1, "w_s": 3 * 1.1, "b_s": 5 * 1.1}]
+    assert json.loads((tmp_path / "p.json").read_text()) == got and 0.0 <= share <= 1.0
