@@ -74,7 +74,7 @@ from adaptis_plan.executor import layers as L
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.profile import profile_model
-from adaptis_plan.executor.runtime import RankRuntime, pin_to_core
+from adaptis_plan.executor.runtime import RankRuntime
 from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
@@ -423,7 +423,6 @@ def main(argv: list[str] | None = None) -> None:
         cfg = json.loads(Path(args.config).read_text())
         torch.set_num_threads(1)
         dist.init_process_group("gloo", timeout=timedelta(seconds=float(cfg.get("timeout_s", 120.0))))
-        pin_to_core(int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         run(cfg, out)
         dist.barrier()
         dist.destroy_process_group()

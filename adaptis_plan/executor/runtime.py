@@ -214,25 +214,6 @@ class P2P:
             raise RuntimeError(f"internal: rank {self.rank} ended the step with transfers left: {left[:4]}")
 
 
-def pin_to_core(local_rank: int, local_world_size: int) -> int | None:
-    """Pin the calling thread (a CPU rank's main thread) to a core of its own; the core, or None.
-
-    With a rank per core, an unpinned rank that blocks on a receive often wakes on the other
-    rank's core, and runs its next actions from a cold private cache: pinned, the 2-rank CPU bench
-    stepped 5-9 % faster, every schedule alike (`bench.real`, tiny-llama). Only this thread is
-    pinned (Linux affinity is per thread): gloo's I/O threads, started by `init_process_group`
-    before, still run on whichever core is free. Nothing is pinned when this process may use fewer
-    cores than there are local ranks, or the platform cannot pin.
-    """
-    if not hasattr(os, "sched_setaffinity") or local_world_size < 1:
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < local_world_size or not 0 <= local_rank < local_world_size:
-        return None
-    os.sched_setaffinity(0, {cpus[local_rank]})
-    return cpus[local_rank]
-
-
 def warm_up_pairs(world_size: int, rank: int, device: torch.device) -> None:
     """Create every pair's p2p channel in one global order (NCCL creates them lazily and blockingly)."""
     for i in range(world_size):

@@ -15,7 +15,7 @@ launcher uses to measure several plans side by side). Imports torch and the exec
 
 Output per job and rank, in `<out>/<job name>/`: `rank{r}.json` (step times, losses, action
 timeline and projection GEMM FLOPs of the last step: forward, recomputed forwards included,
-input-gradient, weight-gradient; on CPU the core its main thread is pinned to, `runtime.pin_to_core`), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
+input-gradient, weight-gradient), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
 step's backward and tied-gradient sync, before the optimizer step). On failure
 `<out>/error.rank{r}.json` (the last error line, the traceback, and whether it was a communication
 error, i.e. probably a consequence of another rank's failure) and exit code 1. Before anything
@@ -42,7 +42,7 @@ import torch.distributed as dist
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.processes import start_lifeline
-from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, pin_to_core, warm_up_pairs
+from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, warm_up_pairs
 from adaptis_plan.executor.wgrad import FLOPS
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
@@ -96,9 +96,7 @@ def _optimizer(params: list, name: str, lr: float) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, foreach=False)
 
 
-def run_job(
-    args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device, core: int | None = None
-) -> None:
+def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     # the launcher checked this pair (fingerprint, head chunks, layer count) and lowered the plan
     # before it started anything; here only what depends on the launch itself is checked
@@ -162,7 +160,6 @@ def run_job(
             "losses": losses,
             "timeline": [list(a) for a in timeline],
             "gemm_flops": flops,
-            "core": core,
         },
     )
 
@@ -181,7 +178,6 @@ def main(argv: list[str] | None = None) -> None:
     try:
         start_lifeline(out, rank)
         timeout = timedelta(seconds=args.timeout_s)
-        core = None  # the CPU core this rank's main thread is pinned to (CPU runs only)
         if args.device == "cuda":
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
@@ -193,11 +189,10 @@ def main(argv: list[str] | None = None) -> None:
             device = torch.device("cpu")
             torch.set_num_threads(1)
             dist.init_process_group("gloo", timeout=timeout)
-            core = pin_to_core(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
         for job in jobs:
             job_out = out / job["name"]
             job_out.mkdir(parents=True, exist_ok=True)
-            run_job(args, job["plan"], job["model"], job_out, device, core)
+            run_job(args, job["plan"], job["model"], job_out, device)
             dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher as a file

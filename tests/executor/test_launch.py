@@ -6,7 +6,6 @@ Run: `pytest tests/executor/test_launch.py`.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -93,8 +92,6 @@ def test_three_ranks_with_crossing_placements_in_both_p2p_orders(p2p_order: str,
         jobs.append(job(write_plan_file(tmp_path / f"{fam}.json", model, layout, programs, 3), model))
     results = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True, p2p_order=p2p_order))
     assert [r["verified"] for r in results] == [True] * len(cases), [r["mismatched_params"][:3] for r in results]
-    cores = sorted(os.sched_getaffinity(0))  # three ranks: pinned only where there are three cores
-    assert all(r["cores"] == (cores[:3] if len(cores) >= 3 else [None] * 3) for r in results)
 
 
 @pytest.mark.slow
@@ -130,8 +127,6 @@ def test_run_reports_median_step_time_and_trains(plans: dict, tmp_path: Path) ->
     assert r["predicted_step_time_s"] == 0.05 and "verified" not in r
     assert len(r["losses"]) == 4 and r["losses"][0] != r["losses"][1]
     assert (tmp_path / "t.json").is_file()
-    cores = sorted(os.sched_getaffinity(0))  # each rank's main thread pinned to a core of its own, when there are 2
-    assert r["cores"] == (cores[:2] if len(cores) >= 2 else [None, None])
 
 
 @pytest.mark.slow

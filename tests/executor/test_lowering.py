@@ -41,21 +41,6 @@ def test_lowering_refuses_a_deadlocking_order() -> None:
     assert "[0B0]" in e.value.grid and "[1F1]" in e.value.grid
 
 
-def test_a_cpu_rank_pins_its_main_thread_to_a_core_of_its_own_when_there_are_enough(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import adaptis_plan.executor.runtime as runtime
-
-    pinned: list[set[int]] = []
-    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: {5, 3, 9})  # the cores this process may use
-    monkeypatch.setattr(runtime.os, "sched_setaffinity", lambda pid, cpus: pinned.append(set(cpus)))
-    assert [runtime.pin_to_core(r, 3) for r in range(3)] == [3, 5, 9]  # one each, in core order
-    assert pinned == [{3}, {5}, {9}]
-    pinned.clear()
-    assert runtime.pin_to_core(0, 4) is None and runtime.pin_to_core(3, 3) is None  # too few cores, no such rank
-    assert pinned == []
-
-
 def test_a_cpu_rank_yields_its_core_once_after_posting_sends(monkeypatch: pytest.MonkeyPatch) -> None:
     # with a rank computing on every core, gloo's I/O thread writes a posted send only once it gets a
     # core: the runtime yields after posting (measured: `python -m bench.link_busy`)
