@@ -29,8 +29,11 @@ Timed back to back instead (F, then at once its I and W), the layers of the 2-ra
 by about 1.5-2 ms per tiny-llama stage forward, which a one-process stage forward with two graphs
 held reproduced. With the steady state, the in-launch errors (tiny-llama, tiny-nemotron-h) of the
 classic plans went from -2% to -14% to -6.8% to +0.7%, the adaptive plans' from -14% to -23%
-to -6% to -11%. With W deferred (tiny-llama, tiny-nemotron-h), the adaptive plans' went from -12.5% /
--6.6% to -3.6% / -0.5%, and the classic plans' stayed within -1.8% to +7.4%.
+to -6% to -11%. With W deferred (two launches minutes apart, tiny-llama / tiny-nemotron-h), the adaptive
+plans' went from -12.5% / -6.6% to -3.6% / -0.5%, and the classic plans' stayed within -1.8% to +7.4%;
+over all four tiny families (`bench.real`, BENCHMARKS.md) the classic plans' in-launch errors are within
+-6.7% to +6.4%, the adaptive plans' -14.1% to +1.1% (the worst: tiny-llama's 8-stage plan of one- and
+two-layer stages, whose every op ran 17-27% over the profile).
 Weight gradients accumulate across repeats (warm-up repeats allocate them), as they do for all
 but the first micro-batch of a step; memory is measured in an untimed pass before (below).
 A head split into vocabulary chunks is profiled chunk by chunk (`distinct_layers` says which
