@@ -1129,11 +1129,12 @@ def render(res: RealResults) -> str:
     lines.append(
         "- predicted: the plan's `predicted.step_time_s`, i.e. `adaptis simulate` with the profile measured"
         " above. The profiler times each distinct layer's F, I, W as a pipeline stage runs them, with two"
-        " other micro-batches' graphs alive and each backward that of the oldest (`executor/profile.py`),"
-        " with both cores busy (two copies at once, as the two ranks run); whatever a pipeline adds beyond"
-        " that (W deferred past other actions, per-action interpreter work, gloo's own threads) is error."
-        " The profile is measured once, minutes before the runs, on a shared machine: its own noise"
-        " carries into every prediction of that model."
+        " other micro-batches' graphs alive, each backward that of the oldest and each W timed after a later"
+        " micro-batch's I, as a split-backward schedule defers it (`executor/profile.py`), with both cores"
+        " busy (two copies at once, as the two ranks run); whatever a pipeline adds beyond that (per-action"
+        " interpreter work, hand-offs between ranks, gloo's own threads) is error. The profile is measured"
+        " minutes before the runs, on a shared machine: its own noise carries into every prediction of that"
+        " model."
     )
     lines.append(
         "- the malloc setting and the concurrent profiling are measurement hygiene, identical for both"
