@@ -408,23 +408,30 @@ def _quiet_profile(
     1%) does not move it. A single session is taken once more when other jobs took over 1.5 x
     `quiet_share` of the machine meanwhile (the quieter one is kept; none when `quiet_wait_s` is 0).
     Returns (profile, the largest others' share of the sessions kept)."""
-    kept: list[tuple[dict, float]] = []
-    for _session in range(max(1, sessions)):
-        best: tuple[dict, float] | None = None
-        for _attempt in range(2 if cfg.quiet_wait_s > 0 and sessions <= 1 else 1):
-            wait_quiet(cfg.quiet_wait_s, cfg.quiet_share)
-            before = _sample()
-            got = profile(model_arg, case, cfg, out)
-            share = others_share(before, _sample())
-            if best is None or share < best[1]:
-                best = (got, share)
-            if share <= 1.5 * cfg.quiet_share:
-                break
-        assert best is not None
-        kept.append(best)
+    retry = cfg.quiet_wait_s > 0 and sessions <= 1
+    kept = [_quiet_session(model_arg, case, cfg, out, retry) for _ in range(max(1, sessions))]
     merged = kept[0][0] if len(kept) == 1 else combine_profiles([p for p, _ in kept], statistics.median)
     out.write_text(json.dumps(merged, indent=1))
     return merged, max(share for _, share in kept)
+
+
+def _quiet_session(
+    model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path, retry: bool
+) -> tuple[dict, float]:
+    """One `profile` after waiting for a quiet machine, and with `retry` once more when other jobs took
+    over 1.5 x `quiet_share` of it meanwhile: (the quieter profile, others' share while it ran)."""
+    best: tuple[dict, float] | None = None
+    for _attempt in range(2 if retry else 1):
+        wait_quiet(cfg.quiet_wait_s, cfg.quiet_share)
+        before = _sample()
+        got = profile(model_arg, case, cfg, out)
+        share = others_share(before, _sample())
+        if best is None or share < best[1]:
+            best = (got, share)
+        if share <= 1.5 * cfg.quiet_share:
+            break
+    assert best is not None
+    return best
 
 
 def measure_link(samples: int) -> dict | None:

@@ -331,18 +331,19 @@ def _profile_head_chunks(
 
     if model.tie_word_embeddings or model.num_head_chunks != 1:
         return []
+    splits = {k: split_head(model, k) for k in sorted({c for c in counts if 2 <= c <= model.vocab_size})}
+    # (chunk count, distinct chunk group) in measuring order, reversed as a whole for `reverse`
+    work = [(k, g) for k, split in splits.items() for g in distinct_layers(split) if g[0] >= split.num_layers - k]
+    measured = {
+        (k, g[0]): _profile_layer(splits[k], g[0], **kw)  # type: ignore[arg-type]
+        for k, g in (work[::-1] if reverse else work)
+    }
     out = []
-    ks = sorted({c for c in counts if 2 <= c <= model.vocab_size})
-    for k in ks[::-1] if reverse else ks:
-        split = split_head(model, k)
+    for k, split in splits.items():
         first = split.num_layers - k
-        groups = [g for g in distinct_layers(split) if g[0] >= first]
-        entries = []
-        for group in groups[::-1] if reverse else groups:
-            e = _profile_layer(split, group[0], **kw)  # type: ignore[arg-type]
-            entries.append(e.model_copy(update={"layers": [i - first for i in group]}))
-        out.append(HeadChunkProfile(num_chunks=k, entries=entries[::-1] if reverse else entries))
-    return out[::-1] if reverse else out
+        entries = [measured[(c, g[0])].model_copy(update={"layers": [i - first for i in g]}) for c, g in work if c == k]
+        out.append(HeadChunkProfile(num_chunks=k, entries=entries))
+    return out
 
 
 def profile_recompute(
