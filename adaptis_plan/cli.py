@@ -589,8 +589,8 @@ def run_cmd(
 @click.option(
     "--runtime/--no-runtime",
     default=None,
-    help="also measure the gloo link (2 local ranks; on cpu with each message end's host CPU time, which plans"
-    " charge to the actions that send or receive) and the runtime's time per action beyond its layers' own"
+    help="also measure the gloo link (2 local ranks; on cpu with what each message end costs a computing rank,"
+    " which plans charge to the actions that send or receive) and the runtime's time per action beyond its layers' own"
     " (one rank) (default: on for cpu)",
 )
 @click.option(

@@ -112,8 +112,8 @@ class CostTable:
     layer_kinds: tuple[str, ...] = field(default=())
     device_names: tuple[str, ...] = field(default=())
     action_overhead_s: float = 0.0  # host time of the runtime per action (dispatch, P2P posting), any op
-    # host CPU time each end of a cross-device message takes (fixed + per byte), charged to the
-    # action that sends or receives it: CPU ranks' gloo copies compete with their compute
+    # time each end of a cross-device message costs a computing rank (fixed + per byte), charged to
+    # the action that sends or receives it: CPU ranks' gloo I/O threads compete with their compute
     transfer_host_s: float = 0.0
     transfer_host_s_per_byte: float = 0.0
 

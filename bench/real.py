@@ -9,7 +9,7 @@ Data flow, per tiny model (`ModelCase`):
 1. measure: `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread, as each
    rank runs; with the head also split into 2, 3 and 4 vocabulary chunks), two copies at once in
    fresh processes with `MALLOC_ENV` as the two ranks run, averaged -> a cost profile, plus the
-   gloo link (`measure_link` with each message end's host CPU time, median of a few
+   gloo link (`measure_link` with what each message end costs a computing rank, median of a few
    measurements, once per run) ->
    `<work>/<model>/profile.json`;
 2. plan with it (`usecases.make_plan_for`, hardware `cpu`, `costs_path` = that profile): the
@@ -975,7 +975,7 @@ def render(res: RealResults) -> str:
         + (f"; per layer the median of {cfg.profile_sessions} such sessions)" if cfg.profile_sessions > 1 else ")")
         + (
             f" and the gloo link ({res.link['latency_s'] * 1e6:.0f} us, {res.link['bandwidth_gbps']:.2f} GB/s;"
-            f" host CPU per message end {res.link.get('host_s_per_message', 0.0) * 1e6:.0f} us +"
+            f" each message end costs a computing rank {res.link.get('host_s_per_message', 0.0) * 1e6:.0f} us +"
             f" {res.link.get('host_s_per_byte', 0.0) * 1e9 * 2**20 / 1e6:.2f} ms per MiB, charged by the"
             f" planner to each action that sends or receives across ranks; medians of {cfg.link_samples})"
             if res.link

@@ -47,10 +47,11 @@ saved tensor is not the executor's; parameters excluded); `act_w_bytes` = what t
 gradients, distinct storages; capped at `act_bytes`, since the cost model's memory semantics
 only let I free memory). On CPU everything runs with one intra-op thread, like the
 one-thread-per-rank executor. `measure_link` times gloo point-to-point between two local
-processes (latency from a ping-pong of 4 bytes, bandwidth from 16 MiB messages); it is also
-the entry point of those two processes:
+processes (latency from a ping-pong of 4 bytes, bandwidth from 16 MiB messages, and on CPU
+what each end of a message costs a rank while both compute, `_host_busy`); it is also the entry
+point of those two processes (HOST: 1 to measure that cost):
 
-    python -m adaptis_plan.executor.profile --link-rank RANK PORT OUT_FILE REPEATS BYTES
+    python -m adaptis_plan.executor.profile --link-rank RANK PORT OUT_FILE REPEATS BYTES HOST
 """
 
 from __future__ import annotations
@@ -429,12 +430,81 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-#: Message sizes (bytes) at which `measure_link` times each end's host CPU, and messages per size.
+#: Message sizes (bytes) at which `measure_link` times what each end of a message costs a computing rank.
 _HOST_SIZES = (64 * 2**10, 1 * 2**20)
-_HOST_MESSAGES = 48
+#: compute units per timed phase of `_host_busy`, and how many units after its send a message is waited for
+_HOST_UNITS = 120
+_HOST_LAG = 20
+#: (without, with messages) phase pairs per size; the medians are taken
+_HOST_PAIRS = 3
 
 
-def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int) -> None:
+def _compute_unit(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """About 2 ms of one-thread work shaped like a small decoder's projections (many short GEMMs)."""
+    y = x
+    for _ in range(6):
+        y = torch.relu(y @ w1) @ w2 * 0.01
+    return y
+
+
+def _host_busy(rank: int, sizes: tuple[int, ...]) -> list[float]:
+    """Seconds one end of a message of each of `sizes` costs a rank while both ranks compute.
+
+    Both ranks run `_HOST_UNITS` compute units twice over: once alone, once posting a message to
+    the other after every unit as the executor does (`isend`, then `os.sched_yield`, see
+    `runtime.P2P.pump`), every receive posted ahead into its own buffer and waited `_HOST_LAG`
+    units later (long there: the wait itself costs nothing). The difference in wall time over
+    the 2 x `_HOST_UNITS` message ends (one send, one receive per unit) is what a message costs
+    its ends beyond the transfer: gloo's I/O thread taking the core to write and read it, and
+    the compute it displaces and slows. On the 2-core VM of the CPU bench: 120-260 us per end at
+    64 KiB, 630-770 us at 1 MiB, 125-160 us even at 4 bytes; the process CPU time per end with
+    both cores idle, measured before, was 5-20 us + 0.44 ms per MiB, and missed all but the
+    per-byte part.
+    """
+    import torch.distributed as dist
+
+    peer = 1 - rank
+    g = torch.Generator().manual_seed(rank)
+    x, w1, w2 = (torch.randn(*shape, generator=g) for shape in ((256, 128), (128, 352), (352, 128)))
+
+    def phase(nbytes: int) -> float:
+        t = torch.zeros(max(nbytes, 4) // 4)
+        recvs: dict[int, object] = {}
+
+        def post(k: int) -> None:
+            if nbytes and k < _HOST_UNITS:
+                recvs[k] = dist.irecv(torch.empty_like(t), src=peer, tag=k)
+
+        for k in range(2 * _HOST_LAG):
+            post(k)
+        sends = []
+        dist.barrier()
+        t0 = time.perf_counter()
+        for i in range(_HOST_UNITS):
+            _compute_unit(x, w1, w2)
+            if nbytes:
+                sends.append(dist.isend(t, dst=peer, tag=i))
+                os.sched_yield()
+                if i >= _HOST_LAG:
+                    recvs.pop(i - _HOST_LAG).wait()  # type: ignore[attr-defined]
+                    post(i + _HOST_LAG)
+        elapsed = time.perf_counter() - t0
+        for h in [*recvs.values(), *sends]:
+            h.wait()  # type: ignore[attr-defined]
+        return elapsed
+
+    phase(sizes[0])  # warm-up: the first messages of a size pay allocation and connection set-up
+    got = []
+    for n in sizes:
+        alone, with_messages = [], []
+        for _ in range(_HOST_PAIRS):
+            alone.append(phase(0))
+            with_messages.append(phase(n))
+        got.append(max(0.0, statistics.median(with_messages) - statistics.median(alone)) / (2 * _HOST_UNITS))
+    return got
+
+
+def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int, host_costs: bool) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -456,29 +526,9 @@ def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int)
             samples.append(time.perf_counter() - t0)
         return statistics.median(samples[2:])
 
-    def host_cpu(nbytes: int) -> float:
-        """This process's CPU time (every thread: gloo's copies run on its own) per message end, as
-        the executor moves tensors: every send / receive posted at once, each receive into a fresh
-        buffer, then all waited; both directions, so each rank times one sending and one receiving
-        end of every message size."""
-        t = torch.zeros(nbytes // 4)
-        spent = 0.0
-        for sender in (0, 1):
-            dist.barrier()
-            c0 = time.process_time()
-            if rank == sender:
-                handles = [dist.isend(t, peer) for _ in range(_HOST_MESSAGES)]
-            else:
-                handles = [dist.irecv(torch.empty_like(t), peer) for _ in range(_HOST_MESSAGES)]
-            for h in handles:
-                h.wait()
-            spent += time.process_time() - c0
-        return spent / (2 * _HOST_MESSAGES)
-
     rtt_small = pingpong(small)
     rtt_large = pingpong(large)
-    host_cpu(_HOST_SIZES[0])  # warm-up: the first messages of a size pay allocation and connection set-up
-    host = [host_cpu(n) for n in _HOST_SIZES]
+    host = _host_busy(rank, _HOST_SIZES) if host_costs else []
     Path(f"{out}.{rank}").write_text(json.dumps({"rtt": [rtt_small, rtt_large], "host": host}))
     dist.barrier()
     dist.destroy_process_group()
@@ -494,14 +544,15 @@ def measure_link(
     out of the noise (under one small round trip: a busy machine), the large message is measured
     again 4x and 16x larger; if it still does not, the measurement fails with one line instead of
     reporting a bandwidth that is noise. Runs `python -m adaptis_plan.executor.profile
-    --link-rank R PORT OUT REPEATS BYTES` twice per attempt.
+    --link-rank R PORT OUT REPEATS BYTES HOST` twice per attempt.
 
-    `host_costs` (for CPU ranks, whose compute shares the cores with gloo's copies): also the
-    host CPU time one end of a message takes, fixed + per byte, fitted to the two ranks' mean CPU
-    time per message end at `_HOST_SIZES` (`host_s_per_message`, `host_s_per_byte`).
+    `host_costs` (for CPU ranks, whose compute shares the cores with gloo's I/O threads): also
+    the time one end of a message costs a rank while both ranks compute, fixed + per byte, fitted
+    to the two ranks' mean cost per message end at `_HOST_SIZES` (`_host_busy`; `host_s_per_message`,
+    `host_s_per_byte`). It takes about 4 s more.
     """
     for size in (large_bytes, 4 * large_bytes, 16 * large_bytes):
-        rtt_small, rtt_large, host = _link_pair(repeats, size, timeout_s)
+        rtt_small, rtt_large, host = _link_pair(repeats, size, timeout_s, host_costs)
         one_way = rtt_large - rtt_small
         if one_way >= rtt_small:
             link = MeasuredLink(latency_s=rtt_small / 2, bandwidth_gbps=size / one_way / 1e9, backend="gloo")
@@ -526,9 +577,11 @@ def pair_env() -> dict[str, str]:
     return env
 
 
-def _link_pair(repeats: int, large_bytes: int, timeout_s: float) -> tuple[float, float, list[float]]:
-    """The two link processes' median round trips (small, large) and their mean host CPU per message
-    end at each of `_HOST_SIZES`, in seconds."""
+def _link_pair(
+    repeats: int, large_bytes: int, timeout_s: float, host_costs: bool = False
+) -> tuple[float, float, list[float]]:
+    """The two link processes' median round trips (small, large) and (`host_costs`) their mean cost per
+    message end at each of `_HOST_SIZES` (`_host_busy`; else an empty list), in seconds."""
     with tempfile.TemporaryDirectory(prefix="adaptis-link-") as tmp:
         out = os.path.join(tmp, "link.txt")
         port = free_port()
@@ -545,6 +598,7 @@ def _link_pair(repeats: int, large_bytes: int, timeout_s: float) -> tuple[float,
                     out,
                     str(repeats),
                     str(large_bytes),
+                    str(int(host_costs)),
                 ],
                 env=env,
                 stdout=subprocess.DEVNULL,
@@ -567,12 +621,13 @@ def _link_pair(repeats: int, large_bytes: int, timeout_s: float) -> tuple[float,
             raise AdaptisError("measuring the gloo link failed: " + "; ".join(errors))
         ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
     rtt_small, rtt_large = (float(x) for x in ranks[0]["rtt"])
-    host = [statistics.mean(float(r["host"][k]) for r in ranks) for k in range(len(_HOST_SIZES))]
+    host = [statistics.mean(float(r["host"][k]) for r in ranks) for k in range(len(ranks[0]["host"]))]
     return rtt_small, rtt_large, host
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 7 and sys.argv[1] == "--link-rank":
-        _link_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+    if len(sys.argv) == 8 and sys.argv[1] == "--link-rank":
+        a = sys.argv[2:]
+        _link_worker(int(a[0]), int(a[1]), a[2], int(a[3]), int(a[4]), a[5] == "1")
     else:
-        sys.exit("usage: python -m adaptis_plan.executor.profile --link-rank RANK PORT OUT REPEATS BYTES")
+        sys.exit("usage: python -m adaptis_plan.executor.profile --link-rank RANK PORT OUT REPEATS BYTES HOST")

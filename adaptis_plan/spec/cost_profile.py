@@ -64,12 +64,12 @@ class MeasuredLink(_Strict):
         None,
         ge=0,
         le=MAX_LATENCY_S,
-        description="host CPU time one end of a message takes (the mean of a send's and a receive's), fixed part,"
-        " seconds; measured on CPU ranks only, where gloo's copies compete with compute: the planner charges it"
-        " to each action that sends or receives across devices",
+        description="time one end of a message costs a rank (the mean of a send's and a receive's), fixed part,"
+        " seconds; measured on CPU ranks only, while both ranks compute, where gloo's I/O threads take the cores"
+        " from compute: the planner charges it to each action that sends or receives across devices",
     )
     host_s_per_byte: float | None = Field(
-        None, ge=0, le=1e-3, description="host CPU time one end of a message takes per byte (see host_s_per_message)"
+        None, ge=0, le=1e-3, description="time one end of a message costs a rank per byte (see host_s_per_message)"
     )
 
 

@@ -178,11 +178,15 @@ def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatc
 
     sizes: list[int] = []
 
-    # host CPU per message end at the two probe sizes: 30 us + 1 ns per byte
+    # cost per message end at the two probe sizes: 30 us + 1 ns per byte
     host = [30e-6 + n * 1e-9 for n in prof._HOST_SIZES]
+    asked: list[bool] = []
 
-    def swamped_then_clear(repeats: int, size: int, timeout_s: float) -> tuple[float, float, list[float]]:
+    def swamped_then_clear(
+        repeats: int, size: int, timeout_s: float, host_costs: bool = False
+    ) -> tuple[float, float, list[float]]:
         sizes.append(size)
+        asked.append(host_costs)
         # small round trip 0.2 ms; the large one stands out only at 4x: 0.2 ms + 4 MiB at 2 GB/s
         return (2e-4, 1.9e-4, host) if len(sizes) == 1 else (2e-4, 2e-4 + size / 2e9, host)
 
@@ -191,10 +195,11 @@ def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatc
     assert sizes == [2**20, 4 * 2**20]
     assert link.latency_s == pytest.approx(1e-4) and link.bandwidth_gbps == pytest.approx(2.0)
     assert link.host_s_per_message is None and link.host_s_per_byte is None  # asked for on CPU ranks only
+    assert asked == [False, False]  # and only then measured: it takes seconds
     sizes.clear()
     link = prof.measure_link(large_bytes=2**20, host_costs=True)
     assert link.host_s_per_message == pytest.approx(30e-6) and link.host_s_per_byte == pytest.approx(1e-9)
-    monkeypatch.setattr(prof, "_link_pair", lambda repeats, size, timeout_s: (2e-4, 2.5e-4, host))
+    monkeypatch.setattr(prof, "_link_pair", lambda repeats, size, timeout_s, host_costs=False: (2e-4, 2.5e-4, host))
     with pytest.raises(AdaptisError, match="too busy to measure"):
         prof.measure_link(large_bytes=2**20)
 
