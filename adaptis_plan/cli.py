@@ -658,7 +658,7 @@ def profile_cmd(
     from rich.table import Table
 
     t = Table(title=f"{spec.name} on {prof.device} (torch {prof.torch_version}, seq {seq_len})")
-    for c in ("layers", "kind", "F ms", "I ms", "W ms", "B ms", "act"):
+    for c in ("layers", "kind", "F ms", "I ms", "W ms", "W after its I ms", "B ms", "act"):
         t.add_column(c)
     for e in prof.entries:
         t.add_row(
@@ -667,6 +667,7 @@ def profile_cmd(
             fmt_time(e.f_s, "ms", suffix=False),
             fmt_time(e.i_s, "ms", suffix=False),
             fmt_time(e.w_s, "ms", suffix=False),
+            fmt_time(e.w_s if e.w_hot_s is None else e.w_hot_s, "ms", suffix=False),
             fmt_time(e.b_s, "ms", suffix=False),
             fmt_bytes(e.act_bytes),
         )

@@ -97,6 +97,12 @@ class CostTable:
     W, `cost.recompute`): I's end then allocates the difference. `static_bytes` (weights + gradients +
     optimizer state) is resident for the whole step. A stage boundary after layer l sends
     `out_bytes[l]` forward (activation) and the same amount backward (gradient).
+
+    W has two costs: `w_s` when it runs after other work (its stash of inputs and output
+    gradients, and the weight gradients it accumulates into, have left the caches), and
+    `w_hot_s` when it runs right after its own I on the device, with all of that still in cache
+    (None: the same as `w_s`, as in the analytic model). A fused B does its weight-gradient GEMMs
+    inside the backward, hot: B = I + `w_hot`.
     """
 
     f_s: np.ndarray
@@ -116,15 +122,17 @@ class CostTable:
     # the action that sends or receives it: CPU ranks' gloo I/O threads compete with their compute
     transfer_host_s: float = 0.0
     transfer_host_s_per_byte: float = 0.0
+    w_hot_s: np.ndarray | None = None  # W right after its own I (class docstring); None: w_s
 
     def stage_op_seconds(self, device: int, lo: int, hi: int) -> dict[str, float]:
         """F / I / W / B seconds of the layers [lo, hi) as one stage on `device`, each op
-        paying the runtime's per-action overhead once."""
+        paying the runtime's per-action overhead once; "W hot": a W right after its own I."""
         f = float(self.f_s[device, lo:hi].sum())
         i = float(self.i_s[device, lo:hi].sum())
         w = float(self.w_s[device, lo:hi].sum())
+        w_hot = float(self.w_hot[device, lo:hi].sum())
         o = self.action_overhead_s
-        return {"F": f + o, "I": i + o, "W": w + o, "B": i + w + o}
+        return {"F": f + o, "I": i + o, "W": w + o, "B": i + w_hot + o, "W hot": w_hot + o}
 
     @property
     def num_devices(self) -> int:
@@ -135,8 +143,13 @@ class CostTable:
         return int(self.f_s.shape[1])
 
     @property
+    def w_hot(self) -> np.ndarray:
+        """W's seconds right after its own I (`w_hot_s`, or `w_s` when the table has none)."""
+        return self.w_s if self.w_hot_s is None else self.w_hot_s
+
+    @property
     def b_s(self) -> np.ndarray:
-        return self.i_s + self.w_s
+        return self.i_s + self.w_hot
 
     def transfer_host_seconds(self, nbytes: float) -> float:
         """Host time one end of a cross-device message of `nbytes` takes on its device."""

@@ -390,13 +390,19 @@ def combine_profiles(copies: Sequence[dict], reduce: Callable[[Iterable[float]],
     seconds (the head's chunk entries too) replaced by `reduce` over all of them."""
     merged = json.loads(json.dumps(copies[0]))
     for n, entry in enumerate(merged["entries"]):
-        for key in ("f_s", "i_s", "w_s", "b_s"):
-            entry[key] = reduce(c["entries"][n][key] for c in copies)
+        for key in _TIMES:
+            if entry.get(key) is not None:
+                entry[key] = reduce(c["entries"][n][key] for c in copies)
     for h, chunks in enumerate(merged.get("head_chunks", [])):  # the head's chunks, measured alike
         for n, entry in enumerate(chunks["entries"]):
-            for key in ("f_s", "i_s", "w_s", "b_s"):
-                entry[key] = reduce(c["head_chunks"][h]["entries"][n][key] for c in copies)
+            for key in _TIMES:
+                if entry.get(key) is not None:
+                    entry[key] = reduce(c["head_chunks"][h]["entries"][n][key] for c in copies)
     return merged
+
+
+#: the seconds fields of a profile entry (`w_hot_s` only in profiles that measured it)
+_TIMES = ("f_s", "i_s", "w_s", "w_hot_s", "b_s")
 
 
 def _quiet_profile(

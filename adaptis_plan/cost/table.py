@@ -137,7 +137,13 @@ def _check_profile(profile: CostProfile, model: ModelSpec, training: TrainingCon
                 )
 
 
-_CHUNK_FIELDS = ("f_s", "i_s", "w_s", "b_s", "act_bytes", "act_w_bytes")
+_CHUNK_FIELDS = ("f_s", "i_s", "w_s", "b_s", "act_bytes", "act_w_bytes", "w_hot_s")
+
+
+def _entry_value(entry: LayerCostEntry, name: str) -> float:
+    """A chunk field of `entry`; `w_hot_s` falls back to `w_s` for a profile that measured none."""
+    value = getattr(entry, name)
+    return float(entry.w_s if value is None and name == "w_hot_s" else value)
 
 
 def _chunk_role(chunk: int, num_chunks: int) -> str:
@@ -170,7 +176,7 @@ def _head_chunk_entries(profile: CostProfile, model: ModelSpec) -> dict[int, Lay
             for c in e.layers:
                 if c < n:
                     lo, hi = ranges[c]
-                    values = np.array([float(getattr(e, f)) for f in _CHUNK_FIELDS])
+                    values = np.array([_entry_value(e, f) for f in _CHUNK_FIELDS])
                     points[_chunk_role(c, n)].append(((hi - lo) / model.vocab_size, values))
     if not points["middle"]:
         points["middle"] = points["last"]
@@ -186,14 +192,16 @@ def _head_chunk_entries(profile: CostProfile, model: ModelSpec) -> dict[int, Lay
             slope = other[0] if other is not None else y.mean(axis=0) / float(x.mean())
             lines[role] = (slope, y.mean(axis=0) - slope * float(x.mean()))
     out = {}
+    hot_measured = any(e.w_hot_s is not None for hp in profile.head_chunks for e in hp.entries)
     for c in range(k):
         lo, hi = model.layers[first + c].vocab_range
         slope, intercept = lines[_chunk_role(c, k)]
         values = np.maximum(intercept + slope * (hi - lo) / model.vocab_size, 0.0)
-        f, i, w, b, act, act_w = values.tolist()
+        f, i, w, b, act, act_w, w_hot = values.tolist()
         out[first + c] = LayerCostEntry(
             layers=[first + c], kind="head", f_s=f, i_s=i, w_s=w, b_s=b,
             act_bytes=int(round(act)), act_w_bytes=int(round(min(act_w, act))),
+            w_hot_s=w_hot if hot_measured else None,
         )  # fmt: skip
     return out
 
@@ -307,6 +315,7 @@ def build_cost_table(
     act_w = np.array([w.act_w_bytes for w in works], dtype=float)
     bw, latency = _link_matrices([node for _, node in slots], hardware.intra_node, hardware.inter_node)
     host = (0.0, 0.0)  # host time per message end: fixed, per byte (measured CPU profiles only)
+    w_hot_s = None  # W right after its own I: measured profiles that time it only (`CostTable.w_hot_s`)
     if profile is not None:
         _check_profile(profile, model, training, profile_source)
         plain_works = _works(model, training)
@@ -316,8 +325,13 @@ def build_cost_table(
             # (taken before the measured numbers overwrite `times`)
             f0 = plain_times[0]
             share = np.where(f0 > 0, (times[1] - plain_times[1]) / np.maximum(f0, 1e-300), 0.0)
-        for idx, scale, entry in _profile_targets(profile, model):
+        targets = list(_profile_targets(profile, model))
+        if any(entry.w_hot_s is not None for _, _, entry in targets):
+            w_hot_s = w_s.copy()
+        for idx, scale, entry in targets:
             f_s[:, idx], i_s[:, idx], w_s[:, idx] = entry.f_s * scale, entry.i_s * scale, entry.w_s * scale
+            if w_hot_s is not None:
+                w_hot_s[:, idx] = _entry_value(entry, "w_hot_s") * scale
             act[idx], act_w[idx] = entry.act_bytes * scale, min(entry.act_w_bytes, entry.act_bytes) * scale
             if works[idx].recompute != "none":
                 i_s[:, idx], act[idx], act_w[idx] = measured_recompute(
@@ -355,6 +369,7 @@ def build_cost_table(
         ),
         transfer_host_s=float(host[0]),
         transfer_host_s_per_byte=float(host[1]),
+        w_hot_s=w_hot_s,
     )
 
 

@@ -19,21 +19,21 @@ backward is that of the oldest of them, so F writes its activations into memory 
 leave free and hot, and I / B read activations written `IN_FLIGHT` forwards before:
 - F: forward of one micro-batch ([micro_batch_size, seq_len] tokens), building the graph;
 - I: backward to the layer input with weight GEMMs deferred (`WeightGradStore.deferring`);
-- W: the deferred weight GEMMs of the I `W_DEFERRED` repeats before, right after this repeat's I
-  (a schedule that splits the backward runs W after other actions, when the stash it reads is no
-  longer in cache: timed right after its own I, the head's W of the 2-rank CPU bench came out
-  1.5-1.8 ms (25-30 %) shorter than it ran in every split-backward plan, a decoder's 0.7 ms);
+- W, twice, as a schedule that splits the backward runs it: `w_s`, the deferred weight GEMMs of
+  the I `W_DEFERRED` repeats before, right after this repeat's I (a W placed after other actions
+  reads a stash no longer in cache: timed right after its own I, the head's W of the 2-rank CPU
+  bench came out 1.5-1.8 ms (25-30 %) shorter than it ran in such plans); `w_hot_s`, in a pass of
+  its own, the W right after its own I, as a schedule that places it there runs it (on the
+  same bench every ZBVZeroBubble launch ran its W, nearly all right after their I, 9-13% under
+  the deferred timing). The simulator charges each W by where it sits, and a fused B's weight
+  part as a hot W;
 - B (a pass of its own): a new forward (untimed), then the fused full backward of the oldest.
 Timed back to back instead (F, then at once its I and W), the layers of the 2-rank CPU bench ran
 10-40% faster than inside the pipeline (per stage, `bench.real`'s "Per stage" table), most in F,
 by about 1.5-2 ms per tiny-llama stage forward, which a one-process stage forward with two graphs
 held reproduced. With the steady state, the in-launch errors (tiny-llama, tiny-nemotron-h) of the
 classic plans went from -2% to -14% to -6.8% to +0.7%, the adaptive plans' from -14% to -23%
-to -6% to -11%. With W deferred (two launches minutes apart, tiny-llama / tiny-nemotron-h), the adaptive
-plans' went from -12.5% / -6.6% to -3.6% / -0.5%, and the classic plans' stayed within -1.8% to +7.4%;
-over all four tiny families (`bench.real`, BENCHMARKS.md) the classic plans' in-launch errors are within
--6.7% to +6.4%, the adaptive plans' -14.1% to +1.1% (the worst: tiny-llama's 8-stage plan of one- and
-two-layer stages, whose every op ran 17-27% over the profile).
+to -6% to -11%.
 Weight gradients accumulate across repeats (warm-up repeats allocate them), as they do for all
 but the first micro-batch of a step; memory is measured in an untimed pass before (below).
 A head split into vocabulary chunks is profiled chunk by chunk (`distinct_layers` says which
@@ -83,7 +83,7 @@ from adaptis_plan.spec.model import ModelSpec
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 #: micro-batches whose forward graphs stay alive while a layer is timed (module docstring)
 IN_FLIGHT = 2
-#: later micro-batches' I that run between a micro-batch's I and its timed W (module docstring)
+#: later micro-batches' I that run between a micro-batch's I and its timed (deferred) W
 W_DEFERRED = 1
 
 
@@ -200,15 +200,17 @@ def _profile_layer(
     # timed passes; gradients accumulate from one repeat to the next (the warm-up ones allocate
     # them), as they do for all but the first micro-batch of a step. `IN_FLIGHT` micro-batches stay
     # alive between a forward and its backward, as on a pipeline stage (module docstring).
-    times: dict[str, list[float]] = {"f": [], "i": [], "w": [], "b": []}
-    # from this repeat on, IN_FLIGHT graphs are alive at every timing and every timed W is deferred
+    times: dict[str, list[float]] = {"f": [], "i": [], "w": [], "w_hot": [], "b": []}
+    # from this repeat on, IN_FLIGHT graphs are alive at every timing and every deferred W is deferred
     steady = warmup + IN_FLIGHT + W_DEFERRED
 
-    def steady_pass(fused: bool) -> None:
-        """F of a new micro-batch, then the backward of the oldest held: I, then the W of the I
-        `W_DEFERRED` repeats before (module docstring), or B (`fused`)."""
+    def steady_pass(mode: str) -> None:
+        """F of a new micro-batch, then the backward of the oldest held: `split`: I, then the W of
+        the I `W_DEFERRED` repeats before (F, I and that W timed); `hot`: I, then its own W at once
+        (the W timed); `fused`: B (timed)."""
         held: deque[tuple[int, torch.Tensor]] = deque()
         stashed: deque[int] = deque()  # keys whose I ran and whose W has not
+        lag = W_DEFERRED if mode == "split" else 0
         for rep in range(steady + repeats):
             _sync(device)
             t0 = time.perf_counter()
@@ -222,7 +224,7 @@ def _profile_layer(
             key, old = held.popleft()
             _sync(device)
             t2 = time.perf_counter()
-            if fused:
+            if mode == "fused":
                 torch.autograd.backward(old, grad)
             else:
                 with store.deferring(key):
@@ -230,20 +232,24 @@ def _profile_layer(
                 stashed.append(key)
             _sync(device)
             t3 = time.perf_counter()
-            if len(stashed) > W_DEFERRED:
+            if len(stashed) > lag:
                 store.run(stashed.popleft())
                 _sync(device)
             t4 = time.perf_counter()
             del old
             if rep >= steady:
-                spans = {"b": t3 - t2} if fused else {"f": t1 - t0, "i": t3 - t2, "w": t4 - t3}
+                spans = {
+                    "split": {"f": t1 - t0, "i": t3 - t2, "w": t4 - t3},
+                    "hot": {"w_hot": t4 - t3},
+                    "fused": {"b": t3 - t2},
+                }[mode]
                 for k, v in spans.items():
                     times[k].append(v)
         while stashed:  # untimed: the pass leaves no stash behind
             store.run(stashed.popleft())
 
-    steady_pass(fused=False)
-    steady_pass(fused=True)
+    for mode in ("split", "hot", "fused"):
+        steady_pass(mode)
     for p in layer.parameters():
         p.grad = None
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -253,6 +259,7 @@ def _profile_layer(
         f_s=med["f"],
         i_s=med["i"],
         w_s=med["w"],
+        w_hot_s=med["w_hot"],
         b_s=med["b"],
         act_bytes=act_bytes,
         act_w_bytes=min(act_w_bytes, act_bytes) if act_bytes else act_w_bytes,

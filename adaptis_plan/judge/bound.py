@@ -57,7 +57,8 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
             "profile at least as many devices as the pipeline has"
         )
     n = num_devices
-    f_s, i_s, w_s = costs.f_s[:n], costs.i_s[:n], costs.w_s[:n]
+    # a W right after its own I may cost `w_hot` instead: the bound takes the cheaper of the two
+    f_s, i_s, w_s = costs.f_s[:n], costs.i_s[:n], np.minimum(costs.w_s, costs.w_hot)[:n]
     if f_s.shape[1] == 0:
         return 0.0
     m = num_microbatches

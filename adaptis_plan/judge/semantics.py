@@ -9,7 +9,8 @@ It owns three things, each once:
 
 1. **Stage costs** (`stage_costs`): what one action of a stage costs on the stage's device --
    F / I / W / B seconds (the stage's layer sums, each op paying the runtime's per-action
-   overhead once), activation bytes it holds (`act`, of which `act_w` W still needs after I),
+   overhead once; a W that runs right after its own I on the device costs `w_hot`, its stash
+   still in cache, any other W `w`), activation bytes it holds (`act`, of which `act_w` W still needs after I),
    the static bytes per device, and the P2P time across each stage boundary (the activation
    forward, the gradient backward; zero when both stages share a device).
 2. **The action contract** (`check_programs`): one program per device; every action names an
@@ -373,7 +374,8 @@ class StageCosts:
     """What the actions of each stage cost on the stage's device (module docstring, 1).
 
     Seconds per stage `f`, `i`, `w`, `b` (each with the runtime's per-action overhead once, and
-    F, I and B with the host time of each cross-device message they send or receive);
+    F, I and B with the host time of each cross-device message they send or receive), and
+    `w_hot`: a W that runs right after its own I on the device (`CostTable.w_hot_s`);
     bytes per stage `act` (allocated by F) and `act_w` (the part W still needs after I);
     `static` bytes per device (weights, gradients, optimizer state of its stages). P2P seconds
     per stage boundary: `p2p_act[s]` carries stage s-1's activation to stage s, `p2p_grad[s]`
@@ -392,6 +394,7 @@ class StageCosts:
     p2p_grad: np.ndarray
     occ_act: np.ndarray
     occ_grad: np.ndarray
+    w_hot: np.ndarray | None = None  # None: every W costs `w`
 
     def durations(self) -> np.ndarray:
         """[num_stages, 4] seconds per op, columns in `core.OPS` order (F, B, I, W)."""
@@ -404,12 +407,12 @@ def stage_costs(layout: Layout, costs: CostTable) -> StageCosts:
     """The `StageCosts` of `layout` on `costs` (raises InputError when the table does not cover it)."""
     _check_costs(layout, costs)
     n = layout.num_stages
-    f, i, w, b, act, act_w = (np.zeros(n) for _ in range(6))
+    f, i, w, b, act, act_w, w_hot = (np.zeros(n) for _ in range(7))
     static = np.zeros(layout.num_devices)
     for s, d in enumerate(layout.stage_device):
         lo, hi = layout.bounds[s], layout.bounds[s + 1]
         t = costs.stage_op_seconds(d, lo, hi)
-        f[s], i[s], w[s], b[s] = t["F"], t["I"], t["W"], t["B"]
+        f[s], i[s], w[s], b[s], w_hot[s] = t["F"], t["I"], t["W"], t["B"], t["W hot"]
         act[s] = float(np.sum(costs.act_bytes[lo:hi]))
         act_w[s] = float(np.sum(costs.act_w_bytes[lo:hi]))
         static[d] += float(np.sum(costs.static_bytes[lo:hi]))
@@ -429,7 +432,8 @@ def stage_costs(layout: Layout, costs: CostTable) -> StageCosts:
             for arr in (f, i, b):
                 arr[s - 1] += host
                 arr[s] += host
-    return StageCosts(f, i, w, b, act, act_w, static, p2p_act, p2p_grad, occ_act, occ_grad)
+    hot = w_hot if costs.w_hot_s is not None else None
+    return StageCosts(f, i, w, b, act, act_w, static, p2p_act, p2p_grad, occ_act, occ_grad, hot)
 
 
 def _check_costs(layout: Layout, costs: CostTable) -> None:
@@ -468,12 +472,15 @@ def replay(
     occupancy: tuple[np.ndarray, np.ndarray] | None = None,
     *,
     flat: Flat | None = None,
+    w_hot: np.ndarray | None = None,
 ) -> Replay:
     """Run `programs` as soon as possible (module docstring, 3).
 
     `durations` [num_stages, 4] seconds per op (columns in `core.OPS` order; None: all zero, the
     order only), `p2p` = (activation, gradient) seconds per boundary as in `StageCosts` (None:
-    zero), `occupancy` the same shape for the link-holding time (None: links never queue).
+    zero), `occupancy` the same shape for the link-holding time (None: links never queue),
+    `w_hot` seconds per stage of a W that runs right after its own I on the device (None: the
+    `durations` W).
     Pass `flat` when `check_programs` already ran; otherwise it runs here. Raises ProgramError
     on a contract violation and DeadlockError when the programs can never finish.
     """
@@ -493,6 +500,13 @@ def replay(
     is_f = op_a == _F
     is_bwd = (op_a == _I) | (op_a == _B)
     dur = np.zeros(len(op_a)) if durations is None else np.asarray(durations, dtype=float)[stage_a, op_a]
+    if w_hot is not None and len(op_a) > 1:
+        hot = np.zeros(len(op_a), dtype=bool)
+        hot[1:] = (
+            (op_a[1:] == _W) & (op_a[:-1] == _I) & (dev_a[1:] == dev_a[:-1])
+            & (stage_a[1:] == stage_a[:-1]) & (mb_a[1:] == mb_a[:-1])
+        )  # fmt: skip
+        dur[hot] = np.asarray(w_hot, dtype=float)[stage_a[hot]]
     wait = np.full(dur.shape, -1, dtype=np.int64)
     wf = is_f & (stage_a > 0)
     wait[wf] = stage_a[wf] * m + mb_a[wf]

@@ -98,6 +98,7 @@ def simulate(layout: Layout, costs: CostTable, programs: Programs, num_microbatc
         (sc.p2p_act, sc.p2p_grad),
         (sc.occ_act, sc.occ_grad),
         flat=flat,
+        w_hot=sc.w_hot,
     )
     return _assemble(layout, costs, sc, run, num_microbatches)
 

@@ -254,6 +254,7 @@ def plan_costs(layout: Layout, costs: CostTable, profile: CostProfile | None, so
             f_s=float(sc.f[s]),
             i_s=float(sc.i[s]),
             w_s=float(sc.w[s]),
+            w_hot_s=None if sc.w_hot is None else float(sc.w_hot[s]),
             b_s=float(sc.b[s]),
             act_bytes=float(sc.act[s]),
             act_w_bytes=float(sc.act_w[s]),

@@ -41,7 +41,20 @@ class LayerCostEntry(_Strict):
     kind: str = Field(description="layer kind, for reading")
     f_s: float = Field(ge=0, le=MAX_SECONDS, description="forward time, seconds (median)")
     i_s: float = Field(ge=0, le=MAX_SECONDS, description="backward-for-inputs time, seconds (median)")
-    w_s: float = Field(ge=0, le=MAX_SECONDS, description="backward-for-weights time, seconds (median)")
+    w_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="backward-for-weights time, seconds (median), of a W that runs after other work (measured"
+        " after a later micro-batch's I): its stash is no longer in cache",
+    )
+    w_hot_s: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_SECONDS,
+        description="backward-for-weights time, seconds (median), of a W that runs right after its own I, with"
+        " all it reads still in cache; the simulator charges it to such a W and to the weight part of a fused B"
+        " (absent: w_s)",
+    )
     b_s: float = Field(ge=0, le=MAX_SECONDS, description="fused full backward time, seconds (median), for reference")
     act_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes kept from F until I/B per micro-batch")
     act_w_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes of act_bytes still kept after I until W")

@@ -113,6 +113,11 @@ class PlanStageCosts(_Strict):
     )
     i_s: NonNegativeFloat = Field(description="one backward for inputs (I), seconds")
     w_s: NonNegativeFloat = Field(description="one backward for weights (W), seconds")
+    w_hot_s: NonNegativeFloat | None = Field(
+        None,
+        description="one W that runs right after its own I on the device, seconds (its inputs still in cache;"
+        " from a profile that measured it; absent: w_s)",
+    )
     b_s: NonNegativeFloat = Field(description="one full backward (B), seconds")
     act_bytes: NonNegativeFloat = Field(description="activation bytes one F allocates until its I / B")
     act_w_bytes: NonNegativeFloat = Field(description="of act_bytes, what W still needs after I")

@@ -120,18 +120,20 @@ def test_every_timed_forward_and_backward_has_other_micro_batches_in_flight() ->
     repeats, warmup = 3, 1
     profile_model(model, seq_len=16, micro_batch_size=1, repeats=repeats, warmup=warmup, keep=keep)
     steady = warmup + prof.IN_FLIGHT + prof.W_DEFERRED
-    # the memory pass, then the I / W pass and the B pass, each `steady + repeats` forwards
-    assert len(probe.alive) == 1 + 2 * (steady + repeats)
-    ifw, b = probe.alive[1 : 1 + steady + repeats], probe.alive[1 + steady + repeats :]
+    # the memory pass, then the I / W pass, the hot W pass and the B pass, each `steady + repeats` forwards
+    n = steady + repeats
+    assert len(probe.alive) == 1 + 3 * n
+    passes = [probe.alive[1 + k * n : 1 + (k + 1) * n] for k in range(3)]
     assert prof.IN_FLIGHT >= 1
-    assert ifw[steady:] == [prof.IN_FLIGHT] * repeats and b[steady:] == [prof.IN_FLIGHT] * repeats
+    assert all(timed[steady:] == [prof.IN_FLIGHT] * repeats for timed in passes)
     assert max(probe.alive) == prof.IN_FLIGHT  # never more: the oldest is backpropagated and freed
 
 
-def test_every_timed_w_runs_after_later_micro_batches_backward(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A schedule that splits the backward runs W after other actions, when its stash is out of
-    cache: the profiler times each W after `W_DEFERRED` later micro-batches' I, never right after
-    its own I (the timed span is the W's alone), and leaves no stash behind."""
+def test_w_is_timed_deferred_and_right_after_its_own_i(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule that splits the backward runs W either after other actions, its stash out of
+    cache, or right after its own I: the profiler times W both ways, in two passes: `w_s` after
+    `W_DEFERRED` later micro-batches' I, `w_hot_s` right after its own I. Every stash is run once:
+    nothing is left behind."""
     from contextlib import contextmanager
 
     from adaptis_plan.executor import profile as prof
@@ -154,22 +156,27 @@ def test_every_timed_w_runs_after_later_micro_batches_backward(monkeypatch: pyte
     monkeypatch.setattr(WeightGradStore, "run", spy_run)
     assert prof.W_DEFERRED >= 1
     repeats, warmup = 3, 1
-    profile_model(tiny_family("llama"), seq_len=16, micro_batch_size=1, repeats=repeats, warmup=warmup)
+    got = profile_model(tiny_family("llama"), seq_len=16, micro_batch_size=1, repeats=repeats, warmup=warmup)
+    assert all(e.w_hot_s is not None for e in got.entries)
     stores = list(dict.fromkeys(s for s, _, _ in events))
     for store in stores:
-        # the memory pass's stash (a str key) is measured, then dropped; the timed passes key by repeat
+        # the memory pass's stash (a str key) is measured, then dropped; the timed passes key by repeat,
+        # from 0 again in each pass
         seq = [(op, key) for s, op, key in events if s == store and isinstance(key, int)]
-        i_keys = [k for op, k in seq if op == "I"]
-        w_keys = [k for op, k in seq if op == "W"]
-        assert sorted(w_keys) == sorted(i_keys)  # every stash run once: nothing left behind
+        starts = [n for n, ev in enumerate(seq) if ev == ("I", 0)]
+        assert len(starts) == 2, seq  # the deferred pass, then the hot one
+        deferred, hot = seq[: starts[1]], seq[starts[1] :]
+        for part in (deferred, hot):
+            assert sorted(k for op, k in part if op == "W") == sorted(k for op, k in part if op == "I")
         timed = 0
-        for pos, (op, key) in enumerate(seq):
-            if op != "W" or pos == len(seq) - 1 or seq[pos + 1][0] == "W":
+        for pos, (op, key) in enumerate(deferred):
+            if op != "W" or pos == len(deferred) - 1 or deferred[pos + 1][0] == "W":
                 continue  # the untimed runs at the end of the pass
-            later = [k for o, k in seq[seq.index(("I", key)) + 1 : pos] if o == "I"]
-            assert len(later) == prof.W_DEFERRED, (key, seq)
+            later = [k for o, k in deferred[deferred.index(("I", key)) + 1 : pos] if o == "I"]
+            assert len(later) == prof.W_DEFERRED, (key, deferred)
             timed += 1
         assert timed >= repeats
+        assert all(hot[n - 1] == ("I", key) for n, (op, key) in enumerate(hot) if op == "W"), hot
 
 
 def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatch: pytest.MonkeyPatch) -> None:

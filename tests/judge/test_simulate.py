@@ -82,6 +82,30 @@ def test_multi_layer_stage_durations() -> None:
     assert r.step_time_s == 24
 
 
+def test_a_w_right_after_its_own_i_costs_the_hot_w() -> None:
+    """`w_hot_s`: a W that directly follows its own I on the device (its stash still in cache); any
+    other W, even one right after another micro-batch's I, costs `w_s`; a fused B is I + the hot W."""
+    layout = Layout((0, 1), (0,), 1)
+    costs = dataclasses.replace(uniform_costs(1, 1, f=1, i=2, w=4), w_hot_s=np.full((1, 1), 3.0))
+    r = simulate(layout, costs, [p("0F0", "0F1", "0I0", "0W0", "0I1", "0F2", "0W1", "0B2")], 3)
+    spans = [e - s for s, e in r.times[0]]
+    assert spans == [1, 1, 2, 3, 2, 1, 4, 5]
+    assert r.step_time_s == 19
+    # without a hot W every W costs w_s, and B = I + W
+    r = simulate(layout, dataclasses.replace(costs, w_hot_s=None), [p("0F0", "0I0", "0W0", "0F1", "0B1")], 2)
+    assert [e - s for s, e in r.times[0]] == [1, 2, 4, 1, 6]
+
+
+def test_lower_bound_holds_when_a_hot_w_is_cheaper() -> None:
+    layout = Layout((0, 1, 2), (0, 1), 2)
+    costs = dataclasses.replace(uniform_costs(2, 2, f=1, i=1, w=4), w_hot_s=np.full((2, 2), 0.5))
+    progs = [[A(t) for mb in range(4) for t in (f"0F{mb}",)] + [A(t) for mb in range(4) for t in (f"0I{mb}", f"0W{mb}")],
+             [A(t) for mb in range(4) for t in (f"1F{mb}", f"1I{mb}", f"1W{mb}")]]  # fmt: skip
+    r = simulate(layout, costs, progs, 4)
+    assert r.lower_bound_s <= r.step_time_s
+    assert r.step_time_s < simulate(layout, dataclasses.replace(costs, w_hot_s=None), progs, 4).lower_bound_s
+
+
 def test_heterogeneous_device_speeds() -> None:
     costs = uniform_costs(2, 2, f=1, i=1, w=1)
     costs.f_s[1] *= 2
@@ -296,6 +320,8 @@ def _random_case(seed: int) -> tuple[Layout, CostTable, Programs, int]:
     costs = uniform_costs(num_layers, num_devices, out=1.0)
     for arr in (costs.f_s, costs.i_s, costs.w_s):
         arr[:] = np_rng.uniform(0.1, 2.0, arr.shape)
+    if rng.random() < 0.5:  # a measured profile's W right after its own I (`CostTable.w_hot_s`)
+        costs = dataclasses.replace(costs, w_hot_s=costs.w_s * np_rng.uniform(0.3, 1.0, costs.w_s.shape))
     costs.link_latency_s[:] = np_rng.uniform(0.0, 0.5, costs.link_latency_s.shape)
     costs.link_bw_bytes_per_s[:] = np_rng.uniform(1.0, 4.0, costs.link_bw_bytes_per_s.shape)
     split = {(s, mb): rng.random() < 0.5 for s in range(num_stages) for mb in range(m)}
@@ -325,10 +351,11 @@ def _reference(layout: Layout, costs: CostTable, programs: Programs, m: int) -> 
     """Independent formulation: a global time-ordered event queue with explicit link queues."""
     num_devices = layout.num_devices
     dur: dict[tuple[int, str], float] = {}
+    hot = costs.w_s if costs.w_hot_s is None else costs.w_hot_s
     for s, d in enumerate(layout.stage_device):
         ls = list(layout.layers(s))
-        f, i, w = (float(sum(x[d, ls])) for x in (costs.f_s, costs.i_s, costs.w_s))
-        dur.update({(s, "F"): f, (s, "I"): i, (s, "W"): w, (s, "B"): i + w})
+        f, i, w, wh = (float(sum(x[d, ls])) for x in (costs.f_s, costs.i_s, costs.w_s, hot))
+        dur.update({(s, "F"): f, (s, "I"): i, (s, "W"): w, (s, "B"): i + wh, (s, "W hot"): wh})
     arrived: set[tuple[str, int, int]] = set()  # ("act"|"grad", receiving stage, mb)
     nxt = [0] * num_devices
     busy = [False] * num_devices
@@ -361,7 +388,9 @@ def _reference(layout: Layout, costs: CostTable, programs: Programs, m: int) -> 
             if op in "IB" and s < layout.num_stages - 1 and ("grad", s, mb) not in arrived:
                 continue
             busy[d] = True
-            push(t + dur[(s, op)], "end", (d, t))
+            # a W right after its own I on the device: its stash is still in cache
+            after_own_i = op == "W" and nxt[d] > 0 and tuple(programs[d][nxt[d] - 1]) == (s, "I", mb)
+            push(t + dur[(s, "W hot" if after_own_i else op)], "end", (d, t))
 
     try_start(0.0)
     while events:
