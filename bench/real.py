@@ -1142,10 +1142,13 @@ def render(res: RealResults) -> str:
     lines.append(
         "- predicted: the plan's `predicted.step_time_s`, i.e. `adaptis simulate` with the profile measured"
         " above. The profiler times each distinct layer's F, I, W as a pipeline stage runs them, with two"
-        " other micro-batches' graphs alive, each backward that of the oldest and each W timed after a later"
-        " micro-batch's I, as a split-backward schedule defers it (`executor/profile.py`), with both cores"
-        " busy (two copies at once, as the two ranks run); whatever a pipeline adds beyond that (per-action"
-        " interpreter work, hand-offs between ranks, gloo's own threads) is error. The profile is measured"
+        " other micro-batches' graphs alive, each backward that of the oldest and each W timed twice: after a"
+        " later micro-batch's I, as a split-backward schedule defers it, and right after its own I; the"
+        " simulator charges a W that the plan puts right after its own I, and a fused B's weight part, the"
+        " second (`executor/profile.py`); with both cores busy (two copies at once, as the two ranks run), and"
+        " each message end charged what it costs a rank while both compute (`measure_link`); whatever a"
+        " pipeline adds beyond that (per-action interpreter work, hand-offs between ranks, waits) is error."
+        " The profile is measured"
         " minutes before the runs, on a shared machine: its own noise carries into every prediction of that"
         " model."
     )
