@@ -603,6 +603,7 @@ def run_model(
         "rounds": cfg.rounds,
         "seed": cfg.seed,
         "timeout_s": 120.0,
+        "record_actions": True,  # every action's span, for `bench.actions`
         # each plan's layers profiled inside the launch, between the steps (a split head as its chunks)
         "profile_models": [str(model_path)] + ([str(split_spec)] if split_spec is not None else []),
     }

@@ -473,6 +473,7 @@ def replay(
     *,
     flat: Flat | None = None,
     w_hot: np.ndarray | None = None,
+    action_durations: np.ndarray | None = None,
 ) -> Replay:
     """Run `programs` as soon as possible (module docstring, 3).
 
@@ -480,7 +481,8 @@ def replay(
     order only), `p2p` = (activation, gradient) seconds per boundary as in `StageCosts` (None:
     zero), `occupancy` the same shape for the link-holding time (None: links never queue),
     `w_hot` seconds per stage of a W that runs right after its own I on the device (None: the
-    `durations` W).
+    `durations` W). `action_durations`: seconds of every action, device by device in program order,
+    instead of all of these (a measured run's own spans, replayed on the plan's dependencies).
     Pass `flat` when `check_programs` already ran; otherwise it runs here. Raises ProgramError
     on a contract violation and DeadlockError when the programs can never finish.
     """
@@ -507,6 +509,10 @@ def replay(
             & (stage_a[1:] == stage_a[:-1]) & (mb_a[1:] == mb_a[:-1])
         )  # fmt: skip
         dur[hot] = np.asarray(w_hot, dtype=float)[stage_a[hot]]
+    if action_durations is not None:
+        dur = np.asarray(action_durations, dtype=float)
+        if dur.shape != op_a.shape:
+            raise ValueError(f"action_durations has {dur.size} entries for {len(op_a)} actions")
     wait = np.full(dur.shape, -1, dtype=np.int64)
     wf = is_f & (stage_a > 0)
     wait[wf] = stage_a[wf] * m + mb_a[wf]

@@ -44,8 +44,34 @@ NUM = r"[-+]?\d+(\.\d+)?"
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> real.RealResults:
-    return real.run_bench(SMOKE, work_dir=tmp_path_factory.mktemp("real"))
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("real")
+
+
+@pytest.fixture(scope="module")
+def results(work: Path) -> real.RealResults:
+    return real.run_bench(SMOKE, work_dir=work)
+
+
+def test_every_action_span_is_recorded_and_replays_to_the_measured_step(results: real.RealResults, work: Path) -> None:
+    """The launch records each of our actions' spans (`record_actions`); the plan's dependency graph
+    replayed with them (`bench.actions`) comes out near the measured step: the spans are the plan's
+    actions, in its programs' order."""
+    from adaptis_plan.usecases import simulate_plan_file
+    from bench import actions
+
+    case = SMOKE.cases[0].model
+    out = work / case / "out"
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    for strategy in real.STRATEGIES:
+        run, plan = f"ours:{strategy}", str(work / case / f"plan-{strategy}.json")
+        programs = simulate_plan_file(plan).programs
+        for d, rank in enumerate(ranks):
+            for spans in rank["action_spans_s"][run]:
+                assert len(spans) == len(programs[d])
+                assert all(s <= e <= s2 for (s, e), (s2, _) in zip(spans, spans[1:], strict=False))
+        b = actions.breakdown(ranks, run, plan)
+        assert abs(b.replayed_s - b.measured_s) <= 0.25 * b.measured_s, (strategy, b)
 
 
 @pytest.mark.slow

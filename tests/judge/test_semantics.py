@@ -144,3 +144,20 @@ def test_format_grid_window_elides_long_programs() -> None:
     progs = [[Action(0, "F", mb) for mb in range(200)]]
     grid = format_grid(progs, {0: {100}}, window=3)
     assert "..." in grid and len(grid.splitlines()) < 12 and "[0F100]" in grid
+
+
+def test_replay_with_measured_action_durations() -> None:
+    """`action_durations` (a run's own spans, device by device in program order) replace the stage
+    costs; a list of the wrong length is refused."""
+    import numpy as np
+
+    from adaptis_plan.core import Action, Layout
+    from adaptis_plan.judge.semantics import replay
+
+    layout = Layout((0, 1, 2), (0, 1), 2)
+    programs = [[Action(0, "F", 0), Action(0, "B", 0)], [Action(1, "F", 0), Action(1, "B", 0)]]
+    run = replay(layout, programs, 1, None, action_durations=np.array([1.0, 2.0, 3.0, 4.0]))
+    # 0F0 [0,1]  1F0 [1,4]  1B0 [4,8]  0B0 [8,10]
+    assert run.ends == [[1.0, 10.0], [4.0, 8.0]]
+    with pytest.raises(ValueError, match="3 entries for 4 actions"):
+        replay(layout, programs, 1, None, action_durations=np.array([1.0, 2.0, 3.0]))
