@@ -56,7 +56,7 @@ def results(work: Path) -> real.RealResults:
 def test_every_action_span_is_recorded_and_replays_to_the_measured_step(results: real.RealResults, work: Path) -> None:
     """The launch records each of our actions' spans (`record_actions`); the plan's dependency graph
     replayed with them (`bench.actions`) comes out near the measured step: the spans are the plan's
-    actions, in its programs' order."""
+    actions, in its programs' order (wrongly mapped, the replay deadlocks or runs long)."""
     from adaptis_plan.usecases import simulate_plan_file
     from bench import actions
 
@@ -71,7 +71,9 @@ def test_every_action_span_is_recorded_and_replays_to_the_measured_step(results:
                 assert len(spans) == len(programs[d])
                 assert all(s <= e <= s2 for (s, e), (s2, _) in zip(spans, spans[1:], strict=False))
         b = actions.breakdown(ranks, run, plan)
-        assert abs(b.replayed_s - b.measured_s) <= 0.25 * b.measured_s, (strategy, b)
+        # within 1% in the full bench; here one round on cores the other test workers load, whose
+        # waits the replay's modelled link times do not see: only the replay may not run long
+        assert 0.5 * b.measured_s <= b.replayed_s <= 1.1 * b.measured_s, (strategy, b)
 
 
 @pytest.mark.slow
