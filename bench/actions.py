@@ -4,8 +4,8 @@ Run on the output of a `bench.torch_runtime` launch whose config set `record_act
 
     python -m bench.actions OUT_DIR RUN_NAME PLAN.json [--model MODEL] [--costs PROFILE.json]
 
-Data flow: both ranks' `action_spans_s[RUN_NAME]` (per measured round, every action's start and
-end in the rank's program order) + the plan file -> the judge's dependency replay
+Data flow: both ranks' `action_spans_s[RUN_NAME]` (per measured round, every action's name, start
+and end in the rank's program order) + the plan file -> the judge's dependency replay
 (`judge.semantics.replay`, with the plan's P2P times from `--costs` or its own) fed
 (a) each round's measured spans: its median over the rounds should be the measured step, which
     checks the dependency and link model;
@@ -74,9 +74,14 @@ def breakdown(
     inputs = load_plan_inputs(plan_path, model_arg=model_arg, costs_path=costs_path)
     layout, programs, m = sim.layout, sim.programs, sim.plan.training.num_microbatches
     sc = stage_costs(layout, inputs.cost_table())
-    rounds = [r["action_spans_s"][run] for r in ranks]  # [device][round][action] = (start, end)
+    rounds = [r["action_spans_s"][run] for r in ranks]  # [device][round][action] = (name, start, end)
     n_rounds = min(len(x) for x in rounds)
-    durations = [[[e - s for s, e in rounds[d][k]] for d in range(len(ranks))] for k in range(n_rounds)]
+    for d, program in enumerate(programs):
+        names = [str(a) for a in program]
+        for k in range(n_rounds):
+            if [x[0] for x in rounds[d][k]] != names:
+                raise ValueError(f"{run}: device {d}'s recorded actions in round {k} are not the plan's program")
+    durations = [[[e - s for _, s, e in rounds[d][k]] for d in range(len(ranks))] for k in range(n_rounds)]
     medians = [
         [statistics.median(durations[k][d][a] for k in range(n_rounds)) for a in range(len(programs[d]))]
         for d in range(len(ranks))

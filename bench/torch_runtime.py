@@ -26,8 +26,8 @@ other than the two ranks used (`bench.real.others_share`), so the parent can dro
 other jobs disturbed. Output: `<out>/rank{r}.json` with per-run step times (rank 0's wall time
 from a barrier to a barrier), the per-round loss on the rank that holds the last stage, and
 for "ours" the busy time per rank and op letter (summed action spans) and per op letter and
-stage (`stage_busy_s`), with `record_actions` in the config every action's (start, end) from the
-step's start in this rank's program order (`action_spans_s`, per measured round; for
+stage (`stage_busy_s`), with `record_actions` in the config every action's (name, start, end) from
+the step's start in this rank's program order (`action_spans_s`, per measured round; for
 `bench.actions`), the minor page faults of every run's step on this rank (`minor_faults`, from
 getrusage: memory touched afresh), the in-launch profiles
 (`profiles`, one CostProfile JSON per model, this rank's medians); with `save_grads`, the first
@@ -264,7 +264,7 @@ class OursRun:
         )
         self.busy_s: list[dict[str, float]] = []  # per step: op letter -> summed action spans
         self.stage_busy_s: list[dict[str, float]] = []  # per step: "F3" (op letter, stage) -> summed spans
-        self.spans: list[list[tuple[float, float]]] = []  # per step: (start, end) of each action, program order
+        self.spans: list[list[tuple[str, float, float]]] = []  # per step: (action, start, end), program order
 
     def zero_grad(self) -> None:
         self.rt.zero_grad()
@@ -281,7 +281,7 @@ class OursRun:
             by_stage[f"{op}{stage}"] = by_stage.get(f"{op}{stage}", 0.0) + t1 - t0
         self.busy_s.append(busy)
         self.stage_busy_s.append(by_stage)
-        self.spans.append([(t0, t1) for *_, t0, t1 in res.actions])
+        self.spans.append([(name, t0, t1) for name, *_, t0, t1 in res.actions])
         return res.loss
 
 

@@ -201,7 +201,7 @@ def _profile_layer(
     # them), as they do for all but the first micro-batch of a step. `IN_FLIGHT` micro-batches stay
     # alive between a forward and its backward, as on a pipeline stage (module docstring).
     times: dict[str, list[float]] = {"f": [], "i": [], "w": [], "w_hot": [], "b": []}
-    # from this repeat on, IN_FLIGHT graphs are alive at every timing and every deferred W is deferred
+    # from this repeat on, IN_FLIGHT graphs are alive at every timing and a deferred W has its later I's
     steady = warmup + IN_FLIGHT + W_DEFERRED
 
     def steady_pass(mode: str) -> None:

@@ -27,8 +27,13 @@ def _ranks(plan_path: str, rounds: int) -> list[dict]:
     sim = simulate_plan_file(plan_path)
     step = sim.result.step_time_s
     return [
-        {"step_times_s": {"ours": [step] * rounds}, "action_spans_s": {"ours": [list(row) for _ in range(rounds)]}}
-        for row in sim.result.times
+        {
+            "step_times_s": {"ours": [step] * rounds},
+            "action_spans_s": {
+                "ours": [[(str(a), s, e) for a, (s, e) in zip(prog, row, strict=True)] for _ in range(rounds)]
+            },
+        }
+        for prog, row in zip(sim.programs, sim.result.times, strict=True)
     ]
 
 
@@ -46,8 +51,8 @@ def test_a_slow_action_in_one_round_costs_that_round_only(plan_path: str) -> Non
     slowed = copy.deepcopy(ranks)
     spans = slowed[0]["action_spans_s"]["ours"]
     for k in (0, 1):  # two of three rounds: the median round is a slow one
-        s, e = spans[k][0]
-        spans[k][0] = (s, e + 5e-3)  # the first action of device 0, which everything after it waits for
+        name, s, e = spans[k][0]
+        spans[k][0] = (name, s, e + 5e-3)  # the first action of device 0, which everything after it waits for
     b = actions.breakdown(slowed, "ours", plan_path)
     assert b.replayed_s == pytest.approx(step + 5e-3)
     assert b.median_spans_s == pytest.approx(step + 5e-3)  # the median action is slow too
@@ -60,3 +65,11 @@ def test_a_slow_action_in_one_round_costs_that_round_only(plan_path: str) -> Non
     assert kind == "F sends"  # ZBV's stage 1 is on the other device
     assert b.outliers[kind][0] == 1  # the one slow round's action, over its own median by 5 ms
     assert sum(n for n, _ in b.outliers.values()) == 1
+
+
+def test_spans_of_other_actions_are_refused(plan_path: str) -> None:
+    ranks = _ranks(plan_path, 2)
+    spans = ranks[1]["action_spans_s"]["ours"][1]
+    spans[0], spans[1] = spans[1], spans[0]
+    with pytest.raises(ValueError, match="device 1's recorded actions in round 1 are not the plan's program"):
+        actions.breakdown(ranks, "ours", plan_path)

@@ -56,7 +56,7 @@ def results(work: Path) -> real.RealResults:
 def test_every_action_span_is_recorded_and_replays_to_the_measured_step(results: real.RealResults, work: Path) -> None:
     """The launch records each of our actions' spans (`record_actions`); the plan's dependency graph
     replayed with them (`bench.actions`) comes out near the measured step: the spans are the plan's
-    actions, in its programs' order (wrongly mapped, the replay deadlocks or runs long)."""
+    actions, in its programs' order."""
     from adaptis_plan.usecases import simulate_plan_file
     from bench import actions
 
@@ -68,12 +68,12 @@ def test_every_action_span_is_recorded_and_replays_to_the_measured_step(results:
         programs = simulate_plan_file(plan).programs
         for d, rank in enumerate(ranks):
             for spans in rank["action_spans_s"][run]:
-                assert len(spans) == len(programs[d])
-                assert all(s <= e <= s2 for (s, e), (s2, _) in zip(spans, spans[1:], strict=False))
+                assert [name for name, _, _ in spans] == [str(a) for a in programs[d]]
+                assert all(s <= e <= s2 for (_, s, e), (_, s2, _) in zip(spans, spans[1:], strict=False))
         b = actions.breakdown(ranks, run, plan)
-        # within 1% in the full bench; here one round on cores the other test workers load, whose
-        # waits the replay's modelled link times do not see: only the replay may not run long
-        assert 0.5 * b.measured_s <= b.replayed_s <= 1.1 * b.measured_s, (strategy, b)
+        # within 1% in the full bench; here one round of a step under 0.1 s on cores the other test
+        # workers load, where the modelled link times are a large, rough share
+        assert 0.5 * b.measured_s <= b.replayed_s <= 1.5 * b.measured_s, (strategy, b)
 
 
 @pytest.mark.slow

@@ -139,17 +139,17 @@ def test_w_is_timed_deferred_and_right_after_its_own_i(monkeypatch: pytest.Monke
     from adaptis_plan.executor import profile as prof
     from adaptis_plan.executor.wgrad import WeightGradStore
 
-    events: list[tuple[int, str, object]] = []  # (store, "I" / "W", key)
+    events: list[tuple[object, str, object]] = []  # (store, "I" / "W", key); holding the store keeps its id unique
     deferring, run = WeightGradStore.deferring, WeightGradStore.run
 
     @contextmanager
     def spy_deferring(self, key):  # noqa: ANN001, ANN202
         with deferring(self, key):
             yield
-        events.append((id(self), "I", key))
+        events.append((self, "I", key))
 
     def spy_run(self, key):  # noqa: ANN001, ANN202
-        events.append((id(self), "W", key))
+        events.append((self, "W", key))
         return run(self, key)
 
     monkeypatch.setattr(WeightGradStore, "deferring", spy_deferring)
@@ -158,11 +158,11 @@ def test_w_is_timed_deferred_and_right_after_its_own_i(monkeypatch: pytest.Monke
     repeats, warmup = 3, 1
     got = profile_model(tiny_family("llama"), seq_len=16, micro_batch_size=1, repeats=repeats, warmup=warmup)
     assert all(e.w_hot_s is not None for e in got.entries)
-    stores = list(dict.fromkeys(s for s, _, _ in events))
+    stores = list({id(s): s for s, _, _ in events}.values())
     for store in stores:
         # the memory pass's stash (a str key) is measured, then dropped; the timed passes key by repeat,
         # from 0 again in each pass
-        seq = [(op, key) for s, op, key in events if s == store and isinstance(key, int)]
+        seq = [(op, key) for s, op, key in events if s is store and isinstance(key, int)]
         starts = [n for n, ev in enumerate(seq) if ev == ("I", 0)]
         assert len(starts) == 2, seq  # the deferred pass, then the hot one
         deferred, hot = seq[: starts[1]], seq[starts[1] :]
