@@ -10,7 +10,7 @@ and end in the rank's program order) + the plan file -> the judge's dependency r
 (a) each round's measured spans: its median over the rounds should be the measured step, which
     checks the dependency and link model;
 (b) each action's median span over the rounds: the step without variation within a round;
-(c) the simulated spans: the prediction.
+(c) nothing measured: the simulated step, the prediction.
 (a) - (b) is what variation within a round costs this plan (a plan without slack on either device
 pays both devices' delays); (b) - (c) is the per-op cost the profile missed. Also: the actions
 that ran more than `OUTLIER_S` over their own median, by whether they send or receive across
@@ -29,8 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from adaptis_plan.core import Layout, Programs
-from adaptis_plan.judge.semantics import StageCosts, replay, stage_costs
-from adaptis_plan.usecases import load_plan_inputs, simulate_plan_file
+from adaptis_plan.judge.semantics import Flat, StageCosts, check_programs, replay, stage_costs
+from adaptis_plan.judge.simulate import simulate
+from adaptis_plan.planfile.io import plan_layout, plan_programs
+from adaptis_plan.usecases import load_plan_inputs
 
 #: an action this much over its own median span (across rounds) counts as an outlier
 OUTLIER_S = 1e-3
@@ -41,16 +43,19 @@ class Breakdown:
     measured_s: float  # the run's step (rank 0's barrier-to-barrier median)
     replayed_s: float  # (a): median over rounds of the replay with that round's spans
     median_spans_s: float  # (b)
-    predicted_s: float  # (c)
+    predicted_s: float  # (c): the simulated step
     outliers: dict[str, tuple[int, int]]  # "F sends" ... -> (outliers, actions) over all rounds
 
 
-def replay_step(layout: Layout, programs: Programs, num_microbatches: int, sc: StageCosts, spans: list) -> float:
-    """The step of `programs` when every action takes the given seconds (`spans[d][k]`), P2P as in `sc`."""
-    flat = np.array([x for row in spans for x in row], dtype=float)
+def replay_step(
+    layout: Layout, programs: Programs, num_microbatches: int, sc: StageCosts, flat: Flat, spans: list
+) -> float:
+    """The step of `programs` (checked: `flat`) when every action takes the given seconds (`spans[d][k]`),
+    P2P as in `sc`."""
+    seconds = np.array([x for row in spans for x in row], dtype=float)
     run = replay(
         layout, programs, num_microbatches, None, (sc.p2p_act, sc.p2p_grad), (sc.occ_act, sc.occ_grad),
-        action_durations=flat,
+        flat=flat, action_durations=seconds,
     )  # fmt: skip
     return max((row[-1] for row in run.ends if row), default=0.0)
 
@@ -70,10 +75,10 @@ def breakdown(
     ranks: list[dict], run: str, plan_path: str, *, model_arg: str | None = None, costs_path: str | None = None
 ) -> Breakdown:
     """(a), (b), (c) and the outliers of `run` (module docstring); `ranks`: the launch's rank{r}.json."""
-    sim = simulate_plan_file(plan_path, model_arg=model_arg, costs_path=costs_path)
     inputs = load_plan_inputs(plan_path, model_arg=model_arg, costs_path=costs_path)
-    layout, programs, m = sim.layout, sim.programs, sim.plan.training.num_microbatches
-    sc = stage_costs(layout, inputs.cost_table())
+    layout, programs, m = plan_layout(inputs.plan), plan_programs(inputs.plan), inputs.plan.training.num_microbatches
+    costs = inputs.cost_table()
+    sc, flat = stage_costs(layout, costs), check_programs(layout, programs, m)
     rounds = [r["action_spans_s"][run] for r in ranks]  # [device][round][action] = (name, start, end)
     n_rounds = min(len(x) for x in rounds)
     for d, program in enumerate(programs):
@@ -86,7 +91,6 @@ def breakdown(
         [statistics.median(durations[k][d][a] for k in range(n_rounds)) for a in range(len(programs[d]))]
         for d in range(len(ranks))
     ]
-    predicted = [[e - s for s, e in row] for row in sim.result.times]
     outliers: Counter[str] = Counter()
     totals: Counter[str] = Counter()
     for d, program in enumerate(programs):
@@ -97,9 +101,9 @@ def breakdown(
                 outliers[kind] += durations[k][d][a] - medians[d][a] > OUTLIER_S
     return Breakdown(
         measured_s=statistics.median(ranks[0]["step_times_s"][run]),
-        replayed_s=statistics.median(replay_step(layout, programs, m, sc, durations[k]) for k in range(n_rounds)),
-        median_spans_s=replay_step(layout, programs, m, sc, medians),
-        predicted_s=replay_step(layout, programs, m, sc, predicted),
+        replayed_s=statistics.median(replay_step(layout, programs, m, sc, flat, durations[k]) for k in range(n_rounds)),
+        median_spans_s=replay_step(layout, programs, m, sc, flat, medians),
+        predicted_s=simulate(layout, costs, programs, m).step_time_s,
         outliers={k: (outliers[k], totals[k]) for k in sorted(totals)},
     )
 
@@ -116,9 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     b = breakdown(ranks, args.run, args.plan, model_arg=args.model, costs_path=args.costs)
     ms = 1e3
     print(f"measured {b.measured_s * ms:.1f} ms; replayed with each round's spans {b.replayed_s * ms:.1f};")
-    print(
-        f"  with each action's median span {b.median_spans_s * ms:.1f}; with the simulated spans {b.predicted_s * ms:.1f}"
-    )
+    print(f"  with each action's median span {b.median_spans_s * ms:.1f}; predicted {b.predicted_s * ms:.1f}")
     print(f"  variation within a round costs {(b.replayed_s - b.median_spans_s) * ms:.1f} ms,")
     print(f"  per-op cost over the profile {(b.median_spans_s - b.predicted_s) * ms:.1f} ms")
     for kind, (n, total) in b.outliers.items():
