@@ -501,18 +501,19 @@ def replay(
     stage_device = np.asarray(layout.stage_device, dtype=np.int64)
     is_f = op_a == _F
     is_bwd = (op_a == _I) | (op_a == _B)
-    dur = np.zeros(len(op_a)) if durations is None else np.asarray(durations, dtype=float)[stage_a, op_a]
-    if w_hot is not None and len(op_a) > 1:
-        hot = np.zeros(len(op_a), dtype=bool)
-        hot[1:] = (
-            (op_a[1:] == _W) & (op_a[:-1] == _I) & (dev_a[1:] == dev_a[:-1])
-            & (stage_a[1:] == stage_a[:-1]) & (mb_a[1:] == mb_a[:-1])
-        )  # fmt: skip
-        dur[hot] = np.asarray(w_hot, dtype=float)[stage_a[hot]]
     if action_durations is not None:
         dur = np.asarray(action_durations, dtype=float)
         if dur.shape != op_a.shape:
             raise ValueError(f"action_durations has {dur.size} entries for {len(op_a)} actions")
+    else:
+        dur = np.zeros(len(op_a)) if durations is None else np.asarray(durations, dtype=float)[stage_a, op_a]
+        if w_hot is not None and len(op_a) > 1:
+            hot = np.zeros(len(op_a), dtype=bool)
+            hot[1:] = (
+                (op_a[1:] == _W) & (op_a[:-1] == _I) & (dev_a[1:] == dev_a[:-1])
+                & (stage_a[1:] == stage_a[:-1]) & (mb_a[1:] == mb_a[:-1])
+            )  # fmt: skip
+            dur[hot] = np.asarray(w_hot, dtype=float)[stage_a[hot]]
     wait = np.full(dur.shape, -1, dtype=np.int64)
     wf = is_f & (stage_a > 0)
     wait[wf] = stage_a[wf] * m + mb_a[wf]
