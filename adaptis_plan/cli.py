@@ -667,7 +667,7 @@ def profile_cmd(
             fmt_time(e.f_s, "ms", suffix=False),
             fmt_time(e.i_s, "ms", suffix=False),
             fmt_time(e.w_s, "ms", suffix=False),
-            fmt_time(e.w_s if e.w_hot_s is None else e.w_hot_s, "ms", suffix=False),
+            fmt_time(e.w_hot, "ms", suffix=False),
             fmt_time(e.b_s, "ms", suffix=False),
             fmt_bytes(e.act_bytes),
         )

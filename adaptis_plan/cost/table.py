@@ -137,13 +137,7 @@ def _check_profile(profile: CostProfile, model: ModelSpec, training: TrainingCon
                 )
 
 
-_CHUNK_FIELDS = ("f_s", "i_s", "w_s", "b_s", "act_bytes", "act_w_bytes", "w_hot_s")
-
-
-def _entry_value(entry: LayerCostEntry, name: str) -> float:
-    """A chunk field of `entry`; `w_hot_s` falls back to `w_s` for a profile that measured none."""
-    value = getattr(entry, name)
-    return float(entry.w_s if value is None and name == "w_hot_s" else value)
+_CHUNK_FIELDS = ("f_s", "i_s", "w_s", "b_s", "act_bytes", "act_w_bytes", "w_hot")
 
 
 def _chunk_role(chunk: int, num_chunks: int) -> str:
@@ -176,7 +170,7 @@ def _head_chunk_entries(profile: CostProfile, model: ModelSpec) -> dict[int, Lay
             for c in e.layers:
                 if c < n:
                     lo, hi = ranges[c]
-                    values = np.array([_entry_value(e, f) for f in _CHUNK_FIELDS])
+                    values = np.array([float(getattr(e, f)) for f in _CHUNK_FIELDS])
                     points[_chunk_role(c, n)].append(((hi - lo) / model.vocab_size, values))
     if not points["middle"]:
         points["middle"] = points["last"]
@@ -331,7 +325,7 @@ def build_cost_table(
         for idx, scale, entry in targets:
             f_s[:, idx], i_s[:, idx], w_s[:, idx] = entry.f_s * scale, entry.i_s * scale, entry.w_s * scale
             if w_hot_s is not None:
-                w_hot_s[:, idx] = _entry_value(entry, "w_hot_s") * scale
+                w_hot_s[:, idx] = entry.w_hot * scale
             act[idx], act_w[idx] = entry.act_bytes * scale, min(entry.act_w_bytes, entry.act_bytes) * scale
             if works[idx].recompute != "none":
                 i_s[:, idx], act[idx], act_w[idx] = measured_recompute(

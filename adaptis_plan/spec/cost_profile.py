@@ -59,6 +59,11 @@ class LayerCostEntry(_Strict):
     act_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes kept from F until I/B per micro-batch")
     act_w_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes of act_bytes still kept after I until W")
 
+    @property
+    def w_hot(self) -> float:
+        """A W's seconds right after its own I: `w_hot_s`, or `w_s` when the profile did not time it."""
+        return self.w_s if self.w_hot_s is None else self.w_hot_s
+
 
 class HeadChunkProfile(_Strict):
     """The model's head split into `num_chunks` vocabulary chunks (`split_head`), measured chunk by chunk."""
