@@ -139,6 +139,23 @@ def saved_bytes(fn, exclude: set[int]) -> tuple[object, int]:  # noqa: ANN001
     return out, sum(live.values())
 
 
+def layer_inputs(
+    model: ModelSpec, index: int, seq_len: int, micro_batch_size: int, device: torch.device, dtype: torch.dtype, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded (token ids, labels, input hidden states) a profiled layer `index` is timed on."""
+    g = torch.Generator().manual_seed(seed + 1000 + index)
+    shape = (micro_batch_size, seq_len)
+    ids = torch.randint(0, model.vocab_size, shape, generator=g).to(device)
+    labels = torch.randint(0, model.vocab_size, shape, generator=g).to(device)
+    hidden = torch.randn(*shape, model.hidden_size, generator=g).to(device=device, dtype=dtype)
+    if model.layers[index].kind == "head" and index > 0 and model.layers[index - 1].kind == "head":
+        # a later head chunk reads the packed (normed hidden, running lse, running target) tensor
+        y = torch.randn(*shape, model.hidden_size, generator=g).to(dtype).float()
+        lse = math.log(model.vocab_size) + torch.randn(*shape, 1, generator=g)
+        hidden = torch.cat([y, lse, torch.randn(*shape, 1, generator=g)], dim=-1).to(device)
+    return ids, labels, hidden
+
+
 def _profile_layer(
     model: ModelSpec,
     index: int,
@@ -165,16 +182,7 @@ def _profile_layer(
         if layer is None:
             layer = keep[key] = build()
     kind = model.layers[index].kind
-    g = torch.Generator().manual_seed(seed + 1000 + index)
-    shape = (micro_batch_size, seq_len)
-    ids = torch.randint(0, model.vocab_size, shape, generator=g).to(device)
-    labels = torch.randint(0, model.vocab_size, shape, generator=g).to(device)
-    hidden = torch.randn(*shape, model.hidden_size, generator=g).to(device=device, dtype=dtype)
-    if kind == "head" and index > 0 and model.layers[index - 1].kind == "head":
-        # a later head chunk reads the packed (normed hidden, running lse, running target) tensor
-        y = torch.randn(*shape, model.hidden_size, generator=g).to(dtype).float()
-        lse = math.log(model.vocab_size) + torch.randn(*shape, 1, generator=g)
-        hidden = torch.cat([y, lse, torch.randn(*shape, 1, generator=g)], dim=-1).to(device)
+    ids, labels, hidden = layer_inputs(model, index, seq_len, micro_batch_size, device, dtype, seed)
     is_loss = index == model.num_layers - 1
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
     store = WeightGradStore()
