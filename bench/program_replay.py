@@ -270,6 +270,105 @@ def render(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+HEADING = "## Program order without communication (CPU)"
+#: the plans of the section, per model of `bench.real`'s cases
+SECTION_STRATEGIES = ("1F1B", "ZBVZeroBubble", "adaptive")
+
+
+def section(command: str, quick: bool) -> str:
+    """The BENCHMARKS.md section: every `bench.real` case's 1F1B and ZBVZeroBubble plans (uniform
+    split) and adaptive plan, planned on the analytic `cpu` costs (the order is what is measured
+    here, not the costs), each replayed (`run`); per device, replay busy / each timing's charge."""
+    import datetime as dt
+
+    from adaptis_plan.planfile.io import write_plan
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+    from bench.common import git_commit, machine
+    from bench.real import FULL, QUICK
+
+    t0 = time.perf_counter()
+    cfg = QUICK if quick else FULL
+    rounds, repeats = (2, 3) if quick else (7, 7)
+    lines = [
+        "| model | shape | plan | device | replay busy ms | vs isolated timing | vs round-robin timing"
+        " | the op furthest from the isolated timing (summed over its actions) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    iso_all, rr_all = [], []
+    with tempfile.TemporaryDirectory(prefix="adaptis-replay-") as tmp:
+        for case in cfg.cases:
+            for strategy in SECTION_STRATEGIES[-1:] if quick else SECTION_STRATEGIES:
+                req = PlanRequest(
+                    model_arg=case.model, hardware_arg="cpu", pp=2, num_microbatches=case.num_microbatches,
+                    seq_len=case.seq_len, micro_batch_size=case.micro_batch_size, strategy=strategy,
+                    partition=None if strategy == "adaptive" else "uniform", time_limit_s=cfg.time_limit_s,
+                )  # fmt: skip
+                work = Path(tmp) / f"{case.model}-{strategy}"
+                work.mkdir()
+                plan_path = str(work / "plan.json")
+                outcome = make_plan_for(req)
+                write_plan(outcome.plan, plan_path)
+                rows = run(plan_path, rounds, repeats, work)
+                name = strategy + (
+                    f" (head in {outcome.plan.model.head_chunks} chunks)" if outcome.plan.model.head_chunks > 1 else ""
+                )
+                shape = f"seq {case.seq_len}, {case.num_microbatches} micro-batches"
+                for d in sorted({r.device for r in rows}):
+                    mine = [r for r in rows if r.device == d]
+                    replay = sum(r.replay_s for r in mine)
+                    iso = replay / sum(r.charged_s["isolated"] for r in mine) - 1
+                    rr = replay / sum(r.charged_s["round_robin"] for r in mine) - 1
+                    iso_all.append(iso)
+                    rr_all.append(rr)
+                    far = max(mine, key=lambda r: abs(r.replay_s - r.charged_s["isolated"]))
+                    off = far.replay_s - far.charged_s["isolated"]
+                    lines.append(
+                        f"| {case.model} | {shape} | {name} | d{d} | {replay * 1e3:.1f} | {iso:+.1%} | {rr:+.1%}"
+                        f" | stage {far.stage} {far.op}: {off * 1e3:+.1f} ms ({off / far.charged_s['isolated']:+.0%}) |"
+                    )
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    prov = (
+        f"_Reproduce: `{command} --sections replay` · machine: {machine()} · date: {now} · commit:"
+        f" `{git_commit()}` · section wall time {time.perf_counter() - t0:.0f} s_"
+    )
+    med = statistics.median
+    intro = [
+        "Each device's program of a plan run alone through the executor's own interpreter, with a loopback"
+        " in place of gloo (a receive is a seeded tensor, a send is dropped), both devices at once (every core"
+        f" busy), {rounds} steps after 2 warm-up; against the layer timings taken in the same processes just"
+        " before and after (`python -m bench.program_replay PLAN`). Isolated = `adaptis profile` (each"
+        " distinct layer's ops back to back, what planning reads); round-robin = every op after the other"
+        " distinct layers' ops. Figures: the device's summed action spans / what the timing charges the same"
+        " actions − 1 (positive: the program ran slower than the timing says). Plans on the analytic `cpu`"
+        " costs (the order is measured, not the costs); fp32, one thread per process, `bench.real`'s malloc"
+        " setting.",
+        "",
+        f"Median over devices: {med(iso_all):+.1%} against the isolated timing (range {min(iso_all):+.1%} to"
+        f" {max(iso_all):+.1%}), {med(rr_all):+.1%} against the round-robin one ({min(rr_all):+.1%} to"
+        f" {max(rr_all):+.1%}). " + _reading(iso_all, rr_all),
+        "",
+    ]
+    return "\n".join([HEADING, "", prov, "", *intro, *lines, ""])
+
+
+def _reading(iso: list[float], rr: list[float]) -> str:
+    """What the section's figures say, from the figures."""
+    if min(iso) < 0 < max(iso):
+        first = (
+            "Without communication the programs run within"
+            f" {max(abs(x) for x in iso):.0%} of their layers timed alone, some faster, some slower: the order"
+            " of the ops (the caches each one finds) moves a device's time by no common sign, so it does not"
+            " explain a launch's excess over the profile by itself (a launch's own spans: `bench.actions`)."
+        )
+    else:
+        first = (
+            f"Every device ran {'slower' if min(iso) > 0 else 'faster'} than its layers timed alone"
+            f" ({min(iso):+.1%} to {max(iso):+.1%}): the order of the ops itself moves the time that way."
+        )
+    closer = "round-robin" if abs(statistics.median(rr)) < abs(statistics.median(iso)) else "isolated"
+    return first + f" The {closer} timing is the closer of the two (median)."
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.program_replay", description=__doc__.splitlines()[0])
     p.add_argument("plan", help="plan file (its embedded model is the one run)")

@@ -52,7 +52,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     prov = run.provenance(str(out), quick=True)
     # bench/real.py and bench/interop.py launch torchrun or plan every paper case: not CI-sized; the
     # recompute section has its own smoke test
-    sections = [s for s in run.SECTIONS if s not in ("real", "targets", "torchcsv", "recompute", *run.ZB_SECTIONS)]
+    sections = [
+        s for s in run.SECTIONS if s not in ("real", "replay", "targets", "torchcsv", "recompute", *run.ZB_SECTIONS)
+    ]
     text, ok = run.build_report(tiny_config(), sections, out, tmp / "docs" / "img", prov, workers=1)
     assert ok
     out.write_text(text)
@@ -78,7 +80,7 @@ def test_every_section_with_its_reproduce_line(report: tuple[str, Path]) -> None
     assert re.search(r"commit: `([0-9a-f]{4,}(\+dirty)?|unknown[^`]*)`", text)
     assert "CPUs" in text and "UTC" in text
     assert "adaptis plan --model llama-2-s --hardware h200 --pp 2 --microbatches 4 --seq-len 1024" in text
-    assert "Sections not run this time: recompute, real, targets, torchcsv, zbgrid, zbpaper, zbtime." in text
+    assert "Sections not run this time: recompute, real, replay, targets, torchcsv, zbgrid, zbpaper, zbtime." in text
 
 
 @pytest.mark.slow
@@ -211,6 +213,6 @@ def test_sections_not_rerun_are_kept_from_the_previous_report(tmp_path: Path) ->
     assert "Kept from the previous report, not rerun this time (each with its own reproduce line and date):" in text
     assert "ablation, real." in text
     assert (
-        "Sections not run this time: papertp, paper, bubbles, seq, plantime, recompute, targets, torchcsv, zbgrid, zbpaper, zbtime."
+        "Sections not run this time: papertp, paper, bubbles, seq, plantime, recompute, replay, targets, torchcsv, zbgrid, zbpaper, zbtime."
         in text
     )
