@@ -16,7 +16,8 @@ Per device, stage and op: the actions' median span against each timing's charge 
 sessions and the processes averaged, no link or per-action cost: there are no hand-offs).
 Replay / profile is what the program's order (the caches each op finds, the other layers' data
 in between) does to the op; a launch's own spans (`bench.actions`) add the hand-offs on top.
-Imports torch, the executor and the judge; nothing imports this but its test.
+`section` is BENCHMARKS.md's "Program order without communication (CPU)" (`bench.run --sections
+replay`). Imports torch, the executor and the judge; only `bench.run` and its test import this.
 """
 
 from __future__ import annotations
