@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from adaptis_plan.executor.profile import distinct_layers
@@ -13,6 +14,7 @@ from adaptis_plan.usecases import load_plan_and_model
 from bench import program_replay
 
 
+@pytest.mark.slow  # one process per device, each timing the model's layers
 def test_every_device_stage_and_op_is_replayed_and_charged(zbv_plan_path: str, tmp_path: Path) -> None:
     rows = program_replay.run(zbv_plan_path, rounds=1, repeats=1, work=tmp_path)
     plan, _ = load_plan_and_model(zbv_plan_path)
