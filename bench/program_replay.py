@@ -39,7 +39,14 @@ import torch
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.layers import build_layer
 from adaptis_plan.executor.lowering import lower
-from adaptis_plan.executor.profile import IN_FLIGHT, W_DEFERRED, distinct_layers, layer_inputs, profile_model
+from adaptis_plan.executor.profile import (
+    IN_FLIGHT,
+    W_DEFERRED,
+    backward,
+    distinct_layers,
+    layer_inputs,
+    profile_model,
+)
 from adaptis_plan.executor.runtime import RankRuntime
 from adaptis_plan.executor.wgrad import WeightGradStore
 from adaptis_plan.judge.semantics import stage_costs
@@ -97,11 +104,7 @@ def round_robin_times(
                 key, old = held[i].popleft()
                 grad = None if i == model.num_layers - 1 else torch.ones_like(old) / old.numel()
                 t0 = time.perf_counter()
-                if mode == "fused":
-                    torch.autograd.backward(old, grad)
-                else:
-                    with store.deferring(key):
-                        torch.autograd.backward(old, grad)
+                backward(old, grad, store, None if mode == "fused" else key)
                 t1 = time.perf_counter()
                 del old
                 if mode == "hot":

@@ -139,8 +139,24 @@ def saved_bytes(fn, exclude: set[int]) -> tuple[object, int]:  # noqa: ANN001
     return out, sum(live.values())
 
 
+def backward(out: torch.Tensor, grad: torch.Tensor | None, store: WeightGradStore, key: object | None) -> None:
+    """The backward of `out`: fused (input and weight gradients at once) when `key` is None, else the
+    input gradient only, its weight GEMMs deferred into `store` under `key` (an I)."""
+    if key is None:
+        torch.autograd.backward(out, grad)
+    else:
+        with store.deferring(key):
+            torch.autograd.backward(out, grad)
+
+
 def layer_inputs(
-    model: ModelSpec, index: int, seq_len: int, micro_batch_size: int, device: torch.device, dtype: torch.dtype, seed: int
+    model: ModelSpec,
+    index: int,
+    seq_len: int,
+    micro_batch_size: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    seed: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Seeded (token ids, labels, input hidden states) a profiled layer `index` is timed on."""
     g = torch.Generator().manual_seed(seed + 1000 + index)
@@ -232,11 +248,8 @@ def _profile_layer(
             key, old = held.popleft()
             _sync(device)
             t2 = time.perf_counter()
-            if mode == "fused":
-                torch.autograd.backward(old, grad)
-            else:
-                with store.deferring(key):
-                    torch.autograd.backward(old, grad)
+            backward(old, grad, store, None if mode == "fused" else key)
+            if mode != "fused":
                 stashed.append(key)
             _sync(device)
             t3 = time.perf_counter()
