@@ -58,6 +58,17 @@ class LayerCostEntry(_Strict):
     b_s: float = Field(ge=0, le=MAX_SECONDS, description="fused full backward time, seconds (median), for reference")
     act_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes kept from F until I/B per micro-batch")
     act_w_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes of act_bytes still kept after I until W")
+    stage_copies: int | None = Field(
+        None,
+        ge=2,
+        le=64,
+        description=(
+            "when set, the times and bytes are per layer of a chain of this many copies of the layer (each"
+            " with its own weights) timed as one stage runs them: a layer timed alone keeps its weights in"
+            " a cache that a stage of several layers does not leave it (`executor.profile.stage_copies`);"
+            " absent: the layer timed alone"
+        ),
+    )
 
     @property
     def w_hot(self) -> float:
