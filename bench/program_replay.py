@@ -5,7 +5,8 @@
 Data flow: a plan file -> one process per device, all at once (every core busy, as in the
 pipeline; one intra-op thread each, `bench.real`'s malloc setting), each:
 1. times the plan's model layer by layer twice: `profile_model` (what planning reads: each
-   distinct layer's ops back to back, after its own), and round-robin (`round_robin_times`:
+   distinct layer's ops back to back, a small body layer in a chain of copies of itself, see
+   `executor.profile.stage_copies`), and round-robin (`round_robin_times`:
    every repeat runs F of every distinct layer, then each one's backward, then each one's
    deferred W, so that every op runs after the other layers' ops, not after its own);
 2. runs its rank's program `rounds` times through the executor's own interpreter
@@ -57,7 +58,7 @@ from bench.real import MALLOC_ENV, THREAD_ENV, average_profiles
 
 REPO = Path(__file__).resolve().parents[1]
 #: the two timings of step 1 (module docstring), in the order the report shows them
-TIMINGS = ("isolated", "round_robin")
+TIMINGS = ("profile", "round_robin")
 
 
 def round_robin_times(
@@ -157,7 +158,7 @@ def _timings(model: ModelSpec, seq_len: int, micro_batch_size: int, repeats: int
     rr = round_robin_times(
         model, seq_len=seq_len, micro_batch_size=micro_batch_size, repeats=repeats, warmup=2, seed=0, reverse=reverse
     )
-    return {"isolated": iso.model_dump(mode="json"), "round_robin": {str(i): t for i, t in rr.items()}}
+    return {"profile": iso.model_dump(mode="json"), "round_robin": {str(i): t for i, t in rr.items()}}
 
 
 def worker(plan_path: str, device: int, rounds: int, repeats: int, out: Path) -> None:
@@ -200,7 +201,7 @@ def compare(plan_path: str, results: list[dict], work: Path) -> list[Row]:
     plan, model = load_plan_and_model(plan_path)
     layout, programs = plan_layout(plan), plan_programs(plan)
     sessions = [s for r in results for s in r["sessions"]]
-    iso = average_profiles([s["isolated"] for s in sessions])
+    iso = average_profiles([s["profile"] for s in sessions])
     iso.pop("link", None)
     iso["action_overhead_s"] = 0.0
     rr = json.loads(json.dumps(iso))
@@ -294,8 +295,8 @@ def section(command: str, quick: bool) -> str:
     cfg = QUICK if quick else FULL
     rounds, repeats = (2, 3) if quick else (7, 7)
     lines = [
-        "| model | shape | plan | device | replay busy ms | vs isolated timing | vs round-robin timing"
-        " | the op furthest from the isolated timing (summed over its actions) |",
+        "| model | shape | plan | device | replay busy ms | vs the profile | vs round-robin timing"
+        " | the op furthest from the profile (summed over its actions) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     iso_all, rr_all = [], []
@@ -320,15 +321,15 @@ def section(command: str, quick: bool) -> str:
                 for d in sorted({r.device for r in rows}):
                     mine = [r for r in rows if r.device == d]
                     replay = sum(r.replay_s for r in mine)
-                    iso = replay / sum(r.charged_s["isolated"] for r in mine) - 1
+                    iso = replay / sum(r.charged_s["profile"] for r in mine) - 1
                     rr = replay / sum(r.charged_s["round_robin"] for r in mine) - 1
                     iso_all.append(iso)
                     rr_all.append(rr)
-                    far = max(mine, key=lambda r: abs(r.replay_s - r.charged_s["isolated"]))
-                    off = far.replay_s - far.charged_s["isolated"]
+                    far = max(mine, key=lambda r: abs(r.replay_s - r.charged_s["profile"]))
+                    off = far.replay_s - far.charged_s["profile"]
                     lines.append(
                         f"| {case.model} | {shape} | {name} | d{d} | {replay * 1e3:.1f} | {iso:+.1%} | {rr:+.1%}"
-                        f" | stage {far.stage} {far.op}: {off * 1e3:+.1f} ms ({off / far.charged_s['isolated']:+.0%}) |"
+                        f" | stage {far.stage} {far.op}: {off * 1e3:+.1f} ms ({off / far.charged_s['profile']:+.0%}) |"
                     )
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     prov = (
@@ -340,14 +341,15 @@ def section(command: str, quick: bool) -> str:
         "Each device's program of a plan run alone through the executor's own interpreter, with a loopback"
         " in place of gloo (a receive is a seeded tensor, a send is dropped), both devices at once (every core"
         f" busy), {rounds} steps after 2 warm-up; against the layer timings taken in the same processes just"
-        " before and after (`python -m bench.program_replay PLAN`). Isolated = `adaptis profile` (each"
-        " distinct layer's ops back to back, what planning reads); round-robin = every op after the other"
+        " before and after (`python -m bench.program_replay PLAN`). Profile = `adaptis profile` (what planning"
+        " reads: each distinct layer's ops back to back, a small body layer in a chain of copies of itself);"
+        " round-robin = every op after the other"
         " distinct layers' ops. Figures: the device's summed action spans / what the timing charges the same"
         " actions − 1 (positive: the program ran slower than the timing says). Plans on the analytic `cpu`"
         " costs (the order is measured, not the costs); fp32, one thread per process, `bench.real`'s malloc"
         " setting.",
         "",
-        f"Median over devices: {med(iso_all):+.1%} against the isolated timing (range {min(iso_all):+.1%} to"
+        f"Median over devices: {med(iso_all):+.1%} against the profile (range {min(iso_all):+.1%} to"
         f" {max(iso_all):+.1%}), {med(rr_all):+.1%} against the round-robin one ({min(rr_all):+.1%} to"
         f" {max(rr_all):+.1%}). " + _reading(iso_all, rr_all),
         "",
@@ -360,16 +362,16 @@ def _reading(iso: list[float], rr: list[float]) -> str:
     if min(iso) < 0 < max(iso):
         first = (
             "Without communication the programs run within"
-            f" {max(abs(x) for x in iso):.0%} of their layers timed alone, some faster, some slower: the order"
+            f" {max(abs(x) for x in iso):.0%} of their profile, some faster, some slower: the order"
             " of the ops (the caches each one finds) moves a device's time by no common sign, so it does not"
             " explain a launch's excess over the profile by itself (a launch's own spans: `bench.actions`)."
         )
     else:
         first = (
-            f"Every device ran {'slower' if min(iso) > 0 else 'faster'} than its layers timed alone"
+            f"Every device ran {'slower' if min(iso) > 0 else 'faster'} than its profile"
             f" ({min(iso):+.1%} to {max(iso):+.1%}): the order of the ops itself moves the time that way."
         )
-    closer = "round-robin" if abs(statistics.median(rr)) < abs(statistics.median(iso)) else "isolated"
+    closer = "round-robin" if abs(statistics.median(rr)) < abs(statistics.median(iso)) else "profile"
     return first + f" The {closer} timing is the closer of the two (median)."
 
 

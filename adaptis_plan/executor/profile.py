@@ -34,6 +34,10 @@ by about 1.5-2 ms per tiny-llama stage forward, which a one-process stage forwar
 held reproduced. With the steady state, the in-launch errors (tiny-llama, tiny-nemotron-h) of the
 classic plans went from -2% to -14% to -6.8% to +0.7%, the adaptive plans' from -14% to -23%
 to -6% to -11%.
+A body layer whose weights fit the rank's cache (`cache_bytes`) is timed in a chain of copies, each
+with its own weights, that fill twice the cache (`stage_copies`), and its times and bytes are the
+chain's per copy: in a stage of several layers each op finds the layer's weights evicted by the
+others', which a layer timed over and over alone never does.
 Weight gradients accumulate across repeats (warm-up repeats allocate them), as they do for all
 but the first micro-batch of a step; memory is measured in an untimed pass before (below).
 A head split into vocabulary chunks is profiled chunk by chunk (`distinct_layers` says which

@@ -50,7 +50,7 @@ def test_the_loopback_hands_each_receive_its_boundary_shape() -> None:
 
 def test_the_reading_follows_the_figures() -> None:
     mixed = program_replay._reading([-0.05, 0.03], [-0.12, -0.10])
-    assert "within 5%" in mixed and "no common sign" in mixed and "isolated timing is the closer" in mixed
+    assert "within 5%" in mixed and "no common sign" in mixed and "profile timing is the closer" in mixed
     slower = program_replay._reading([0.04, 0.09], [0.01, -0.02])
     assert "Every device ran slower" in slower and "round-robin timing is the closer" in slower
     assert "Every device ran faster" in program_replay._reading([-0.04, -0.01], [-0.2, -0.1])

@@ -279,3 +279,37 @@ def test_profile_with_runtime_measures_the_link_and_the_time_per_action(tmp_path
     # the runtime's own work per action beyond its layers' profiled time: at most a few hundred
     # microseconds on this CPU (0 when the noise hides it); the layers' dispatch is in their profile
     assert 0.0 <= got.profile.action_overhead_s < 1e-3
+
+
+# ---------------------------------------------------------------- stage context
+
+
+def test_stage_copies_fill_twice_the_cache_for_small_body_layers_only() -> None:
+    from adaptis_plan.executor.profile import MAX_STAGE_COPIES, stage_copies
+
+    model = load_model("tiny-llama")
+    mib = 2**20
+    assert stage_copies(model, 1, 800_000, 2 * mib) == 6  # ceil(4 MiB / 0.8 MB)
+    assert stage_copies(model, 1, 1000, 2 * mib) == MAX_STAGE_COPIES
+    assert stage_copies(model, 1, 3 * mib, 2 * mib) == 1  # alone over the cache: nothing stays cached
+    assert stage_copies(model, 1, 800_000, 0) == 1  # cache unknown
+    assert stage_copies(model, 0, 1000, 2 * mib) == 1  # the embedding
+    assert stage_copies(model, model.num_layers - 1, 1000, 2 * mib) == 1  # the head
+
+
+@pytest.mark.parametrize("cache", [0, 2**21])
+def test_small_body_layers_are_timed_in_a_chain_per_copy(monkeypatch: pytest.MonkeyPatch, cache: int) -> None:
+    import adaptis_plan.executor.profile as prof_mod
+
+    monkeypatch.setattr(prof_mod, "cache_bytes", lambda device: cache)
+    model = load_model("tiny-llama")
+    prof = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0)
+    by_kind = {e.kind: e for e in prof.entries}
+    assert by_kind["embedding"].stage_copies is None and by_kind["head"].stage_copies is None
+    assert by_kind["decoder"].stage_copies == (None if cache == 0 else 6)  # 0.77 MB of fp32 weights
+    monkeypatch.setattr(prof_mod, "cache_bytes", lambda device: 0)
+    alone = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0)
+    # per copy: the chain's bytes are the copies' sum, so one copy's are the layer's own
+    assert by_kind["decoder"].act_bytes == pytest.approx(
+        {e.kind: e for e in alone.entries}["decoder"].act_bytes, rel=0.01
+    )
