@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -54,9 +53,9 @@ from adaptis_plan.judge.semantics import stage_costs
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.usecases import load_plan_and_model, load_plan_inputs
-from bench.real import MALLOC_ENV, THREAD_ENV, average_profiles
+from bench.common import REPO
+from bench.real import average_profiles, wait_all, worker_env
 
-REPO = Path(__file__).resolve().parents[1]
 #: the two timings of step 1 (module docstring), in the order the report shows them
 TIMINGS = ("profile", "round_robin")
 
@@ -242,8 +241,7 @@ def compare(plan_path: str, results: list[dict], work: Path) -> list[Row]:
 def run(plan_path: str, rounds: int, repeats: int, work: Path) -> list[Row]:
     """One worker process per device of the plan, all at once; their results compared."""
     plan, _ = load_plan_and_model(plan_path)
-    env = dict(os.environ, **THREAD_ENV, **MALLOC_ENV)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = worker_env()
     procs, outs = [], []
     for d in range(plan_layout(plan).num_devices):
         out = work / f"device{d}.json"
@@ -251,11 +249,7 @@ def run(plan_path: str, rounds: int, repeats: int, work: Path) -> list[Row]:
                "--repeats", str(repeats), "--out", str(out)]  # fmt: skip
         procs.append(subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True))
         outs.append(out)
-    for p in procs:
-        _, err = p.communicate(timeout=1800)
-        if p.returncode != 0:
-            tail = [ln for ln in err.splitlines() if ln.strip()][-1:] or [f"exit {p.returncode}"]
-            raise RuntimeError(f"a replay worker failed: {tail[0]}")
+    wait_all(procs, 1800, "a replay worker")
     return compare(plan_path, [json.loads(o.read_text()) for o in outs], work)
 
 

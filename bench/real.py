@@ -340,10 +340,26 @@ def wait_quiet(max_wait_s: float, threshold: float = 0.10, window_s: float = 1.0
             return share
 
 
-def _env(cfg: RealConfig) -> dict[str, str]:
-    env = dict(os.environ, **THREAD_ENV, **(MALLOC_ENV if cfg.keep_memory else {}))
+def worker_env(keep_memory: bool = True) -> dict[str, str]:
+    """The environment of a measuring process: one BLAS thread, `MALLOC_ENV` (with `keep_memory`),
+    this checkout first on the import path."""
+    env = dict(os.environ, **THREAD_ENV, **(MALLOC_ENV if keep_memory else {}))
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def _env(cfg: RealConfig) -> dict[str, str]:
+    return worker_env(cfg.keep_memory)
+
+
+def wait_all(procs: Sequence[subprocess.Popen], timeout_s: float, what: str) -> None:
+    """Wait for every process (started with stderr piped); the first that failed raises RuntimeError
+    with `what` and the last line it wrote to stderr."""
+    for p in procs:
+        _, err = p.communicate(timeout=timeout_s)
+        if p.returncode != 0:
+            tail = [ln for ln in err.splitlines() if ln.strip()][-1:] or [f"exit {p.returncode}"]
+            raise RuntimeError(f"{what} failed: {tail[0]}")
 
 
 def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) -> dict:
@@ -369,11 +385,7 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
             subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(cfg), cwd=REPO)
         )
         outs.append(path)
-    for p in procs:
-        _, err = p.communicate(timeout=600)
-        if p.returncode != 0:
-            tail = [ln for ln in err.splitlines() if ln.strip()][-1:] or [f"exit {p.returncode}"]
-            raise RuntimeError(f"adaptis profile --model {model_arg} failed: {tail[0]}")
+    wait_all(procs, 600, f"adaptis profile --model {model_arg}")
     merged = average_profiles([json.loads(path.read_text()) for path in outs])
     out.write_text(json.dumps(merged, indent=1))
     return merged
