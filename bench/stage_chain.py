@@ -1,11 +1,12 @@
-"""A stage of several layers against the sum of its layers timed alone, in one process.
+"""A stage of several layers against the sum of its layers' profiled times, in one process.
 
     python -m bench.stage_chain MODEL FIRST LAST [--seq-len 256] [--rounds 4] [--reverse]
 
 Data flow: a model (zoo name or spec) -> the executor's `Stage` of layers FIRST..LAST-1 timed as a
 split-backward stage runs (F of a new micro-batch with two others held, the I of the oldest with its
 weight GEMMs deferred, then the W of the I before), alternated in `rounds` rounds with
-`profile_model` of the whole model (what planning reads: each distinct layer's ops back to back)
+`profile_model` of the whole model (what planning reads: each distinct layer's ops back to back,
+a small body layer in a chain of copies of itself, `executor.profile.stage_copies`)
 -> per op, the stage's median against the sum of its layers' profiled times. The planner costs a
 stage as that sum; the difference is what running the layers one after another (each its own
 weights, the previous one's output as input) adds. Run two copies at once (one with `--reverse`)
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from adaptis_plan.executor.profile import layer_inputs, profile_model
+from adaptis_plan.executor.profile import IN_FLIGHT, W_DEFERRED, backward, layer_inputs, profile_model
 from adaptis_plan.executor.runtime import Stage
 from adaptis_plan.executor.wgrad import WeightGradStore
 from adaptis_plan.inputs.models.load import load_model
@@ -46,7 +47,7 @@ def _time_stage(model: ModelSpec, first: int, last: int, seq_len: int, repeats: 
     times: dict[str, list[float]] = {op: [] for op in OPS}
     held: deque = deque()
     stashed: deque = deque()
-    steady = 3  # two micro-batches held and a W deferred by one I, as in `profile_model`
+    steady = IN_FLIGHT + W_DEFERRED  # micro-batches held and a W's later I's, as in `profile_model`
     for rep in range(steady + repeats):
         x = ids if first == 0 else hidden.detach().requires_grad_()
         t0 = time.perf_counter()
@@ -54,16 +55,15 @@ def _time_stage(model: ModelSpec, first: int, last: int, seq_len: int, repeats: 
         times["f"].append(time.perf_counter() - t0)
         held.append((rep, out))
         del out
-        if len(held) > 2:
+        if len(held) > IN_FLIGHT:
             key, old = held.popleft()
             grad = None if has_head else torch.ones_like(old) / old.numel()
             t0 = time.perf_counter()
-            with store.deferring(key):
-                torch.autograd.backward(old, grad)
+            backward(old, grad, store, key)
             times["i"].append(time.perf_counter() - t0)
             del old
             stashed.append(key)
-            if len(stashed) > 1:
+            if len(stashed) > W_DEFERRED:
                 t0 = time.perf_counter()
                 store.run(stashed.popleft())
                 times["w"].append(time.perf_counter() - t0)
