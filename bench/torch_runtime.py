@@ -259,7 +259,7 @@ class OursRun:
             device=torch.device("cpu"),
             dtype=torch.float32,
             timeout_s=timeout_s,
-            p2p_order="peer",
+            p2p_order="ahead",  # what `adaptis run` picks on CPU
             recompute=[st.recompute for st in plan.stages],
         )
         self.busy_s: list[dict[str, float]] = []  # per step: op letter -> summed action spans

@@ -88,7 +88,8 @@ class RunOptions:
     with a single-process step; `device` auto / cpu / cuda; `timeout_s`: the longest wait on any peer
     (and on a stuck rank or a rendezvous); `seed`: weights and data; `nnodes`, `node_rank`,
     `rdzv_endpoint` (HOST:PORT of node 0), `master_port` (one node): torchrun's; `p2p_order`: "auto"
-    (per peer on gloo, one line per rank on NCCL), "peer" or "global" (see `runtime.py`).
+    ("ahead" on gloo: every receive posted at the step's start; one line per rank on NCCL), "peer",
+    "ahead" or "global" (see `runtime.py`).
     """
 
     steps: int = 3
@@ -122,8 +123,8 @@ class RunOptions:
             raise InputError(f"--timeout = {self.timeout_s}: must be > 0 seconds")
         if self.optimizer not in ("sgd", "adamw"):
             raise InputError(f"optimizer = {self.optimizer!r}: use 'sgd' or 'adamw'")
-        if self.p2p_order not in ("auto", "peer", "global"):
-            raise InputError(f"p2p_order = {self.p2p_order!r}: use auto, peer or global")
+        if self.p2p_order not in ("auto", "peer", "ahead", "global"):
+            raise InputError(f"p2p_order = {self.p2p_order!r}: use auto, peer, ahead or global")
         if self.verify and self.nnodes > 1:
             raise InputError(
                 "--verify with --nnodes > 1: the other nodes' gradients are not visible here; verify on one node"

@@ -541,8 +541,9 @@ def _host_busy(rank: int, sizes: tuple[int, ...]) -> list[float]:
 
     Both ranks run `_HOST_UNITS` compute units twice over: once alone, once posting a message to
     the other after every unit as the executor does (`isend`, then `os.sched_yield`, see
-    `runtime.P2P.pump`), every receive posted ahead into its own buffer and waited `_HOST_LAG`
-    units later (long there: the wait itself costs nothing). The difference in wall time over
+    `runtime.P2P.pump`), every receive posted before the phase into its own buffer (as the
+    executor's "ahead" order posts a step's) and waited `_HOST_LAG` units after its send (long
+    there: the wait itself costs nothing). The difference in wall time over
     the 2 x `_HOST_UNITS` message ends (one send, one receive per unit) is what a message costs
     its ends beyond the transfer: gloo's I/O thread taking the core to write and read it, and
     the compute it displaces and slows. On the 2-core VM of the CPU bench: 120-260 us per end at
@@ -560,12 +561,8 @@ def _host_busy(rank: int, sizes: tuple[int, ...]) -> list[float]:
         t = torch.zeros(max(nbytes, 4) // 4)
         recvs: dict[int, object] = {}
 
-        def post(k: int) -> None:
-            if nbytes and k < _HOST_UNITS:
-                recvs[k] = dist.irecv(torch.empty_like(t), src=peer, tag=k)
-
-        for k in range(2 * _HOST_LAG):
-            post(k)
+        if nbytes:  # every receive posted before the messages flow, as the executor does on CPU ("ahead")
+            recvs = {k: dist.irecv(torch.empty_like(t), src=peer, tag=k) for k in range(_HOST_UNITS)}
         sends = []
         dist.barrier()
         t0 = time.perf_counter()
@@ -576,7 +573,6 @@ def _host_busy(rank: int, sizes: tuple[int, ...]) -> list[float]:
                 os.sched_yield()
                 if i >= _HOST_LAG:
                     recvs.pop(i - _HOST_LAG).wait()  # type: ignore[attr-defined]
-                    post(i + _HOST_LAG)
         elapsed = time.perf_counter() - t0
         for h in [*recvs.values(), *sends]:
             h.wait()  # type: ignore[attr-defined]

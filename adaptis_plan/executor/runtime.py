@@ -30,7 +30,9 @@ of all actions that respects every device's order; it exists exactly when the si
 accepts the plan (otherwise the launcher refuses the plan before starting anything). Transfers
 are numbered by the position of their producing action in G. Each rank keeps its transfers in
 *lines* in that numbering: one line per peer on gloo (`order="peer"`), one line for all peers
-on NCCL (`order="global"`). `P2P.pump` posts the head of each line as soon as it can: a
+on NCCL (`order="global"`); on gloo, `order="ahead"` (the default on CPU) posts every receive of
+the step when the step starts and keeps only the sends in the per-peer lines. `P2P.pump` posts
+the head of each line as soon as it can: a
 receive at once (non-blocking `irecv` into a fresh buffer), a send once its tensor has been
 produced (non-blocking `isend`; the handle is kept and waited at the end of the step). A rank
 blocks only when an action needs a received tensor (`P2P.recv` waits on that one `irecv`), and
@@ -57,7 +59,17 @@ at the end of the step on its own sends.
 At the end of the step each rank waits on its sends; they complete because every rank runs its
 whole program and so posts every receive. Receives posted early hold one activation-sized
 buffer each; their number is bounded by the run of consecutive receives in a line, which the
-schedule's own in-flight window bounds.
+schedule's own in-flight window bounds. Under "ahead" every receive of the step holds its buffer
+from the step's start (one boundary tensor per incoming transfer), and point 2 holds unchanged
+(gloo matches by tag, whatever the posting order).
+
+Why "ahead" on gloo: posting a receive takes the peer connection's lock and writes a notice on
+its socket. Posted mid-step, while the peer's messages arrive, that thread is often preempted by
+gloo's own I/O thread, woken on the same core by the incoming data; the I/O thread then finds
+the lock taken and polls again, for the rest of its time slice. On the 2-rank CPU bench that
+cost 2-8 ms at a few program points per step (3-5 % of tiny-llama's step, in every schedule;
+`strace` shows a 48-byte notice `writev` taking 2 ms). Posted at the step's start, before any
+data flows, the receives cost what their calls cost.
 """
 
 from __future__ import annotations
@@ -130,13 +142,18 @@ class Fault:
         return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) > 2 else 0)
 
 
+#: point-to-point posting orders (`P2P`); worker's "auto" picks "global" on CUDA, "ahead" on CPU
+ORDERS = ("peer", "ahead", "global")
+
+
 class P2P:
     """Posts this rank's sends and receives line by line in the global transfer order (module docstring).
 
     `boundaries[s]`: (shape, dtype) of the tensor between stages s and s+1, the activation
     ("act", s, m) and the gradient ("grad", s + 1, m) alike.
-    `order`: "peer" (one line per peer: receives are posted earliest; gloo) or "global" (one line
-    for all peers: safe whatever NCCL's stream layout; the default on GPUs)."""
+    `order`: "peer" (one line per peer: receives are posted earliest; gloo), "ahead" (as "peer",
+    but every receive of the step is posted when it starts; gloo, the default on CPU) or
+    "global" (one line for all peers: safe whatever NCCL's stream layout; the default on GPUs)."""
 
     def __init__(
         self,
@@ -147,8 +164,8 @@ class P2P:
         timeout_s: float,
         order: str = "peer",
     ) -> None:
-        if order not in ("peer", "global"):
-            raise ValueError(f"P2P order {order!r}: use 'peer' or 'global'")
+        if order not in ORDERS:
+            raise ValueError(f"P2P order {order!r}: use one of {', '.join(ORDERS)}")
         self.rank = rank
         self.order = order
         self._lowered = lowered
@@ -164,7 +181,18 @@ class P2P:
             self._queues = {-1: deque(self._lowered.rank_queue(self.rank))}
         else:
             self._queues = {peer: deque(ts) for peer, ts in self._lowered.peer_queues(self.rank).items()}
+            if self.order == "ahead":
+                for peer, line in self._queues.items():
+                    for t in line:
+                        if t.dst == self.rank:
+                            self._post_recv(t)
+                    self._queues[peer] = deque(t for t in line if t.dst != self.rank)
         self.pump()
+
+    def _post_recv(self, t: Transfer) -> None:
+        shape, dtype = self._boundaries[t.stage if t.kind == "act" else t.stage - 1]
+        buf = torch.empty(shape, dtype=dtype, device=self._device)
+        self._recvs[t.key] = (dist.irecv(buf, src=t.src, tag=t.tag), buf, t)
 
     def pump(self) -> None:
         sent = False
@@ -172,9 +200,7 @@ class P2P:
             while q:
                 t = q[0]
                 if t.dst == self.rank:
-                    shape, dtype = self._boundaries[t.stage if t.kind == "act" else t.stage - 1]
-                    buf = torch.empty(shape, dtype=dtype, device=self._device)
-                    self._recvs[t.key] = (dist.irecv(buf, src=t.src, tag=t.tag), buf, t)
+                    self._post_recv(t)
                 elif t.key in self._ready:
                     tensor = self._ready.pop(t.key)
                     self._sends.append((dist.isend(tensor, dst=t.dst, tag=t.tag), tensor, t))

@@ -68,9 +68,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=60.0, help="longest wait on any peer")
     p.add_argument(
         "--p2p-order",
-        choices=["auto", "peer", "global"],
+        choices=["auto", "peer", "ahead", "global"],
         default="auto",
-        help="post transfers per peer (gloo) or in one line per rank (NCCL); auto picks by backend",
+        help="post transfers per peer (gloo; 'ahead': every receive at the step's start) or in one line per"
+        " rank (NCCL); auto picks 'ahead' on CPU, 'global' on CUDA",
     )
     args = p.parse_args(argv)
     if not args.jobs and not (args.plan and args.model):
@@ -117,7 +118,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         device=device,
         dtype=dtype,
         timeout_s=args.timeout_s,
-        p2p_order=args.p2p_order if args.p2p_order != "auto" else ("global" if device.type == "cuda" else "peer"),
+        p2p_order=args.p2p_order if args.p2p_order != "auto" else ("global" if device.type == "cuda" else "ahead"),
         recompute=[st.recompute for st in plan.stages],
     )
     opt = _optimizer(rt.parameters(), args.optimizer, args.lr)

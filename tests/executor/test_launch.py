@@ -75,8 +75,8 @@ def test_pipelined_step_matches_single_process_for_every_family_and_plan_shape(p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("p2p_order", ["peer", "global"])
-def test_three_ranks_with_crossing_placements_in_both_p2p_orders(p2p_order: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("p2p_order", ["peer", "ahead", "global"])
+def test_three_ranks_with_crossing_placements_in_every_p2p_order(p2p_order: str, tmp_path: Path) -> None:
     cases = [  # (family, stage -> device, style): traffic between every pair of ranks, in both directions
         ("nemotron", (0, 1, 2, 0, 2, 1), "random"),
         ("llama", (2, 1, 0, 1, 2), "zb"),

@@ -74,3 +74,43 @@ def test_a_cpu_rank_yields_its_core_once_after_posting_sends(monkeypatch: pytest
         assert [e for e in events if e == "yield"] == (["yield", "yield"] if yields else [])
         if yields:  # each send is followed by a yield before anything else is sent
             assert all("yield" in events[i + 1 : j] for i, j in zip(sends, sends[1:] + [len(events)], strict=True))
+
+
+def test_ahead_order_posts_every_receive_of_the_step_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # posted mid-step, a receive can stall its rank for milliseconds on gloo (runtime docstring);
+    # "ahead" posts all of them at the step's start, "peer" only up to its line's first pending send
+    import torch
+
+    import adaptis_plan.executor.runtime as runtime
+
+    layout = Layout(bounds=(0, 1, 2), stage_device=(0, 1), num_devices=2)
+    programs = [
+        [Action(0, "F", 0), Action(0, "F", 1), Action(0, "B", 0), Action(0, "B", 1)],
+        [Action(1, "F", 0), Action(1, "B", 0), Action(1, "F", 1), Action(1, "B", 1)],
+    ]
+    low = lower(layout, programs, 2)
+    events: list[str] = []
+    monkeypatch.setattr(runtime.dist, "isend", lambda t, dst, tag: events.append(f"send {tag}") or object())
+    monkeypatch.setattr(runtime.dist, "irecv", lambda t, src, tag: events.append(f"recv {tag}") or object())
+    monkeypatch.setattr(runtime.os, "sched_yield", lambda: None)
+    boundaries = {0: ((1, 2), torch.float32)}
+    incoming = sorted(f"recv {t.tag}" for t in low.transfers if t.dst == 0)
+    assert len(incoming) == 2
+    posted = {}
+    for order in ("peer", "ahead"):
+        events.clear()
+        comm = runtime.P2P(low, 0, boundaries, torch.device("cpu"), 60.0, order=order)
+        comm.start_step()
+        posted[order] = sorted(events)
+        comm.send(("act", 0, 0), torch.zeros(1, 2))
+        comm.send(("act", 0, 1), torch.zeros(1, 2))
+        assert sorted(e for e in events if e.startswith("recv")) == incoming  # each posted once
+        assert [e for e in events if e.startswith("send")] == [
+            f"send {t.tag}" for t in low.peer_queues(0)[1] if t.src == 0
+        ]
+    assert posted["ahead"] == incoming
+    assert posted["peer"] == []  # device 0's line starts with its own sends
+    with pytest.raises(ValueError, match="use one of peer, ahead, global"):
+        runtime.P2P(low, 0, boundaries, torch.device("cpu"), 60.0, order="eager")
