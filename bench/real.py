@@ -782,8 +782,8 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
     lo, hi = min(by_strategy[lowest]), max(by_strategy[lowest])
     why = (
         f"same arithmetic, same order; ours is at or below torch in {faster} of {len(pairs)} pairs. What is left is"
-        " per-action Python work and how each runtime posts its gloo sends / receives (ours: every receive"
-        f" posted ahead, in the global transfer order). Torch is furthest behind on {lowest} (ours / torch"
+        " per-action Python work and how each runtime posts its gloo sends / receives (ours: every receive of"
+        f" the step posted at its start, each send in the global transfer order). Torch is furthest behind on {lowest} (ours / torch"
         + (f" {lo:.2f})" if lo == hi else f" {lo:.2f}-{hi:.2f})")
     )
     if lowest == "ZBVZeroBubble" and hi < 1.0:
