@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from adaptis_plan.executor.cpu import enter_cpu_rank
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.layers import build_layer
 from adaptis_plan.executor.lowering import lower
@@ -162,7 +163,7 @@ def _timings(model: ModelSpec, seq_len: int, micro_batch_size: int, repeats: int
 
 def worker(plan_path: str, device: int, rounds: int, repeats: int, out: Path) -> None:
     """Steps 1-3 of the module docstring for `device`, written to `out` as JSON."""
-    torch.set_num_threads(1)
+    enter_cpu_rank()
     plan, model = load_plan_and_model(plan_path)
     tr = plan.training
     before = _timings(model, tr.seq_len, tr.micro_batch_size, repeats, device % 2 == 1)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from adaptis_plan.executor.cpu import enter_cpu_rank
 from adaptis_plan.executor.profile import IN_FLIGHT, W_DEFERRED, backward, layer_inputs, profile_model
 from adaptis_plan.executor.runtime import Stage
 from adaptis_plan.executor.wgrad import WeightGradStore
@@ -76,7 +77,7 @@ def compare(
     model: ModelSpec, first: int, last: int, *, seq_len: int, rounds: int, repeats: int = 9, reverse: bool = False
 ) -> StageVsLayers:
     """The stage of layers [first, last) against the sum of its layers' `profile_model` times (module docstring)."""
-    torch.set_num_threads(1)
+    enter_cpu_rank()
     stage_rounds, layer_rounds = [], []
     for _ in range(rounds):
         stage_rounds.append(_time_stage(model, first, last, seq_len, repeats))

@@ -73,6 +73,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from adaptis_plan.executor import layers as L
+from adaptis_plan.executor.cpu import enter_cpu_rank
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.profile import profile_model
@@ -430,7 +431,7 @@ def main(argv: list[str] | None = None) -> None:
     rank = int(os.environ.get("RANK", "0"))
     try:
         cfg = json.loads(Path(args.config).read_text())
-        torch.set_num_threads(1)
+        enter_cpu_rank()
         dist.init_process_group("gloo", timeout=timedelta(seconds=float(cfg.get("timeout_s", 120.0))))
         run(cfg, out)
         dist.barrier()

@@ -12,7 +12,8 @@ activation bytes for `adaptis profile`. The executor runs what it is given: it n
 simulates a plan (the use cases do).
 
 Modules: `layers` (every layer kind, recomputation), `wgrad` (deferred weight gradients),
-`lowering` (pure Python: executability check, global order, transfers), `runtime` (one rank's
+`lowering` (pure Python: executability check, global order, transfers), `cpu` (how a rank computes
+on CPU: one thread, denormals flushed), `runtime` (one rank's
 interpreter), `worker` (`python -m adaptis_plan.executor.worker` under torchrun), `launch`
 (`RunOptions`, `run_plan`, `run_plans`), `processes` (run token, reaper, worker lifeline;
 standard library only), `verify`, `data`, `profile`.

@@ -79,6 +79,7 @@ from pathlib import Path
 import torch
 
 from adaptis_plan.errors import AdaptisError
+from adaptis_plan.executor.cpu import cpu_rank, enter_cpu_rank
 from adaptis_plan.executor.layers import build_layer, set_recompute
 from adaptis_plan.executor.wgrad import WeightGradStore
 from adaptis_plan.spec.cost_profile import CostProfile, HeadChunkProfile, LayerCostEntry, MeasuredLink, ProfiledModel
@@ -498,15 +499,13 @@ def _entries(
 
 @contextmanager
 def _measuring(device: str) -> Iterator[torch.device]:
-    """The device to measure on; on CPU one intra-op thread meanwhile, as each executor rank runs."""
+    """The device to measure on; on CPU set up meanwhile as each executor rank runs (`cpu.cpu_rank`)."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
-    prev_threads = torch.get_num_threads()
-    if dev.type == "cpu":
-        torch.set_num_threads(1)
-    try:
+    if dev.type != "cpu":
         yield dev
-    finally:
-        torch.set_num_threads(prev_threads)
+        return
+    with cpu_rank():
+        yield dev
 
 
 # ---------------------------------------------------------------- point-to-point link
@@ -592,7 +591,7 @@ def _host_busy(rank: int, sizes: tuple[int, ...]) -> list[float]:
 def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int, host_costs: bool) -> None:
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
+    enter_cpu_rank()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=2, rank=rank)
     peer = 1 - rank
     small = torch.zeros(1)

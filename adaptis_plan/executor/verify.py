@@ -19,10 +19,12 @@ backward): rtol = 1e-4 in fp32 (TF32 off), 5e-2 in bf16/fp16 where every accumul
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
+from adaptis_plan.executor.cpu import cpu_rank
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.layers import build_model
 from adaptis_plan.spec.model import ModelSpec
@@ -52,13 +54,10 @@ def reference_step(
     A head split into vocabulary chunks (`models.transform.split_head`) runs as its chunks,
     in order, exactly as the pipeline does; only the last chunk's output is the loss.
     """
-    prev_threads = torch.get_num_threads()
-    if device == "cpu":
-        torch.set_num_threads(1)  # same kernels as the one-thread-per-rank workers
-    else:
+    if device != "cpu":
         torch.backends.cuda.matmul.allow_tf32 = False  # as in the workers
         torch.backends.cudnn.allow_tf32 = False
-    try:
+    with cpu_rank() if device == "cpu" else nullcontext():  # the same kernels and arithmetic as the workers
         layers = build_model(model, seed=seed).to(device=device, dtype=dtype)
         inputs, labels = synthetic_batch(
             model.vocab_size, num_microbatches, micro_batch_size, seq_len, seed=seed, step=0
@@ -77,8 +76,6 @@ def reference_step(
             for n, p in layer.named_parameters(remove_duplicate=False)
         }
         return total, grads
-    finally:
-        torch.set_num_threads(prev_threads)
 
 
 @dataclass(frozen=True)

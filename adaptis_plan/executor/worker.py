@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from adaptis_plan.executor.cpu import enter_cpu_rank
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.processes import start_lifeline
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
             warm_up_pairs(dist.get_world_size(), rank, device)
         else:
             device = torch.device("cpu")
-            torch.set_num_threads(1)
+            enter_cpu_rank()
             dist.init_process_group("gloo", timeout=timeout)
         for job in jobs:
             job_out = out / job["name"]
