@@ -6,8 +6,8 @@ Run: `python -m bench.real --out real.md [--quick] [--models tiny-gemma,...] [--
 "Real execution (CPU, gloo)"; `--update FILE` replaces that section of FILE in place.
 
 Data flow, per tiny model (`ModelCase`):
-1. measure: `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread, as each
-   rank runs; with the head also split into 2, 3 and 4 vocabulary chunks), two copies at once in
+1. measure: `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread and
+   denormals flushed, as each rank runs (`executor.cpu`); with the head also split into 2, 3 and 4 vocabulary chunks), two copies at once in
    fresh processes with `MALLOC_ENV` as the two ranks run, averaged -> a cost profile, plus the
    gloo link (`measure_link` with what each message end costs a computing rank, median of a few
    measurements, once per run) ->
@@ -977,7 +977,8 @@ def render(res: RealResults) -> str:
     lines = [
         f"Measured {res.date} in {res.wall_s:.0f} s wall time ({cfg.label} configuration), torch"
         f" {m0.torch_version if m0 else '?'}, gloo, PP={PP}: 2 ranks on this machine's {os.cpu_count()} cores, one"
-        f" intra-op thread per rank (`torch.set_num_threads({m0.num_threads if m0 else 1})`, OMP_NUM_THREADS=1);"
+        f" intra-op thread per rank (`torch.set_num_threads({m0.num_threads if m0 else 1})`, OMP_NUM_THREADS=1)"
+        " and denormal floats flushed to zero (`executor.cpu`, both runtimes and the profiler);"
         f" fp32, no optimizer step timed; glibc malloc "
         + (
             "keeps freed memory (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647`, see `MALLOC_ENV`)"

@@ -49,8 +49,8 @@ Memory: `act_bytes` = distinct storages autograd saves during F and still holds 
 (`saved_bytes`: a saved-tensor hook, in its own untimed pass, since the hook's Python work per
 saved tensor is not the executor's; parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
 gradients, distinct storages; capped at `act_bytes`, since the cost model's memory semantics
-only let I free memory). On CPU everything runs with one intra-op thread, like the
-one-thread-per-rank executor. `measure_link` times gloo point-to-point between two local
+only let I free memory). On CPU everything runs as an executor rank computes (`cpu.cpu_rank`:
+one intra-op thread, denormal floats flushed to zero). `measure_link` times gloo point-to-point between two local
 processes (latency from a ping-pong of 4 bytes, bandwidth from 16 MiB messages, and on CPU
 what each end of a message costs a rank while both compute, `_host_busy`); it is also the entry
 point of those two processes (HOST: 1 to measure that cost):
