@@ -41,11 +41,9 @@ def test_lowering_refuses_a_deadlocking_order() -> None:
     assert "[0B0]" in e.value.grid and "[1F1]" in e.value.grid
 
 
-def test_a_cpu_rank_yields_its_core_once_after_posting_sends(monkeypatch: pytest.MonkeyPatch) -> None:
-    # with a rank computing on every core, gloo's I/O thread writes a posted send only once it gets a
-    # core: the runtime yields after posting (measured: `python -m bench.link_busy`)
-    from datetime import timedelta
-
+def _recording_p2p(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
+    """(runtime module, lowered 2-stage 1F1B-like plan, event list, boundaries), with gloo's isend /
+    irecv and the core yield replaced by recorders into the event list."""
     import torch
 
     import adaptis_plan.executor.runtime as runtime
@@ -60,7 +58,17 @@ def test_a_cpu_rank_yields_its_core_once_after_posting_sends(monkeypatch: pytest
     monkeypatch.setattr(runtime.dist, "isend", lambda t, dst, tag: events.append(f"send {tag}") or object())
     monkeypatch.setattr(runtime.dist, "irecv", lambda t, src, tag: events.append(f"recv {tag}") or object())
     monkeypatch.setattr(runtime.os, "sched_yield", lambda: events.append("yield"))
-    boundaries = {0: ((1, 2), torch.float32)}
+    return runtime, low, events, {0: ((1, 2), torch.float32)}
+
+
+def test_a_cpu_rank_yields_its_core_once_after_posting_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with a rank computing on every core, gloo's I/O thread writes a posted send only once it gets a
+    # core: the runtime yields after posting (measured: `python -m bench.link_busy`)
+    from datetime import timedelta
+
+    import torch
+
+    runtime, low, events, boundaries = _recording_p2p(monkeypatch)
     for device, yields in (("cpu", True), ("meta", False)):
         events.clear()
         comm = runtime.P2P(low, 0, boundaries, torch.device(device), 60.0)
@@ -83,19 +91,7 @@ def test_ahead_order_posts_every_receive_of_the_step_before_anything_is_sent(
     # "ahead" posts all of them at the step's start, "peer" only up to its line's first pending send
     import torch
 
-    import adaptis_plan.executor.runtime as runtime
-
-    layout = Layout(bounds=(0, 1, 2), stage_device=(0, 1), num_devices=2)
-    programs = [
-        [Action(0, "F", 0), Action(0, "F", 1), Action(0, "B", 0), Action(0, "B", 1)],
-        [Action(1, "F", 0), Action(1, "B", 0), Action(1, "F", 1), Action(1, "B", 1)],
-    ]
-    low = lower(layout, programs, 2)
-    events: list[str] = []
-    monkeypatch.setattr(runtime.dist, "isend", lambda t, dst, tag: events.append(f"send {tag}") or object())
-    monkeypatch.setattr(runtime.dist, "irecv", lambda t, src, tag: events.append(f"recv {tag}") or object())
-    monkeypatch.setattr(runtime.os, "sched_yield", lambda: None)
-    boundaries = {0: ((1, 2), torch.float32)}
+    runtime, low, events, boundaries = _recording_p2p(monkeypatch)
     incoming = sorted(f"recv {t.tag}" for t in low.transfers if t.dst == 0)
     assert len(incoming) == 2
     posted = {}
@@ -103,7 +99,7 @@ def test_ahead_order_posts_every_receive_of_the_step_before_anything_is_sent(
         events.clear()
         comm = runtime.P2P(low, 0, boundaries, torch.device("cpu"), 60.0, order=order)
         comm.start_step()
-        posted[order] = sorted(events)
+        posted[order] = sorted(e for e in events if e != "yield")
         comm.send(("act", 0, 0), torch.zeros(1, 2))
         comm.send(("act", 0, 1), torch.zeros(1, 2))
         assert sorted(e for e in events if e.startswith("recv")) == incoming  # each posted once
