@@ -64,7 +64,7 @@ from typing import Any
 
 from adaptis_plan.errors import AdaptisError, InputError, located
 from adaptis_plan.executor import processes
-from adaptis_plan.executor.lowering import lower
+from adaptis_plan.executor.lowering import P2P_ORDERS, lower
 from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.planfile.io import check_model_matches, plan_layout, plan_programs, write_json_atomic, write_plan
 from adaptis_plan.spec.model import ModelSpec
@@ -123,8 +123,10 @@ class RunOptions:
             raise InputError(f"--timeout = {self.timeout_s}: must be > 0 seconds")
         if self.optimizer not in ("sgd", "adamw"):
             raise InputError(f"optimizer = {self.optimizer!r}: use 'sgd' or 'adamw'")
-        if self.p2p_order not in ("auto", "peer", "ahead", "global"):
-            raise InputError(f"p2p_order = {self.p2p_order!r}: use auto, peer, ahead or global")
+        if self.p2p_order not in ("auto", *P2P_ORDERS):
+            raise InputError(
+                f"p2p_order = {self.p2p_order!r}: use auto, {', '.join(P2P_ORDERS[:-1])} or {P2P_ORDERS[-1]}"
+            )
         if self.verify and self.nnodes > 1:
             raise InputError(
                 "--verify with --nnodes > 1: the other nodes' gradients are not visible here; verify on one node"

@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 from adaptis_plan.core import Action, Layout, Programs
 from adaptis_plan.judge.semantics import replay
 
+#: how a rank posts its transfers (`runtime.P2P`): "peer" and "ahead" (gloo), "global" (NCCL); the
+#: worker's "auto" picks "ahead" on CPU, "global" on CUDA
+P2P_ORDERS = ("peer", "ahead", "global")
+
 
 @dataclass(frozen=True)
 class Transfer:

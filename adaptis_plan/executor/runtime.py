@@ -87,7 +87,7 @@ from torch import nn
 
 from adaptis_plan.core import Action
 from adaptis_plan.executor.layers import boundary_spec, build_layer, set_recompute
-from adaptis_plan.executor.lowering import Lowered, Transfer
+from adaptis_plan.executor.lowering import P2P_ORDERS, Lowered, Transfer
 from adaptis_plan.executor.wgrad import WeightGradStore
 from adaptis_plan.spec.model import ModelSpec
 
@@ -142,10 +142,6 @@ class Fault:
         return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) > 2 else 0)
 
 
-#: point-to-point posting orders (`P2P`); worker's "auto" picks "global" on CUDA, "ahead" on CPU
-ORDERS = ("peer", "ahead", "global")
-
-
 class P2P:
     """Posts this rank's sends and receives line by line in the global transfer order (module docstring).
 
@@ -164,8 +160,8 @@ class P2P:
         timeout_s: float,
         order: str = "peer",
     ) -> None:
-        if order not in ORDERS:
-            raise ValueError(f"P2P order {order!r}: use one of {', '.join(ORDERS)}")
+        if order not in P2P_ORDERS:
+            raise ValueError(f"P2P order {order!r}: use one of {', '.join(P2P_ORDERS)}")
         self.rank = rank
         self.order = order
         self._lowered = lowered

@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from adaptis_plan.executor.cpu import enter_cpu_rank
 from adaptis_plan.executor.data import synthetic_batch
-from adaptis_plan.executor.lowering import lower
+from adaptis_plan.executor.lowering import P2P_ORDERS, lower
 from adaptis_plan.executor.processes import start_lifeline
 from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, warm_up_pairs
 from adaptis_plan.executor.wgrad import FLOPS
@@ -69,7 +69,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=60.0, help="longest wait on any peer")
     p.add_argument(
         "--p2p-order",
-        choices=["auto", "peer", "ahead", "global"],
+        choices=["auto", *P2P_ORDERS],
         default="auto",
         help="post transfers per peer (gloo; 'ahead': every receive at the step's start) or in one line per"
         " rank (NCCL); auto picks 'ahead' on CPU, 'global' on CUDA",
