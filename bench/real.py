@@ -27,7 +27,9 @@ Data flow, per tiny model (`ModelCase`):
    the plan's, checked against torch's loop / V mapping) and our `RankRuntime` on every plan,
    and steps them in alternating rounds (A B ... B A), so noise hits all alike; one more item of
    the rotation profiles the model (and its split-head form) again, on both ranks at once, a few
-   repeats per round (`InRunProfile`): each plan is also simulated with that in-launch profile;
+   repeats per round (`InRunProfile`): each plan is also simulated with that in-launch profile,
+   once per kept round with that round's profile (paired with the round's step) and once with
+   each layer's median over the rounds;
 4. medians of the measured rounds -> per-model tables and the three targets below.
 Imports `adaptis_plan` (planning, plan IO, the executor's link measurement), and `bench.run` /
 `bench.paper` for the provenance line (torch is imported with `executor.profile`); everything
@@ -39,7 +41,9 @@ Targets (issue "Benchmarks" part 3 and the executor's prediction target):
 - adaptive vs the best torch schedule >= 1.3x on tiny-gemma (the head is the heaviest layer);
 - predicted vs measured step time within 15% for every plan we run (planning-time profile), and
   within 10% when each plan is simulated with its layers profiled inside the launch, between the
-  steps (`bench.torch_runtime.InRunProfile`);
+  steps (`bench.torch_runtime.InRunProfile`; the median over the kept rounds of each round's error,
+  its step against that round's profile: on a shared VM the machine's speed drifts by several %
+  within seconds, and the profile and steps of one round see the same stretch of it);
 - the recompute plan predicted as well as the plans without recomputation: its absolute error
   no larger than the worst of that model's plans without it (or within 15%).
 """
@@ -151,8 +155,10 @@ class PlanRun:
     num_actions: list[int] = field(default_factory=list)  # per device
     predicted_chunks_s: float | None = None  # re-simulated with the split head's chunks profiled as such
     predicted_after_s: float | None = None  # re-simulated with a second profile taken right after the runs
-    #: re-simulated with the layers it runs profiled inside the launch, between the steps (a split head as its chunks)
+    #: re-simulated with the layers it runs profiled inside the launch, between the steps (a split head as its
+    #: chunks): each layer's median over the rounds; then per kept round, with that round's profile alone
     predicted_in_run_s: float | None = None
+    predicted_in_run_rounds_s: list[float] = field(default_factory=list)
     #: "F3" (op letter, stage) -> summed simulated action spans; the same measured, per kept round
     predicted_stage_busy_s: dict[str, float] = field(default_factory=dict)
     ours_stage_busy_s: list[dict[str, float]] = field(default_factory=list)
@@ -179,7 +185,18 @@ class PlanRun:
 
     @property
     def in_run_error(self) -> float | None:
-        """`error` with the prediction re-simulated from the in-launch profile."""
+        """`error` with the prediction re-simulated from the in-launch profile, paired by round: the median over
+        the kept rounds of (that round's prediction - that round's step) / that round's step. The machine's
+        speed drifts by several % within seconds; a round's profile and steps see the same stretch of it.
+        Without the per-round profiles: the round medians' error (`in_run_median_error`)."""
+        if not self.predicted_in_run_rounds_s:
+            return self.in_run_median_error
+        pairs = zip(self.predicted_in_run_rounds_s, self.ours_s, strict=True)
+        return statistics.median((p - m) / m for p, m in pairs)
+
+    @property
+    def in_run_median_error(self) -> float | None:
+        """`error` with the prediction re-simulated from the in-launch profile's medians over the rounds."""
         return None if self.predicted_in_run_s is None else (self.predicted_in_run_s - self.ours) / self.ours
 
     @property
@@ -528,18 +545,21 @@ def _profile_with_link(
     return measured, share
 
 
-def _in_run_profiles(ranks: Sequence[dict], planning: dict, work: Path) -> list[Path]:
+def _in_run_profiles(ranks: Sequence[dict], planning: dict, work: Path, rnd: int | None = None) -> list[Path]:
     """The launch's own profiles (`bench.torch_runtime.InRunProfile`, each rank's medians over the
-    measured rounds), the ranks averaged as the profiler copies are, with the planning profile's
-    gloo link and time per action (not layer costs: measured once per run) -> one file per profiled
-    model: the model, then its split-head form when the adaptive plan splits it."""
+    measured rounds, or with `rnd` its profile of that measured round alone), the ranks averaged as
+    the profiler copies are, with the planning profile's gloo link and time per action (not layer
+    costs: measured once per run) -> one file per profiled model: the model, then its split-head
+    form when the adaptive plan splits it."""
     paths = []
     for k in range(len(ranks[0]["profiles"])):
-        merged = average_profiles([r["profiles"][k] for r in ranks])
+        copies = [r["profiles"][k] if rnd is None else r["profile_rounds"][rnd][k] for r in ranks]
+        merged = average_profiles(copies)
         for key in ("link", "action_overhead_s"):
             if planning.get(key) is not None:
                 merged[key] = planning[key]
-        path = work / ("profile-in-run.json" if k == 0 else "profile-in-run-chunks.json")
+        name = "profile-in-run" + ("" if k == 0 else "-chunks") + ("" if rnd is None else f".round{rnd}")
+        path = work / f"{name}.json"
         path.write_text(json.dumps(merged, indent=1))
         paths.append(path)
     return paths
@@ -632,11 +652,16 @@ def run_model(
     after = _resimulate({s: work / f"plan-{s}.json" for s in STRATEGIES}, after_path)
     after.update(_resimulate({RECOMPUTE: rc_path}, after_path))
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(PP)]
-    in_run = _in_run_profiles(ranks, measured, work)
-    in_run_pred = {
-        s: _resimulate({s: path}, in_run[1 if plans[s][0].plan.model.head_chunks > 1 else 0])[s]
-        for s, path in [*((s, work / f"plan-{s}.json") for s in STRATEGIES), (RECOMPUTE, rc_path)]
-    }
+    plan_paths = {**{s: work / f"plan-{s}.json" for s in STRATEGIES}, RECOMPUTE: rc_path}
+
+    def in_run_predictions(rnd: int | None) -> dict[str, float]:
+        profiles = _in_run_profiles(ranks, measured, work, rnd)
+        return {
+            s: _resimulate({s: path}, profiles[1 if plans[s][0].plan.model.head_chunks > 1 else 0])[s]
+            for s, path in plan_paths.items()
+        }
+
+    in_run_pred = in_run_predictions(None)
 
     def losses(name: str) -> list[float]:
         vals = [
@@ -647,6 +672,8 @@ def run_model(
 
     shares = ranks[0]["others_share"]
     keep = kept_rounds(shares, cfg.quiet_share)
+    # each kept round's steps against the plans simulated with that round's own profile
+    in_run_rounds = [in_run_predictions(i) for i in keep] if ranks[0].get("profile_rounds") else []
 
     def kept(values: list) -> list:
         return [values[i] for i in keep]
@@ -686,6 +713,7 @@ def run_model(
             predicted_chunks_s=chunked.get(strategy),
             predicted_after_s=after[strategy],
             predicted_in_run_s=in_run_pred[strategy],
+            predicted_in_run_rounds_s=[r[strategy] for r in in_run_rounds],
             predicted_stage_busy_s=pred_stage,
             ours_stage_busy_s=kept(stage_busy),
             page_faults=kept(faults),
@@ -885,10 +913,15 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
             f" {_range(p.in_run_error for _, p in in_run if p.strategy == 'adaptive')}. The profile: every distinct"
             " layer of the model (and of its split-head form, for a plan that splits the head) timed by both"
             " ranks at once inside the launch, a few repeats per round between the plans' steps"
-            " (`bench.torch_runtime.InRunProfile`), medians over the measured rounds; then `adaptis simulate"
-            " --costs`. It sees the machine the steps see; the row above is the profile planning used, minutes"
-            " earlier"
+            " (`bench.torch_runtime.InRunProfile`); each kept round's steps against `adaptis simulate --costs`"
+            " with that round's profile, median over the rounds (paired: the machine's speed drifts by several %"
+            " within seconds, and a round's profile and steps see the same stretch of it). It sees the machine the"
+            " steps see; the row above is the profile planning used, minutes earlier"
         )
+        if any(p.predicted_in_run_rounds_s for _, p in in_run):
+            medians = [p.in_run_median_error for _, p in in_run if p.in_run_median_error is not None]
+            worst = max(medians, key=abs)
+            why2 += f". Unpaired (each layer's median over the rounds, one prediction per plan): worst {_pct(worst)}"
         if not ok2:
             why2 = f"{(abs(err2) - TARGET_ERROR_IN_RUN) * 100:.1f} points over; " + why2
         rows.append(
@@ -1026,7 +1059,7 @@ def render(res: RealResults) -> str:
     lines += ["", "### Per model", ""]
     lines += [
         "| model | shape | plan | split (layers@device) | torch ms | ours ms | ours / torch | predicted ms | error"
-        " | error with the in-launch profile | error with the after-run profile |",
+        " | error with the in-launch profile, paired by round (unpaired) | error with the after-run profile |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     spreads = []
@@ -1044,6 +1077,8 @@ def render(res: RealResults) -> str:
             ratio = "–" if p.ratio is None else f"{p.ratio:.2f}"
             after = "–" if p.predicted_after_s is None else _pct((p.predicted_after_s - p.ours) / p.ours)
             in_run = "–" if p.in_run_error is None else _pct(p.in_run_error)
+            if p.predicted_in_run_rounds_s and p.in_run_median_error is not None:
+                in_run += f" ({_pct(p.in_run_median_error)})"
             lines.append(
                 f"| {m.case.model} | {m.case.shape} | {name} | {p.split()} | {_ms(p.torch)} | {_ms(p.ours)}"
                 f" | {ratio} | {_ms(p.predicted_s)} | {_pct(p.error)} | {in_run} | {after} |"

@@ -30,7 +30,8 @@ stage (`stage_busy_s`), with `record_actions` in the config every action's (name
 the step's start in this rank's program order (`action_spans_s`, per measured round; for
 `bench.actions`), the minor page faults of every run's step on this rank (`minor_faults`, from
 getrusage: memory touched afresh), the in-launch profiles
-(`profiles`, one CostProfile JSON per model, this rank's medians); with `save_grads`, the first
+(`profiles`, one CostProfile JSON per model, this rank's medians; `profile_rounds`, the same per
+measured round, for predictions paired with that round's steps); with `save_grads`, the first
 round's gradients of every run as `<out>/grads.{run index}.rank{r}.pt` (names
 `{layer index}.{name in layer}` in both runtimes). On failure `<out>/error.rank{r}.json` and
 exit 1.
@@ -418,6 +419,8 @@ def run(cfg: dict, out: Path) -> None:
             ),
             "others_share": shares[warmup:],
             "profiles": in_run.merged(warmup) if in_run is not None else [],
+            # per measured round, per model: this rank's profile of that round alone (paired with its steps)
+            "profile_rounds": in_run.rounds[warmup:] if in_run is not None else [],
             "num_threads": torch.get_num_threads(),
             "torch_version": torch.__version__,
         },

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -113,8 +114,9 @@ def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) 
     for r in rows:
         assert r[0] == "tiny-llama"
         assert float(r[5]) > 0 and float(r[7]) > 0  # ours ms, predicted ms
-        # errors: the planning profile's, the in-launch profile's, the after-run profile's
-        assert all(re.fullmatch(NUM + "%", r[k]) for k in (8, 9, 10))
+        # errors: the planning profile's, the in-launch profile's (paired by round, then unpaired), the after-run one's
+        assert all(re.fullmatch(NUM + "%", r[k]) for k in (8, 10))
+        assert re.fullmatch(NUM + r"% \(" + NUM + r"%\)", r[9])
         if r[2].split(" ")[0] in real.CLASSIC:
             assert float(r[4]) > 0 and float(r[6]) > 0  # torch ms, ours / torch
     (noise,) = _table_after(text, "### Other jobs on the machine")
@@ -143,7 +145,11 @@ def test_every_plan_is_also_simulated_with_its_layers_profiled_inside_the_launch
     (m,) = results.models
     for strategy, p in m.plans.items():
         assert p.predicted_in_run_s is not None and p.predicted_in_run_s > 0, strategy
-        assert p.in_run_error == pytest.approx((p.predicted_in_run_s - p.ours) / p.ours)
+        assert p.in_run_median_error == pytest.approx((p.predicted_in_run_s - p.ours) / p.ours)
+        # paired: every kept round's step against the plan simulated with that round's profile
+        assert len(p.predicted_in_run_rounds_s) == len(p.ours_s) and min(p.predicted_in_run_rounds_s) > 0
+        per_round = [(q - s) / s for q, s in zip(p.predicted_in_run_rounds_s, p.ours_s, strict=True)]
+        assert p.in_run_error == pytest.approx(statistics.median(per_round))
     # the ranks' medians are averaged like the profiler's concurrent copies
     a = {"entries": [{"f_s": 1.0, "i_s": 2.0, "w_s": 3.0, "b_s": 5.0}], "head_chunks": []}
     b = {"entries": [{"f_s": 3.0, "i_s": 2.0, "w_s": 1.0, "b_s": 3.0}], "head_chunks": []}
