@@ -99,7 +99,7 @@ class ModelCase:
 class RealConfig:
     cases: tuple[ModelCase, ...]
     warmup: int = 2  # rounds not in the medians (torch infers its stage shapes in the first)
-    rounds: int = 7  # measured rounds; every run takes one step per round
+    rounds: int = 9  # measured rounds; every run takes one step per round
     time_limit_s: float = 5.0  # adaptive search
     profile_repeats: int = 7
     profile_procs: int = PP  # concurrent profiler processes (as many as ranks: the same contention)
