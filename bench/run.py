@@ -99,17 +99,23 @@ def kept_section(document: str, heading: str) -> str | None:
 
 
 def real_errors(res) -> list[paper.RealError]:  # noqa: ANN001
-    """Predicted vs measured of every plan of a `bench.real` run."""
+    """Predicted vs measured of every plan of a `bench.real` run: with the planning profile, and with the
+    profile of the layers it runs taken inside the launch (`PlanRun.in_run_error`, the "Real execution"
+    section's target; without one, the split head re-simulated with its chunks profiled)."""
     rows = []
     for m in res.models:
         for name, p in m.plans.items():
-            layers = p.predicted_chunks_s if p.predicted_chunks_s is not None else p.predicted_s
-            rows.append(paper.RealError(m.case.model, name, p.error, (layers - p.ours) / p.ours))
+            layers = p.in_run_error
+            if layers is None:
+                again = p.predicted_chunks_s if p.predicted_chunks_s is not None else p.predicted_s
+                layers = (again - p.ours) / p.ours
+            rows.append(paper.RealError(m.case.model, name, p.error, layers, p.in_run_error is not None))
     return rows
 
 
 def real_errors_from_markdown(section: str) -> list[paper.RealError]:
-    """The same from a kept "Real execution" section: its per-model table (plan-time error) and, for split
+    """The same from a kept "Real execution" section: its per-model table (plan-time error, and the error
+    with the in-launch profile, its first figure); from an older section without that column, for split
     heads, the adaptive table's re-simulation with the chunks profiled."""
     rows: list[paper.RealError] = []
     chunks: dict[str, float] = {}
@@ -125,14 +131,16 @@ def real_errors_from_markdown(section: str) -> list[paper.RealError]:
             if part.startswith("### Per model") and len(cells) >= 9:
                 plan = cells[2].split(" ")[0]
                 err = float(cells[8].rstrip("%")) / 100
-                rows.append(paper.RealError(cells[0], plan, err, err))
+                in_launch = cells[9].split(" ")[0].rstrip("%") if len(cells) >= 11 else ""
+                layers = float(in_launch) / 100 if in_launch not in ("", "–") else None
+                rows.append(paper.RealError(cells[0], plan, err, err if layers is None else layers, layers is not None))
             elif part.startswith("### Adaptive vs") and "(" in cells[-1]:
                 chunks[cells[0]] = float(cells[-1].rsplit("(", 1)[1].rstrip("%)")) / 100
         except ValueError:
             continue
     return [
         paper.RealError(r.model, r.plan, r.planning, chunks[r.model])
-        if r.plan == "adaptive" and r.model in chunks
+        if r.plan == "adaptive" and r.model in chunks and not r.in_launch
         else r
         for r in rows
     ]

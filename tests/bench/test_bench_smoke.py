@@ -194,6 +194,18 @@ def test_real_errors_read_back_from_a_kept_section() -> None:
     rows = run.real_errors_from_markdown(section)
     assert [(r.plan, r.planning, r.layers) for r in rows] == [("1F1B", 0.05, 0.05), ("adaptive", -0.15, 0.02)]
     assert run.kept_section(doc, "## Missing") is None
+    # with the in-launch column (paired by round, unpaired in brackets): its first figure, for every plan
+    doc = (
+        doc.replace("| error | after |", "| error | in-launch | after |")
+        .replace("|---|---|---|---|---|---|---|---|---|---|", "|---|---|---|---|---|---|---|---|---|---|---|")
+        .replace("| +5.0% | +4.0% |", "| +5.0% | +1.0% (+2.0%) | +4.0% |")
+        .replace("| -15.0% | -17.0% |", "| -15.0% | -8.0% (-9.0%) | -17.0% |")
+    )
+    rows = run.real_errors_from_markdown(run.kept_section(doc, run.REAL_HEADING))
+    assert [(r.plan, r.planning, r.layers, r.in_launch) for r in rows] == [
+        ("1F1B", 0.05, 0.01, True),
+        ("adaptive", -0.15, -0.08, True),
+    ]
 
 
 def test_sections_not_rerun_are_kept_from_the_previous_report(tmp_path: Path) -> None:
