@@ -189,10 +189,14 @@ class PlanRun:
         the kept rounds of (that round's prediction - that round's step) / that round's step. The machine's
         speed drifts by several % within seconds; a round's profile and steps see the same stretch of it.
         Without the per-round profiles: the round medians' error (`in_run_median_error`)."""
-        if not self.predicted_in_run_rounds_s:
-            return self.in_run_median_error
-        pairs = zip(self.predicted_in_run_rounds_s, self.ours_s, strict=True)
-        return statistics.median((p - m) / m for p, m in pairs)
+        rounds = self.in_run_round_errors
+        return statistics.median(rounds) if rounds else self.in_run_median_error
+
+    @property
+    def in_run_round_errors(self) -> list[float]:
+        """Each kept round's error with that round's in-launch profile (empty without per-round profiles)."""
+        pairs = zip(self.predicted_in_run_rounds_s, self.ours_s, strict=True) if self.predicted_in_run_rounds_s else ()
+        return [(p - m) / m for p, m in pairs]
 
     @property
     def in_run_median_error(self) -> float | None:
@@ -820,7 +824,11 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
             " defers the weight GEMMs inside the linear layers"
         )
     if not ok:
-        why = f"{worst_m.case.model} {worst.strategy} is {(worst.ratio - TARGET_RATIO) * 100:.1f} points over; " + why
+        why = (
+            f"{worst_m.case.model} {worst.strategy} is {(worst.ratio - TARGET_RATIO) * 100:.1f} points over (the"
+            f" step times of its rounds spread {_spread(worst.ours_s) * 100:.0f}% ours,"
+            f" {_spread(worst.torch_s or worst.ours_s) * 100:.0f}% torch: inter-quartile range / median); " + why
+        )
     rows.append(
         (
             f"ours / torch on the identical schedule + split, worst of {len(pairs)}"
@@ -923,7 +931,12 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
             worst = max(medians, key=abs)
             why2 += f". Unpaired (each layer's median over the rounds, one prediction per plan): worst {_pct(worst)}"
         if not ok2:
-            why2 = f"{(abs(err2) - TARGET_ERROR_IN_RUN) * 100:.1f} points over; " + why2
+            over = f"{(abs(err2) - TARGET_ERROR_IN_RUN) * 100:.1f} points over"
+            rounds = wp2.in_run_round_errors
+            if len(rounds) >= 4:
+                q = statistics.quantiles(rounds, n=4)
+                over += f" (that plan's per-round errors: inter-quartile {_pct(q[0])} to {_pct(q[2])})"
+            why2 = over + "; " + why2
         rows.append(
             (
                 f"predicted vs measured step time, worst absolute error of {len(in_run)} plans, each simulated with"
