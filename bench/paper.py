@@ -905,7 +905,8 @@ class RealError:
     plan: str
     planning: float  # (predicted - measured) / measured, the plan's own prediction (its planning-time profile)
     layers: float  # the same with a profile of the layers the plan runs (`in_launch`: taken inside the launch)
-    in_launch: bool = False  # `layers` from the in-launch profile; else the split head's chunks profiled alone
+    in_launch: bool = False  # `layers` from the in-launch profile; else the split head's chunks profiled alone, or
+    # for a plan that does not split the head, `planning` again
 
 
 REAL_TARGET_PLANNING = 0.15

@@ -195,8 +195,9 @@ class PlanRun:
     @property
     def in_run_round_errors(self) -> list[float]:
         """Each kept round's error with that round's in-launch profile (empty without per-round profiles)."""
-        pairs = zip(self.predicted_in_run_rounds_s, self.ours_s, strict=True) if self.predicted_in_run_rounds_s else ()
-        return [(p - m) / m for p, m in pairs]
+        if not self.predicted_in_run_rounds_s:
+            return []
+        return [(p - m) / m for p, m in zip(self.predicted_in_run_rounds_s, self.ours_s, strict=True)]
 
     @property
     def in_run_median_error(self) -> float | None:
@@ -827,7 +828,7 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
         why = (
             f"{worst_m.case.model} {worst.strategy} is {(worst.ratio - TARGET_RATIO) * 100:.1f} points over (the"
             f" step times of its rounds spread {_spread(worst.ours_s) * 100:.0f}% ours,"
-            f" {_spread(worst.torch_s or worst.ours_s) * 100:.0f}% torch: inter-quartile range / median); " + why
+            f" {_spread(worst.torch_s) * 100:.0f}% torch: inter-quartile range / median); " + why
         )
     rows.append(
         (
@@ -928,8 +929,8 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
         )
         if any(p.predicted_in_run_rounds_s for _, p in in_run):
             medians = [p.in_run_median_error for _, p in in_run if p.in_run_median_error is not None]
-            worst = max(medians, key=abs)
-            why2 += f". Unpaired (each layer's median over the rounds, one prediction per plan): worst {_pct(worst)}"
+            worst_unpaired = max(medians, key=abs)
+            why2 += f". Unpaired (each layer's median over the rounds, one prediction per plan): worst {_pct(worst_unpaired)}"
         if not ok2:
             over = f"{(abs(err2) - TARGET_ERROR_IN_RUN) * 100:.1f} points over"
             rounds = wp2.in_run_round_errors
