@@ -102,7 +102,10 @@ class CostTable:
     gradients, and the weight gradients it accumulates into, have left the caches), and
     `w_hot_s` when it runs right after its own I on the device, with all of that still in cache
     (None: the same as `w_s`, as in the analytic model). A fused B does its weight-gradient GEMMs
-    inside the backward, hot: B = I + `w_hot`.
+    inside the backward, hot: B = I + `w_hot`, unless a profile timed the fused backward itself
+    (`b_fused_s`): one autograd pass over the layer ran 1-6% under its I and hot W timed apart
+    (15 interleaved rounds per layer, every tiny zoo family on CPU), so a measured B is charged
+    as measured.
     """
 
     f_s: np.ndarray
@@ -123,6 +126,7 @@ class CostTable:
     transfer_host_s: float = 0.0
     transfer_host_s_per_byte: float = 0.0
     w_hot_s: np.ndarray | None = None  # W right after its own I (class docstring); None: w_s
+    b_fused_s: np.ndarray | None = None  # a fused B as measured (class docstring); None: I + w_hot
 
     def stage_op_seconds(self, device: int, lo: int, hi: int) -> dict[str, float]:
         """F / I / W / B seconds of the layers [lo, hi) as one stage on `device`, each op
@@ -131,8 +135,9 @@ class CostTable:
         i = float(self.i_s[device, lo:hi].sum())
         w = float(self.w_s[device, lo:hi].sum())
         w_hot = float(self.w_hot[device, lo:hi].sum())
+        b = float(self.b_s[device, lo:hi].sum())
         o = self.action_overhead_s
-        return {"F": f + o, "I": i + o, "W": w + o, "B": i + w_hot + o, "W hot": w_hot + o}
+        return {"F": f + o, "I": i + o, "W": w + o, "B": b + o, "W hot": w_hot + o}
 
     @property
     def num_devices(self) -> int:
@@ -149,7 +154,8 @@ class CostTable:
 
     @property
     def b_s(self) -> np.ndarray:
-        return self.i_s + self.w_hot
+        """A fused B's seconds: `b_fused_s` where measured, else I + the hot W."""
+        return self.i_s + self.w_hot if self.b_fused_s is None else self.b_fused_s
 
     def transfer_host_seconds(self, nbytes: float) -> float:
         """Host time one end of a cross-device message of `nbytes` takes on its device."""

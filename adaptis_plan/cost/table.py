@@ -17,16 +17,16 @@ computed once); pipeline rank r runs on the device type and node that
   over its own link, so the per-GPU link bandwidth applies to it unchanged.
 - Recomputation is per layer (`recompute=`, one of none / selective / full per layer; default:
   `training.recompute` for every layer): `cost.recompute` changes each layer's I work and bytes.
-- A measured profile replaces F / I / W seconds and `act_bytes` / `act_w_bytes` of the layers
-  it lists, on every device row: it was measured on one device type and is taken to hold for
+- A measured profile replaces F / I / W seconds (the hot W and the fused B too: `CostTable.w_hot_s`,
+  `b_fused_s`) and `act_bytes` / `act_w_bytes` of the layers it lists, on every device row: it was measured on one device type and is taken to hold for
   all ranks (heterogeneous clusters need the analytic model or a profile per type). Its link,
   when measured, replaces every off-diagonal link. A profile of the unsplit model costs a head split
   into vocabulary chunks from the chunks it measured (`CostProfile.head_chunks`, `adaptis profile
   --head-chunks`), else by each chunk's share of the whole head. Parameters, `static_bytes` and
   `out_bytes` stay analytic. The profile must be of this model (fingerprint) and step shape
   (sequence length, micro-batch size); its dtype and TP degree are taken as the planned ones.
-  It is measured without recomputation: a recomputed layer's measured I grows by the analytic
-  share of F that its mode reruns, and its bytes change as `cost.recompute.measured_recompute` says.
+  It is measured without recomputation: a recomputed layer's measured I (and fused B) grows by the
+  analytic share of F that its mode reruns, and its bytes change as `cost.recompute.measured_recompute` says.
 
 Imports the specs, `analytic`, `params`, `core`, `errors` and (for split heads) `inputs.models.transform`
 only. Never prints.
@@ -310,6 +310,7 @@ def build_cost_table(
     bw, latency = _link_matrices([node for _, node in slots], hardware.intra_node, hardware.inter_node)
     host = (0.0, 0.0)  # host time per message end: fixed, per byte (measured CPU profiles only)
     w_hot_s = None  # W right after its own I: measured profiles that time it only (`CostTable.w_hot_s`)
+    b_fused_s = None  # a fused B timed as one: measured profiles only (`CostTable.b_fused_s`)
     if profile is not None:
         _check_profile(profile, model, training, profile_source)
         plain_works = _works(model, training)
@@ -322,15 +323,20 @@ def build_cost_table(
         targets = list(_profile_targets(profile, model))
         if any(entry.w_hot_s is not None for _, _, entry in targets):
             w_hot_s = w_s.copy()
+        # a fused B as the profile timed it; a layer the profile does not cover: I + its hot W
+        b_fused_s = i_s + (w_s if w_hot_s is None else w_hot_s)
         for idx, scale, entry in targets:
             f_s[:, idx], i_s[:, idx], w_s[:, idx] = entry.f_s * scale, entry.i_s * scale, entry.w_s * scale
+            b_fused_s[:, idx] = entry.b_s * scale
             if w_hot_s is not None:
                 w_hot_s[:, idx] = entry.w_hot * scale
             act[idx], act_w[idx] = entry.act_bytes * scale, min(entry.act_w_bytes, entry.act_bytes) * scale
             if works[idx].recompute != "none":
+                i_plain = i_s[:, idx].copy()
                 i_s[:, idx], act[idx], act_w[idx] = measured_recompute(
                     plain_works[idx], works[idx], share[:, idx], f_s[:, idx], i_s[:, idx], act[idx], act_w[idx]
                 )
+                b_fused_s[:, idx] += i_s[:, idx] - i_plain  # the recomputed forward runs in B as in I
         if profile.link is not None:
             if profile.link.bandwidth_gbps <= 0:
                 raise InputError(
@@ -364,6 +370,7 @@ def build_cost_table(
         transfer_host_s=float(host[0]),
         transfer_host_s_per_byte=float(host[1]),
         w_hot_s=w_hot_s,
+        b_fused_s=b_fused_s,
     )
 
 

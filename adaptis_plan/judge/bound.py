@@ -57,8 +57,12 @@ def lower_bound(costs: CostTable, num_devices: int, num_microbatches: int) -> fl
             "profile at least as many devices as the pipeline has"
         )
     n = num_devices
-    # a W right after its own I may cost `w_hot` instead: the bound takes the cheaper of the two
-    f_s, i_s, w_s = costs.f_s[:n], costs.i_s[:n], np.minimum(costs.w_s, costs.w_hot)[:n]
+    # a W right after its own I may cost `w_hot` instead, and a backward run fused (B) what the
+    # profile measured for it: the bound takes i = min(I, B) and w = min(W, hot W, B - i), so that
+    # i + w is at most whichever way the plan runs the backward, and i at most what delays the gradient
+    b_s = costs.b_s[:n]
+    i_s = np.minimum(costs.i_s[:n], b_s)
+    f_s, w_s = costs.f_s[:n], np.minimum(np.minimum(costs.w_s, costs.w_hot)[:n], b_s - i_s)
     if f_s.shape[1] == 0:
         return 0.0
     m = num_microbatches

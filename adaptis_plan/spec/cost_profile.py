@@ -52,10 +52,14 @@ class LayerCostEntry(_Strict):
         ge=0,
         le=MAX_SECONDS,
         description="backward-for-weights time, seconds (median), of a W that runs right after its own I, with"
-        " all it reads still in cache; the simulator charges it to such a W and to the weight part of a fused B"
-        " (absent: w_s)",
+        " all it reads still in cache; the simulator charges it to such a W (absent: w_s)",
     )
-    b_s: float = Field(ge=0, le=MAX_SECONDS, description="fused full backward time, seconds (median), for reference")
+    b_s: float = Field(
+        ge=0,
+        le=MAX_SECONDS,
+        description="fused full backward time, seconds (median): one autograd pass computing input and weight"
+        " gradients together; the simulator charges it to a B (fused backward) of this layer",
+    )
     act_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes kept from F until I/B per micro-batch")
     act_w_bytes: int = Field(ge=0, le=MAX_BYTES, description="bytes of act_bytes still kept after I until W")
     stage_copies: int | None = Field(

@@ -488,22 +488,41 @@ def test_profile_overrides_listed_layers_on_every_device() -> None:
     assert table.link_latency_s[1, 1] == 0
 
 
-def test_a_measured_hot_w_costs_a_w_right_after_its_i_and_the_weight_part_of_b() -> None:
+def test_a_measured_hot_w_costs_a_w_right_after_its_i_and_a_measured_fused_b_costs_b() -> None:
     model = gemma_s()
     plain = build_cost_table(model, H200, _train(pp=2), _profile(model))
-    assert plain.w_hot_s is None and np.all(plain.b_s == plain.i_s + plain.w_s)  # not measured: one W cost
+    assert plain.w_hot_s is None  # not measured: one W cost
     entry = LayerCostEntry(
-        layers=[1, 2], kind="decoder", f_s=1.0, i_s=2.0, w_s=3.0, w_hot_s=2.5, b_s=5.0, act_bytes=100, act_w_bytes=40
+        layers=[1, 2], kind="decoder", f_s=1.0, i_s=2.0, w_s=3.0, w_hot_s=2.5, b_s=4.0, act_bytes=100, act_w_bytes=40
     )
     table = build_cost_table(model, H200, _train(pp=2), _profile(model, entries=[entry]))
-    assert table.w_hot_s is not None
+    assert table.w_hot_s is not None and table.b_fused_s is not None
     assert np.all(table.w_hot_s[:, 1:3] == 2.5) and np.all(table.w_s[:, 1:3] == 3.0)
     assert np.all(table.w_hot_s[:, 3:] == table.w_s[:, 3:])  # unmeasured layers: one W cost
-    assert np.all(table.b_s == table.i_s + table.w_hot_s)
+    # a fused B as measured (4.0, not I + hot W = 4.5); unmeasured layers: I + their W
+    assert np.all(table.b_s[:, 1:3] == 4.0)
+    assert np.all(table.b_s[:, 3:] == table.i_s[:, 3:] + table.w_s[:, 3:])
     layout = Layout(bounds=(0, 3, model.num_layers), stage_device=(0, 1), num_devices=2)
     sc = stage_costs(layout, table)
     assert sc.w_hot is not None and sc.w[0] - sc.w_hot[0] == pytest.approx(2 * 0.5)
-    assert sc.b[0] == pytest.approx(sc.i[0] + sc.w_hot[0])
+    assert sc.b[0] == pytest.approx(sc.i[0] + sc.w_hot[0] - 2 * 0.5)
+    # the analytic model has no fused B of its own: I + W
+    analytic = build_cost_table(model, H200, _train(pp=2))
+    assert analytic.b_fused_s is None and np.all(analytic.b_s == analytic.i_s + analytic.w_s)
+
+
+def test_a_recomputed_layers_measured_fused_b_grows_as_its_i() -> None:
+    model = gemma_s()
+    entry = LayerCostEntry(
+        layers=[1, 2], kind="decoder", f_s=1.0, i_s=2.0, w_s=3.0, w_hot_s=2.5, b_s=4.0, act_bytes=100, act_w_bytes=40
+    )
+    prof = _profile(model, entries=[entry])
+    modes = ["none"] + ["full"] * (model.num_layers - 2) + ["none"]
+    plain = build_cost_table(model, H200, _train(pp=2), prof)
+    full = build_cost_table(model, H200, _train(pp=2), prof, recompute=modes)
+    grew = full.i_s[:, 1:3] - plain.i_s[:, 1:3]
+    assert np.all(grew > 0)  # full recomputation reruns F in I
+    assert np.allclose(full.b_s[:, 1:3], 4.0 + grew)
 
 
 def test_measured_host_time_per_message_is_charged_to_the_actions_that_send_and_receive() -> None:

@@ -307,6 +307,23 @@ def test_lower_bound_uses_fastest_device_and_ignores_layout() -> None:
         lower_bound(costs, 3, 4)
 
 
+@pytest.mark.parametrize("b", [0.5, 1.5, 2.5, 4.0, 5.0])
+@pytest.mark.parametrize("m", [1, 4])
+def test_lower_bound_holds_when_a_measured_fused_b_costs_less_than_i_plus_w(b: float, m: int) -> None:
+    # I = 2, W = 3 apart; a profile timed the fused backward at `b` (even under I alone: noise)
+    costs = dataclasses.replace(uniform_costs(2, 2, f=1, i=2, w=3), b_fused_s=np.full((2, 2), b))
+    fused = simulate(straight(2), costs, one_f_one_b(2, m), m)
+    split = simulate(straight(2), costs, one_f_one_b(2, m, split=True), m)
+    assert fused.lower_bound_s <= min(fused.step_time_s, split.step_time_s) + 1e-9
+    # B costs what was measured, against B = I + W = 5 without a measured B
+    plain = uniform_costs(2, 2, f=1, i=2, w=3)
+    unmeasured = simulate(straight(2), plain, one_f_one_b(2, m), m)
+    assert fused.step_time_s < unmeasured.step_time_s if b < 5.0 else fused.step_time_s == unmeasured.step_time_s
+    assert split.step_time_s == simulate(straight(2), plain, one_f_one_b(2, m, split=True), m).step_time_s
+    if b == 5.0:  # measured as I + W: the same bound as without it
+        assert fused.lower_bound_s == unmeasured.lower_bound_s
+
+
 def _random_case(seed: int) -> tuple[Layout, CostTable, Programs, int]:
     """A random layout, costs and programs valid by construction (a random topological order)."""
     rng = random.Random(seed)
