@@ -585,7 +585,15 @@ def run_cmd(
 @click.option("--seq-len", default=128, show_default=True, type=int)
 @click.option("--micro-batch-size", default=1, show_default=True, type=int)
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True)
-@click.option("--repeats", default=7, show_default=True, type=int)
+@click.option("--repeats", default=7, show_default=True, type=int, help="timed repeats per op, over all rounds")
+@click.option(
+    "--rounds",
+    default=None,
+    type=int,
+    help="rounds to spread the repeats over, each timing every layer a few repeats, so that a slowdown of the"
+    " machine for a second or two moves a few repeats of every layer, not one layer's whole sample; medians over"
+    " all rounds' repeats (default: 3, or --repeats if fewer)",
+)
 @click.option(
     "--runtime/--no-runtime",
     default=None,
@@ -617,15 +625,20 @@ def run_cmd(
 @click.option("-o", "--output", required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def profile_cmd(
-    model_arg, device, seq_len, micro_batch_size, dtype, repeats, runtime, head_chunks_arg, recompute, reverse,
-    output, as_json,
+    model_arg, device, seq_len, micro_batch_size, dtype, repeats, rounds, runtime, head_chunks_arg, recompute,
+    reverse, output, as_json,
 ) -> None:  # fmt: skip
     """Measure per-layer F / I / W time and activation memory on this machine."""
     from adaptis_plan.planfile.io import check_output_path
 
     _check_training_options(1, 1, seq_len, micro_batch_size, 1)
-    _check_positive(repeats=repeats)
+    _check_positive(repeats=repeats, rounds=rounds)
     _check_at_most(repeats=(repeats, 1_000_000))
+    if rounds is not None and rounds > repeats:
+        raise InputError(
+            f"--rounds = {rounds}: more than --repeats ({repeats}), and each round times every op at least once;"
+            f" pass --rounds 1..{repeats} or more --repeats"
+        )
     check_output_path(output, "-o")
     chunk_counts: tuple[int, ...] = ()
     if head_chunks_arg.strip().lower() != "none":
@@ -644,6 +657,7 @@ def profile_cmd(
             micro_batch_size=micro_batch_size,
             dtype=dtype,
             repeats=repeats,
+            rounds=rounds,
             runtime=(device == "cpu") if runtime is None else runtime,
             recompute=recompute,
             head_chunks=chunk_counts,

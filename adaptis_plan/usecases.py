@@ -753,7 +753,8 @@ class ProfileRequest:
     seq_len: int = 128
     micro_batch_size: int = 1
     dtype: str = "fp32"
-    repeats: int = 7
+    repeats: int = 7  # timed repeats per op, over all rounds
+    rounds: int | None = None  # rounds the repeats are spread over (None: `profile.ROUNDS`, at most `repeats`)
     runtime: bool = False  # also the gloo link and the runtime's time per action (2 local ranks)
     recompute: bool = False  # also every decoder block under selective and full recomputation
     head_chunks: tuple[int, ...] = ()  # also the head split into these many vocabulary chunks
@@ -782,11 +783,12 @@ def profile_for(req: ProfileRequest) -> ProfileOutcome:
 
     model = load_model(req.model_arg)
     shape = dict(seq_len=req.seq_len, micro_batch_size=req.micro_batch_size, device=req.device, dtype=req.dtype)
-    profile = profile_model(model, repeats=req.repeats, head_chunks=req.head_chunks, reverse=req.reverse, **shape)
+    timing = dict(repeats=req.repeats, **({} if req.rounds is None else {"rounds": req.rounds}))
+    profile = profile_model(model, head_chunks=req.head_chunks, reverse=req.reverse, **timing, **shape)
     if req.runtime:
         link = measure_link(host_costs=req.device == "cpu")
         profile = profile.model_copy(update={"link": link, "action_overhead_s": measure_action_overhead()})
-    recompute = profile_recompute(model, repeats=req.repeats, **shape) if req.recompute else {}
+    recompute = profile_recompute(model, **timing, **shape) if req.recompute else {}
     return ProfileOutcome(model, profile, recompute)
 
 

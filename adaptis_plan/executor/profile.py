@@ -13,8 +13,23 @@ Imports torch, the executor's layers and `wgrad`, and the profile spec; never a 
 builder or the simulator (the runtime's time per action is measured by the `adaptis profile`
 use case, which builds the probe plan and runs it through `launch.run_plan`).
 
-Per distinct layer and repeat (medians over `repeats` after `warmup`), in the steady state of a
-pipeline stage: `IN_FLIGHT` earlier micro-batches' graphs are alive at every timing, and each
+In rounds (`rounds`, default `ROUNDS`): each round times every distinct layer (and head chunk)
+in turn, its share of the `repeats` (`spread_repeats`), the layers kept built from one round to
+the next; each field is the median of a layer's repeats pooled over all rounds (memory is measured
+once, when the first round reaches the layer). On a shared VM the host's speed moves by -10..+80 %
+in episodes of a second or two, and the first layer a process times runs cold: timed layer after
+layer, all repeats at once, one episode moved one layer's whole sample (the head's I of
+tiny-deepseek came out 16.0, 5.6 and 5.2 ms in three profiles back to back), and the embedding's
+W, timed first, came out 2-3 ms in most profiles, 0.3 ms in others. In 3 rounds (two batches of
+5 profiles each way, taken in turn on the 2-core VM while other jobs ran), the spread of a field
+over the profiles ((max - min) / median), worst field, went from 133-142 % to 64-75 % for
+tiny-deepseek at seq 128 and from 67-130 % to 73-79 % for tiny-nemotron-h at seq 256, the median
+field's from 34-41 % to 29-35 % and from 29-32 % to 16-29 % (a host slower for a whole profile
+moves all of it, which rounds do not undo), the embedding's W to 0.3-0.8 ms; a profile took
+1.2-1.4x as long.
+Per distinct layer, round and repeat (each of the three passes below after `warmup` untimed
+repeats, in every round), in the steady state of a pipeline stage: `IN_FLIGHT` earlier
+micro-batches' graphs are alive at every timing, and each
 backward is that of the oldest of them, so F writes its activations into memory the others do not
 leave free and hot, and I / B read activations written `IN_FLIGHT` forwards before:
 - F: forward of one micro-batch ([micro_batch_size, seq_len] tokens), building the graph;
@@ -92,6 +107,10 @@ IN_FLIGHT = 2
 W_DEFERRED = 1
 #: at most this many copies of a layer are timed in a chain (`stage_copies`)
 MAX_STAGE_COPIES = 8
+#: rounds the timed repeats are spread over by default, each round timing every layer (module docstring)
+ROUNDS = 3
+#: the timed ops: F, I, W after later I's, W right after its own I, fused B
+_OPS = ("f", "i", "w", "w_hot", "b")
 
 
 def cache_bytes(device: torch.device) -> int:
@@ -223,130 +242,178 @@ def layer_inputs(
     return ids, labels, hidden
 
 
-def _profile_layer(
-    model: ModelSpec,
-    index: int,
-    *,
-    seq_len: int,
-    micro_batch_size: int,
-    device: torch.device,
-    dtype: torch.dtype,
-    repeats: int,
-    warmup: int,
-    seed: int,
-    recompute: str = "none",
-    keep: dict | None = None,
-) -> LayerCostEntry:
-    def one(copy: int) -> torch.nn.Module:
-        return set_recompute(build_layer(model, index, seed=seed + 7919 * copy), recompute).to(
-            device=device, dtype=dtype
-        )
+class _LayerTimer:
+    """Layer `index` of `model` (under recomputation `recompute`) set up to be timed round after round.
 
-    def build() -> torch.nn.Module:
-        first = one(0)
-        nbytes = sum(p.numel() * p.element_size() for p in first.parameters())
-        copies = stage_copies(model, index, nbytes, cache_bytes(device))
-        return first if copies == 1 else _Chain([first] + [one(c) for c in range(1, copies)])
+    Built once (or taken from `keep`), with its seeded inputs; its memory is measured once, in an
+    untimed pass of its own when it is set up (`act_bytes`, `act_w_bytes`: the same every time).
+    `time(repeats, warmup)` runs its three timed passes once more: one round's samples."""
 
-    if keep is None:
-        layer = build()
-    else:
-        # the whole spec, not `fingerprint()`: that one is the same for the model with its head split
-        key = (model.model_dump_json(), index, recompute, str(device), dtype, seed)
-        layer = keep.get(key)
-        if layer is None:
-            layer = keep[key] = build()
-    copies = len(layer.layers) if isinstance(layer, _Chain) else 1
-    kind = model.layers[index].kind
-    ids, labels, hidden = layer_inputs(model, index, seq_len, micro_batch_size, device, dtype, seed)
-    is_loss = index == model.num_layers - 1
-    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
-    store = WeightGradStore()
+    def __init__(
+        self,
+        model: ModelSpec,
+        index: int,
+        *,
+        seq_len: int,
+        micro_batch_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        seed: int,
+        recompute: str = "none",
+        keep: dict | None = None,
+    ) -> None:
+        def one(copy: int) -> torch.nn.Module:
+            return set_recompute(build_layer(model, index, seed=seed + 7919 * copy), recompute).to(
+                device=device, dtype=dtype
+            )
 
-    def forward() -> tuple[torch.Tensor, torch.Tensor | None]:
-        if kind == "embedding":
-            return layer(ids), None
+        def build() -> torch.nn.Module:
+            first = one(0)
+            nbytes = sum(p.numel() * p.element_size() for p in first.parameters())
+            copies = stage_copies(model, index, nbytes, cache_bytes(device))
+            return first if copies == 1 else _Chain([first] + [one(c) for c in range(1, copies)])
+
+        if keep is None:
+            layer = build()
+        else:
+            # the whole spec, not `fingerprint()`: that one is the same for the model with its head split
+            key = (model.model_dump_json(), index, recompute, str(device), dtype, seed)
+            layer = keep.get(key)
+            if layer is None:
+                layer = keep[key] = build()
+        self.model, self.index, self.device, self.layer = model, index, device, layer
+        self.copies = len(layer.layers) if isinstance(layer, _Chain) else 1
+        self.kind = model.layers[index].kind
+        self.inputs = layer_inputs(model, index, seq_len, micro_batch_size, device, dtype, seed)
+        self.store = WeightGradStore()
+        params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+        # memory, in a pass of its own: the saved-tensor hooks cost Python work per saved tensor,
+        # which the executor's forward and backward do not pay
+        (out, _), act_bytes = saved_bytes(self.forward, params)
+        self.grad = None if index == model.num_layers - 1 else torch.ones_like(out) / out.numel()
+        with self.store.deferring("p"):
+            torch.autograd.backward(out, self.grad)
+        act_w_bytes = self.store.pending_bytes("p")
+        self.store.discard("p")
+        del out
+        for p in layer.parameters():
+            p.grad = None
+        self.act_bytes, self.act_w_bytes = act_bytes // self.copies, act_w_bytes // self.copies
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ids, labels, hidden = self.inputs
+        if self.kind == "embedding":
+            return self.layer(ids), None
         x = hidden.detach().requires_grad_()
-        out = layer(x, labels) if kind == "head" else layer(x)
+        out = self.layer(x, labels) if self.kind == "head" else self.layer(x)
         return out, x
 
-    # memory, in a pass of its own: the saved-tensor hooks cost Python work per saved tensor,
-    # which the executor's forward and backward do not pay
-    (out, _), act_bytes = saved_bytes(forward, params)
-    grad = None if is_loss else torch.ones_like(out) / out.numel()
-    with store.deferring("p"):
-        torch.autograd.backward(out, grad)
-    act_w_bytes = store.pending_bytes("p")
-    store.discard("p")
-    del out
-    for p in layer.parameters():
-        p.grad = None
-    # timed passes; gradients accumulate from one repeat to the next (the warm-up ones allocate
-    # them), as they do for all but the first micro-batch of a step. `IN_FLIGHT` micro-batches stay
-    # alive between a forward and its backward, as on a pipeline stage (module docstring).
-    times: dict[str, list[float]] = {"f": [], "i": [], "w": [], "w_hot": [], "b": []}
-    # from this repeat on, IN_FLIGHT graphs are alive at every timing and a deferred W has its later I's
-    steady = warmup + IN_FLIGHT + W_DEFERRED
+    def time(self, repeats: int, warmup: int) -> dict[str, list[float]]:
+        """One round: {op: seconds per copy of each of `repeats` timed repeats} (f, i, w, w_hot, b).
 
-    def steady_pass(mode: str) -> None:
-        """F of a new micro-batch, then the backward of the oldest held: `split`: I, then the W of
-        the I `W_DEFERRED` repeats before (F, I and that W timed); `hot`: I, then its own W at once
-        (the W timed); `fused`: B (timed)."""
-        held: deque[tuple[int, torch.Tensor]] = deque()
-        stashed: deque[int] = deque()  # keys whose I ran and whose W has not
-        lag = W_DEFERRED if mode == "split" else 0
-        for rep in range(steady + repeats):
-            _sync(device)
-            t0 = time.perf_counter()
-            out, _ = forward()
-            _sync(device)
-            t1 = time.perf_counter()
-            held.append((rep, out))
-            del out
-            if len(held) <= IN_FLIGHT:
-                continue
-            key, old = held.popleft()
-            _sync(device)
-            t2 = time.perf_counter()
-            backward(old, grad, store, None if mode == "fused" else key)
-            if mode != "fused":
-                stashed.append(key)
-            _sync(device)
-            t3 = time.perf_counter()
-            if len(stashed) > lag:
-                store.run(stashed.popleft())
+        Gradients accumulate from one repeat to the next (the warm-up ones allocate them), as they
+        do for all but the first micro-batch of a step, and are dropped at the end of the round.
+        `IN_FLIGHT` micro-batches stay alive between a forward and its backward, as on a pipeline
+        stage (module docstring)."""
+        device, store, grad = self.device, self.store, self.grad
+        times: dict[str, list[float]] = {op: [] for op in _OPS}
+        # from this repeat on, IN_FLIGHT graphs are alive at every timing and a deferred W has its later I's
+        steady = warmup + IN_FLIGHT + W_DEFERRED
+
+        def steady_pass(mode: str) -> None:
+            """F of a new micro-batch, then the backward of the oldest held: `split`: I, then the W of
+            the I `W_DEFERRED` repeats before (F, I and that W timed); `hot`: I, then its own W at once
+            (the W timed); `fused`: B (timed)."""
+            held: deque[tuple[int, torch.Tensor]] = deque()
+            stashed: deque[int] = deque()  # keys whose I ran and whose W has not
+            lag = W_DEFERRED if mode == "split" else 0
+            for rep in range(steady + repeats):
                 _sync(device)
-            t4 = time.perf_counter()
-            del old
-            if rep >= steady:
-                spans = {
-                    "split": {"f": t1 - t0, "i": t3 - t2, "w": t4 - t3},
-                    "hot": {"w_hot": t4 - t3},
-                    "fused": {"b": t3 - t2},
-                }[mode]
-                for k, v in spans.items():
-                    times[k].append(v)
-        while stashed:  # untimed: the pass leaves no stash behind
-            store.run(stashed.popleft())
+                t0 = time.perf_counter()
+                out, _ = self.forward()
+                _sync(device)
+                t1 = time.perf_counter()
+                held.append((rep, out))
+                del out
+                if len(held) <= IN_FLIGHT:
+                    continue
+                key, old = held.popleft()
+                _sync(device)
+                t2 = time.perf_counter()
+                backward(old, grad, store, None if mode == "fused" else key)
+                if mode != "fused":
+                    stashed.append(key)
+                _sync(device)
+                t3 = time.perf_counter()
+                if len(stashed) > lag:
+                    store.run(stashed.popleft())
+                    _sync(device)
+                t4 = time.perf_counter()
+                del old
+                if rep >= steady:
+                    spans = {
+                        "split": {"f": t1 - t0, "i": t3 - t2, "w": t4 - t3},
+                        "hot": {"w_hot": t4 - t3},
+                        "fused": {"b": t3 - t2},
+                    }[mode]
+                    for k, v in spans.items():
+                        times[k].append(v)
+            while stashed:  # untimed: the pass leaves no stash behind
+                store.run(stashed.popleft())
 
-    for mode in ("split", "hot", "fused"):
-        steady_pass(mode)
-    for p in layer.parameters():
-        p.grad = None
-    med = {k: statistics.median(v) / copies for k, v in times.items()}
-    act_bytes, act_w_bytes = act_bytes // copies, act_w_bytes // copies
-    return LayerCostEntry(
-        layers=[index],
-        kind=kind,
-        f_s=med["f"],
-        i_s=med["i"],
-        w_s=med["w"],
-        w_hot_s=med["w_hot"],
-        b_s=med["b"],
-        act_bytes=act_bytes,
-        act_w_bytes=min(act_w_bytes, act_bytes) if act_bytes else act_w_bytes,
-        stage_copies=copies if copies > 1 else None,
-    )
+        for mode in ("split", "hot", "fused"):
+            steady_pass(mode)
+        for p in self.layer.parameters():
+            p.grad = None
+        return {op: [t / self.copies for t in ts] for op, ts in times.items()}
+
+    def entry(self, times: dict[str, list[float]]) -> LayerCostEntry:
+        """The layer's entry from its samples pooled over all rounds (`times`, as `time` returns them): medians."""
+        med = {op: statistics.median(ts) for op, ts in times.items()}
+        act_bytes, act_w_bytes = self.act_bytes, self.act_w_bytes
+        return LayerCostEntry(
+            layers=[self.index],
+            kind=self.kind,
+            f_s=med["f"],
+            i_s=med["i"],
+            w_s=med["w"],
+            w_hot_s=med["w_hot"],
+            b_s=med["b"],
+            act_bytes=act_bytes,
+            act_w_bytes=min(act_w_bytes, act_bytes) if act_bytes else act_w_bytes,
+            stage_copies=self.copies if self.copies > 1 else None,
+        )
+
+
+def spread_repeats(repeats: int, rounds: int) -> list[int]:
+    """Timed repeats per round: `repeats` spread over `rounds` rounds, the last ones taking one more
+    (the first round meets every layer cold, the process's memory not yet touched: on the 2-core
+    VM its embedding W came out 3.6 ms where later rounds timed 0.3-0.5 ms, the head's I 7.7 ms
+    against 4.7-5.3); at most `repeats` rounds, since each round times every op at least once."""
+    if repeats < 1 or rounds < 1:
+        raise AdaptisError(f"profiling with {repeats} repeats in {rounds} rounds: both must be 1 or more")
+    rounds = min(rounds, repeats)
+    return [repeats // rounds + (r >= rounds - repeats % rounds) for r in range(rounds)]
+
+
+def _measure(
+    items: list[tuple[ModelSpec, int, str]], *, repeats: int, rounds: int, warmup: int, **setup: object
+) -> list[LayerCostEntry]:
+    """The entry of each (model, layer index, recompute mode) of `items`, measured in rounds.
+
+    Each round times every item's three passes, in `items`' order, `spread_repeats(repeats,
+    rounds)` repeats each (after `warmup` in every pass); each field is the median of the item's
+    repeats pooled over all rounds. An item is built, and its memory measured, when the first round
+    reaches it, and stays built until the last (`setup`: `_LayerTimer`'s other arguments)."""
+    timers: list[_LayerTimer] = []
+    pooled: list[dict[str, list[float]]] = [{op: [] for op in _OPS} for _ in items]
+    for r, n in enumerate(spread_repeats(repeats, rounds)):
+        for k, (model, index, mode) in enumerate(items):
+            if r == 0:
+                timers.append(_LayerTimer(model, index, recompute=mode, **setup))  # type: ignore[arg-type]
+            for op, got in timers[k].time(n, warmup).items():
+                pooled[k][op] += got
+    return [t.entry(p) for t, p in zip(timers, pooled, strict=True)]
 
 
 def profile_model(
@@ -357,6 +424,7 @@ def profile_model(
     device: str = "cpu",
     dtype: str = "fp32",
     repeats: int = 5,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     seed: int = 0,
     head_chunks: tuple[int, ...] = (),
@@ -365,38 +433,34 @@ def profile_model(
 ) -> CostProfile:
     """Measured F / I / W / B seconds and activation bytes per distinct layer (see the module docstring).
 
-    `head_chunks`: chunk counts to measure the head split into (ignored for a tied or already split
-    head). `reverse`: measure the distinct layers last to first, the head's chunks before them (the
-    entries and chunks keep their order):
+    `repeats` timed repeats per op in all, spread over `rounds` rounds (at most `repeats`; the
+    profile records how many), each round timing every distinct layer and head chunk: a slowdown
+    of the machine for a second or two then moves a few repeats of every layer, not one layer's
+    whole sample. `head_chunks`: chunk counts to measure the head split into (ignored for a tied or
+    already split head). `reverse`: measure, in every round, the distinct layers last to first,
+    the head's chunks before them (the entries and chunks keep their order):
     two processes profiling at once, one each way, do not run the same layer at the same time,
     as no two pipeline ranks do (a large-vocabulary head timed on both cores at once shares the
     memory bandwidth that, in a pipeline, only one rank uses for it). `keep`: a dict that holds the
     built layers from one call to the next (a process that profiles again and again, between
-    pipeline steps, then times the same modules instead of allocating new ones each time). The
+    pipeline steps, then times the same modules instead of allocating new ones each time; within
+    a call, the layers stay built from the first round to the last either way). The
     gloo link (`measure_link`) and the runtime's time per action are measured separately (the
     `adaptis profile` use case adds them to the profile).
     """
+    per_round = spread_repeats(repeats, rounds)
     with _measuring(device) as dev:
         groups = distinct_layers(model)
-
-        def layers() -> list[LayerCostEntry]:
-            got = _entries(
-                model, groups[::-1] if reverse else groups, "none", seq_len, micro_batch_size, dev, dtype, repeats,
-                warmup, seed, keep,
-            )  # fmt: skip
-            return got[::-1] if reverse else got
-
-        def chunks() -> list[HeadChunkProfile]:
-            return _profile_head_chunks(
-                model, head_chunks, seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
-                dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed, reverse=reverse,
-            )  # fmt: skip
-
+        splits, work = _head_chunk_work(model, head_chunks)
+        items = [(model, g[0], "none") for g in groups] + [(splits[k], g[0], "none") for k, g in work]
         # reversed, the head's chunks come first, so that they too meet other layers in a forward copy
-        if reverse:
-            chunked, entries = chunks(), layers()
-        else:
-            entries, chunked = layers(), chunks()
+        got = _measure(
+            items[::-1] if reverse else items, repeats=repeats, rounds=rounds, warmup=warmup, seq_len=seq_len,
+            micro_batch_size=micro_batch_size, device=dev, dtype=_DTYPES[dtype], seed=seed, keep=keep,
+        )  # fmt: skip
+        measured = got[::-1] if reverse else got
+        entries = [e.model_copy(update={"layers": g}) for e, g in zip(measured, groups, strict=False)]
+        chunked = _chunk_profiles(splits, work, measured[len(groups) :])
         threads = torch.get_num_threads()
     return CostProfile(
         model=ProfiledModel(name=model.name, fingerprint=model.fingerprint()),
@@ -407,32 +471,39 @@ def profile_model(
         micro_batch_size=micro_batch_size,
         dtype=dtype,
         repeats=repeats,
+        rounds=len(per_round),
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         entries=entries,
         head_chunks=chunked,
     )
 
 
-def _profile_head_chunks(
-    model: ModelSpec, counts: tuple[int, ...], *, reverse: bool = False, **kw: object
-) -> list[HeadChunkProfile]:
-    """The head split into each of `counts` chunks, its distinct chunks profiled; `layers` = chunk numbers.
-    `reverse`: measured from the largest count's last chunk back (the result keeps its order)."""
+def _head_chunk_work(
+    model: ModelSpec, counts: tuple[int, ...]
+) -> tuple[dict[int, ModelSpec], list[tuple[int, list[int]]]]:
+    """The head split into each of `counts` chunks ({count: split model}), and the (count, distinct
+    chunk group) to measure, in measuring order; none for a tied or already split head."""
     from adaptis_plan.inputs.models.transform import split_head
 
     if model.tie_word_embeddings or model.num_head_chunks != 1:
-        return []
+        return {}, []
     splits = {k: split_head(model, k) for k in sorted({c for c in counts if 2 <= c <= model.vocab_size})}
-    # (chunk count, distinct chunk group) in measuring order, reversed as a whole for `reverse`
     work = [(k, g) for k, split in splits.items() for g in distinct_layers(split) if g[0] >= split.num_layers - k]
-    measured = {
-        (k, g[0]): _profile_layer(splits[k], g[0], **kw)  # type: ignore[arg-type]
-        for k, g in (work[::-1] if reverse else work)
-    }
+    return splits, work
+
+
+def _chunk_profiles(
+    splits: dict[int, ModelSpec], work: list[tuple[int, list[int]]], measured: list[LayerCostEntry]
+) -> list[HeadChunkProfile]:
+    """The head's chunk profiles from `_head_chunk_work`'s work and its entries (in that order); `layers` = chunk numbers."""
     out = []
     for k, split in splits.items():
         first = split.num_layers - k
-        entries = [measured[(c, g[0])].model_copy(update={"layers": [i - first for i in g]}) for c, g in work if c == k]
+        entries = [
+            e.model_copy(update={"layers": [i - first for i in g]})
+            for (c, g), e in zip(work, measured, strict=True)
+            if c == k
+        ]
         out.append(HeadChunkProfile(num_chunks=k, entries=entries))
     return out
 
@@ -446,6 +517,7 @@ def profile_recompute(
     device: str = "cpu",
     dtype: str = "fp32",
     repeats: int = 5,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     seed: int = 0,
 ) -> dict[str, list[LayerCostEntry]]:
@@ -455,14 +527,19 @@ def profile_recompute(
     mode)`: `act_bytes` is what the forward keeps (full: the block input; selective: all but the
     attention core's internals), I and B include the forward they rerun. "full" lists every decoder
     block, "selective" only blocks with attention (it changes nothing in the others); the embedding
-    and the head never recompute. What `adaptis profile --recompute` reports, so the cost model's
-    recompute figures can be checked against a real run.
+    and the head never recompute. Every round times every mode's layers. What `adaptis profile
+    --recompute` reports, so the cost model's recompute figures can be checked against a real run.
     """
-    out: dict[str, list[LayerCostEntry]] = {}
+    spread_repeats(repeats, rounds)
     with _measuring(device) as dev:
-        for mode in modes:
-            groups = [g for g in distinct_layers(model) if _changes(model, g[0], mode)]
-            out[mode] = _entries(model, groups, mode, seq_len, micro_batch_size, dev, dtype, repeats, warmup, seed)
+        work = [(mode, g) for mode in modes for g in distinct_layers(model) if _changes(model, g[0], mode)]
+        got = _measure(
+            [(model, g[0], mode) for mode, g in work], repeats=repeats, rounds=rounds, warmup=warmup,
+            seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev, dtype=_DTYPES[dtype], seed=seed,
+        )  # fmt: skip
+    out: dict[str, list[LayerCostEntry]] = {mode: [] for mode in modes}
+    for (mode, g), e in zip(work, got, strict=True):
+        out[mode].append(e.model_copy(update={"layers": g}))
     return out
 
 
@@ -472,29 +549,6 @@ def _changes(model: ModelSpec, index: int, mode: str) -> bool:
     if layer.kind in ("embedding", "head") or mode == "none":
         return False
     return mode == "full" or layer.attention is not None
-
-
-def _entries(
-    model: ModelSpec,
-    groups: list[list[int]],
-    mode: str,
-    seq_len: int,
-    micro_batch_size: int,
-    dev: torch.device,
-    dtype: str,
-    repeats: int,
-    warmup: int,
-    seed: int,
-    keep: dict | None = None,
-) -> list[LayerCostEntry]:
-    entries = []
-    for group in groups:
-        e = _profile_layer(
-            model, group[0], seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev,
-            dtype=_DTYPES[dtype], repeats=repeats, warmup=warmup, seed=seed, recompute=mode, keep=keep,
-        )  # fmt: skip
-        entries.append(e.model_copy(update={"layers": group}))
-    return entries
 
 
 @contextmanager

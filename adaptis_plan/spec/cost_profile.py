@@ -119,7 +119,17 @@ class CostProfile(_Strict):
         ge=1, le=MAX_MICRO_BATCH_SIZE, description="sequences per micro-batch of the measured step"
     )
     dtype: Literal["bf16", "fp16", "fp32"] = Field(description="compute and weight dtype of the measurement")
-    repeats: int = Field(ge=1, le=1_000_000, description="timed repeats per op after warm-up; medians reported")
+    repeats: int = Field(
+        ge=1, le=1_000_000, description="timed repeats per op after warm-up, over all rounds; medians reported"
+    )
+    rounds: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="rounds the repeats were spread over, each timing every distinct layer (and head chunk) a few"
+        " repeats, so that a slowdown of the machine for a while moves a few repeats of every layer instead of"
+        " one layer's whole sample; the medians pool all rounds' repeats (absent: one round, layer after layer)",
+    )
     measured_at: str = Field(description="ISO-8601 date and time")
     entries: list[LayerCostEntry] = Field(
         min_length=1, max_length=MAX_LAYERS, description="one entry per distinct layer shape"

@@ -167,6 +167,35 @@ def test_cost_profile_numbers(adaptis, tmp_path: Path) -> None:
     one_line_error(r, 2, "measured.json", "link.bandwidth_gbps = 0.0: out of range; allowed: > 0")
 
 
+def test_cost_profile_rounds(adaptis, tmp_path: Path) -> None:
+    """A profile written before profiles were measured in rounds (no `rounds`) still plans; a bad one is refused."""
+    data = tiny_cost_profile()
+    assert "rounds" not in data
+    costs = _write(tmp_path / "measured.json", data)
+    ok = adaptis("plan", *TINY, *CLASSIC, "--costs", costs, "-o", tmp_path / "p.json")
+    assert ok.exit_code == 0, ok.stderr
+    r = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(costs, data | {"rounds": 0}), "-o", tmp_path / "q.json")
+    one_line_error(r, 2, "measured.json", "rounds = 0")
+    assert not (tmp_path / "q.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("--rounds", "0"), ("--rounds = 0", "positive")),
+        (("--rounds", "-2"), ("--rounds = -2", "positive")),
+        (("--repeats", "0"), ("--repeats = 0", "positive")),
+        (("--repeats", "3", "--rounds", "5"), ("--rounds = 5", "more than --repeats (3)", "--rounds 1..3")),
+    ],
+)
+def test_bad_profile_repeats_and_rounds(
+    adaptis, tmp_path: Path, args: tuple[str, ...], needles: tuple[str, ...]
+) -> None:
+    out = tmp_path / "costs.json"
+    one_line_error(adaptis("profile", "--model", "tiny-llama", *args, "-o", out), 2, *needles)
+    assert not out.exists()
+
+
 # ----------------------------------------------------------------------------- 3. semantic model checks
 def test_tp_that_does_not_divide_the_heads(adaptis, tmp_path: Path) -> None:
     args = ("--hardware", "h100", "--pp", "4", "--microbatches", "8", *CLASSIC, "-o", tmp_path / "p.json")

@@ -68,21 +68,25 @@ def test_a_reversed_profile_measures_the_head_chunks_first_and_last_layer_first(
     first, and reports everything in the forward copy's order."""
     from adaptis_plan.executor import profile as prof
 
-    measured: list[tuple[int, int]] = []  # (number of layers of the model measured, layer index)
-    real = prof._profile_layer
+    measured: list[tuple[int, int]] = []  # (number of layers of the model measured, layer index), per round
+    real = prof._LayerTimer.time
 
-    def spy(model, index, **kw):  # noqa: ANN001, ANN003, ANN202
-        measured.append((model.num_layers, index))
-        return real(model, index, **kw)
+    def spy(self, repeats, warmup):  # noqa: ANN001, ANN202
+        measured.append((self.model.num_layers, self.index))
+        return real(self, repeats, warmup)
 
-    monkeypatch.setattr(prof, "_profile_layer", spy)
+    monkeypatch.setattr(prof._LayerTimer, "time", spy)
     model = tiny_family("llama")
     n = model.num_layers
-    fwd = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, head_chunks=(2, 3))
+    kw = dict(seq_len=16, micro_batch_size=1, repeats=2, rounds=2, warmup=0, head_chunks=(2, 3))
+    fwd = profile_model(model, **kw)
     forward_order, measured[:] = list(measured), []
-    back = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, head_chunks=(2, 3), reverse=True)
-    assert measured == forward_order[::-1]
-    assert measured[0] == (n + 2, n + 1) and measured[-1] == (n, 0)  # the 3-way split's last chunk first
+    back = profile_model(model, reverse=True, **kw)
+    # every round walks everything, the reversed profile each time the other way
+    half = len(forward_order) // 2
+    assert forward_order[:half] == forward_order[half:] and measured[:half] == measured[half:]
+    assert measured[:half] == forward_order[:half][::-1]
+    assert measured[0] == (n + 2, n + 1) and measured[half - 1] == (n, 0)  # the 3-way split's last chunk first
     assert [e.layers for e in back.entries] == [e.layers for e in fwd.entries]
     assert [(h.num_chunks, [e.layers for e in h.entries]) for h in back.head_chunks] == [
         (h.num_chunks, [e.layers for e in h.entries]) for h in fwd.head_chunks
@@ -117,15 +121,21 @@ def test_every_timed_forward_and_backward_has_other_micro_batches_in_flight() ->
     profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, keep=keep)
     key = next(k for k in keep if k[1] == 1)  # the first decoder block
     probe = keep[key] = Probe(keep[key])
-    repeats, warmup = 3, 1
-    profile_model(model, seq_len=16, micro_batch_size=1, repeats=repeats, warmup=warmup, keep=keep)
+    repeats, rounds, warmup = 3, 2, 1
+    profile_model(model, seq_len=16, micro_batch_size=1, repeats=repeats, rounds=rounds, warmup=warmup, keep=keep)
     steady = warmup + prof.IN_FLIGHT + prof.W_DEFERRED
-    # the memory pass, then the I / W pass, the hot W pass and the B pass, each `steady + repeats` forwards
-    n = steady + repeats
-    assert len(probe.alive) == 1 + 3 * n
-    passes = [probe.alive[1 + k * n : 1 + (k + 1) * n] for k in range(3)]
+    # the memory pass (once), then per round the I / W pass, the hot W pass and the B pass, each
+    # `steady` forwards and that round's timed repeats
+    per_round = prof.spread_repeats(repeats, rounds)
+    assert per_round == [1, 2]
+    assert len(probe.alive) == 1 + sum(3 * (steady + n) for n in per_round)
+    passes, at = [], 1
+    for n in per_round:
+        for _ in range(3):
+            passes.append((probe.alive[at : at + steady + n], n))
+            at += steady + n
     assert prof.IN_FLIGHT >= 1
-    assert all(timed[steady:] == [prof.IN_FLIGHT] * repeats for timed in passes)
+    assert all(timed[steady:] == [prof.IN_FLIGHT] * n for timed, n in passes)
     assert max(probe.alive) == prof.IN_FLIGHT  # never more: the oldest is backpropagated and freed
 
 
@@ -155,28 +165,74 @@ def test_w_is_timed_deferred_and_right_after_its_own_i(monkeypatch: pytest.Monke
     monkeypatch.setattr(WeightGradStore, "deferring", spy_deferring)
     monkeypatch.setattr(WeightGradStore, "run", spy_run)
     assert prof.W_DEFERRED >= 1
-    repeats, warmup = 3, 1
-    got = profile_model(tiny_family("llama"), seq_len=16, micro_batch_size=1, repeats=repeats, warmup=warmup)
+    repeats, rounds, warmup = 4, 2, 1
+    got = profile_model(
+        tiny_family("llama"), seq_len=16, micro_batch_size=1, repeats=repeats, rounds=rounds, warmup=warmup
+    )
     assert all(e.w_hot_s is not None for e in got.entries)
     stores = list({id(s): s for s, _, _ in events}.values())
     for store in stores:
         # the memory pass's stash (a str key) is measured, then dropped; the timed passes key by repeat,
-        # from 0 again in each pass
+        # from 0 again in each pass: per round the deferred pass, then the hot one
         seq = [(op, key) for s, op, key in events if s is store and isinstance(key, int)]
         starts = [n for n, ev in enumerate(seq) if ev == ("I", 0)]
-        assert len(starts) == 2, seq  # the deferred pass, then the hot one
-        deferred, hot = seq[: starts[1]], seq[starts[1] :]
-        for part in (deferred, hot):
+        assert len(starts) == 2 * rounds, seq
+        parts = [seq[a:b] for a, b in zip(starts, [*starts[1:], len(seq)], strict=True)]
+        for part in parts:
             assert sorted(k for op, k in part if op == "W") == sorted(k for op, k in part if op == "I")
-        timed = 0
-        for pos, (op, key) in enumerate(deferred):
-            if op != "W" or pos == len(deferred) - 1 or deferred[pos + 1][0] == "W":
-                continue  # the untimed runs at the end of the pass
-            later = [k for o, k in deferred[deferred.index(("I", key)) + 1 : pos] if o == "I"]
-            assert len(later) == prof.W_DEFERRED, (key, deferred)
-            timed += 1
-        assert timed >= repeats
-        assert all(hot[n - 1] == ("I", key) for n, (op, key) in enumerate(hot) if op == "W"), hot
+        for deferred, n in zip(parts[::2], prof.spread_repeats(repeats, rounds), strict=True):
+            timed = 0
+            for pos, (op, key) in enumerate(deferred):
+                if op != "W" or pos == len(deferred) - 1 or deferred[pos + 1][0] == "W":
+                    continue  # the untimed runs at the end of the pass
+                later = [k for o, k in deferred[deferred.index(("I", key)) + 1 : pos] if o == "I"]
+                assert len(later) == prof.W_DEFERRED, (key, deferred)
+                timed += 1
+            assert timed >= n
+        for hot in parts[1::2]:
+            assert all(hot[n - 1] == ("I", key) for n, (op, key) in enumerate(hot) if op == "W"), hot
+
+
+def test_a_profile_in_rounds_pools_every_rounds_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every round times every distinct layer, its share of the repeats, in model order; each field is
+    the median of all rounds' repeats pooled (not of one round's, nor of the rounds' medians); the
+    layers are built, and their memory measured, once."""
+    from adaptis_plan.executor import profile as prof
+
+    calls: list[tuple[int, int]] = []  # (layer index, repeats) of each round of each layer
+    built: list[int] = []
+    real_init = prof._LayerTimer.__init__
+
+    def init(self, model, index, **kw):  # noqa: ANN001, ANN003, ANN202
+        built.append(index)
+        real_init(self, model, index, **kw)
+
+    def fake_time(self, repeats, warmup):  # noqa: ANN001, ANN202
+        r = sum(i == self.index for i, _ in calls)  # this layer's round
+        calls.append((self.index, repeats))
+        # round r's samples, in ms: far apart from one round to the next, a different offset per op
+        return {op: [(100.0 * r + j + 10 * k) * 1e-3 for j in range(repeats)] for k, op in enumerate(prof._OPS)}
+
+    monkeypatch.setattr(prof._LayerTimer, "__init__", init)
+    monkeypatch.setattr(prof._LayerTimer, "time", fake_time)
+    model = tiny_family("llama")
+    groups = distinct_layers(model)
+    got = profile_model(model, seq_len=16, micro_batch_size=1, repeats=5, rounds=2, warmup=0)
+    assert got.repeats == 5 and got.rounds == 2
+    assert calls == [(g[0], n) for n in (2, 3) for g in groups]
+    assert built == [g[0] for g in groups]
+    # pooled: round 0 gave 0, 1 ms, round 1 100, 101, 102 ms (+ 10 ms per op): the median is 100 ms,
+    # where the rounds' medians' median would be 50.75 ms and either round's own 0.5 or 101 ms
+    for e in got.entries:
+        for k, field in enumerate(("f_s", "i_s", "w_s", "w_hot_s", "b_s")):
+            assert getattr(e, field) == pytest.approx((100 + 10 * k) * 1e-3), (e.layers, field)
+        assert e.act_bytes > 0
+    # never more rounds than repeats: each round times every op at least once
+    calls.clear()
+    assert profile_model(model, seq_len=16, micro_batch_size=1, repeats=2, rounds=5, warmup=0).rounds == 2
+    assert calls == [(g[0], 1) for _ in range(2) for g in groups]
+    with pytest.raises(AdaptisError, match="rounds"):
+        profile_model(model, seq_len=16, micro_batch_size=1, repeats=2, rounds=0)
 
 
 def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -262,6 +318,7 @@ def test_profile_command_writes_the_profile_and_reports_recompute(adaptis, tmp_p
     assert r.exit_code == 0, r.stderr
     shown = json.loads(r.stdout)
     written = CostProfile.model_validate_json(out.read_text())  # the file stays a plain profile
+    assert (written.repeats, written.rounds) == (1, 1)  # by default as many rounds as repeats, up to 3
     assert "recompute" not in json.loads(out.read_text()) and written.link is None
     assert [e["layers"] for e in shown["entries"]] == [e.layers for e in written.entries]
     blocks = [e for e in written.entries if e.kind not in ("embedding", "head")]
@@ -270,6 +327,19 @@ def test_profile_command_writes_the_profile_and_reports_recompute(adaptis, tmp_p
         assert e["act_bytes"] == 16 * load_model("tiny-llama").hidden_size * 4  # the block input, fp32
     base = {tuple(e.layers): e.act_bytes for e in blocks}
     assert all(e["act_bytes"] < base[tuple(e["layers"])] for e in shown["recompute"]["selective"])
+
+
+def test_profile_command_spreads_the_repeats_over_rounds(adaptis, tmp_path: Path) -> None:
+    from adaptis_plan.executor.profile import ROUNDS
+
+    base = ("profile", "--model", "tiny-llama", "--seq-len", "16", "--no-runtime", "--head-chunks", "none")
+    out = tmp_path / "p.json"
+    r = adaptis(*base, "--repeats", "4", "--rounds", "2", "-o", out)
+    assert r.exit_code == 0, r.stderr
+    assert (json.loads(out.read_text())["repeats"], json.loads(out.read_text())["rounds"]) == (4, 2)
+    r = adaptis(*base, "--repeats", "4", "-o", out)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(out.read_text())["rounds"] == min(ROUNDS, 4) != 2
 
 
 @pytest.mark.slow
