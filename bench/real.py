@@ -7,7 +7,8 @@ Run: `python -m bench.real --out real.md [--quick] [--models tiny-gemma,...] [--
 
 Data flow, per tiny model (`ModelCase`):
 1. measure: `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread and
-   denormals flushed, as each rank runs (`executor.cpu`); with the head also split into 2, 3 and 4 vocabulary chunks), two copies at once in
+   denormals flushed, as each rank runs (`executor.cpu`); the repeats in rounds, each timing every
+   layer; with the head also split into 2, 3 and 4 vocabulary chunks), two copies at once in
    fresh processes with `MALLOC_ENV` as the two ranks run, averaged -> a cost profile, plus the
    gloo link (`measure_link` with what each message end costs a computing rank, median of a few
    measurements, once per run) ->
@@ -1037,7 +1038,13 @@ def render(res: RealResults) -> str:
         " (other jobs share this machine: compare side by side, not across runs).",
         "",
         f"Per model: a cost profile measured here (`adaptis profile`, one thread, medians of"
-        f" {cfg.profile_repeats} repeats, {cfg.profile_procs} copies at once as the ranks run, every second"
+        f" {cfg.profile_repeats} repeats"
+        + (
+            f" spread over {m0.profile['rounds']} rounds, each timing every layer (and head chunk) in turn"
+            if m0 and (m0.profile.get("rounds") or 1) > 1
+            else ""
+        )
+        + f", {cfg.profile_procs} copies at once as the ranks run, every second"
         " one walking the layers last to first, averaged"
         + (f"; per layer the median of {cfg.profile_sessions} such sessions)" if cfg.profile_sessions > 1 else ")")
         + (
@@ -1107,8 +1114,10 @@ def render(res: RealResults) -> str:
         f" ranks took (/proc/stat; steal included), and the medians use only rounds where it was at most"
         f" {cfg.quiet_share * 100:.0f}% (at least the quieter half of the rounds). Profiling and each launch"
         f" first wait up to {cfg.quiet_wait_s:.0f} s for such a quiet second; a single profile disturbed meanwhile"
-        " is taken again once, and the planning profile is the per-layer median of several sessions (a slowdown"
-        " of the whole host during one, which this share does not see, does not move it).",
+        " is taken again once, each profile times every layer in each of a few rounds (a slowdown of the whole"
+        " host for a second or two moves a few repeats of every layer, not one layer's whole sample), and the"
+        " planning profile is the per-layer median of several sessions (a slowdown of the whole host during one,"
+        " which this share does not see, does not move it).",
         "",
         "| model | other jobs while profiling | rounds kept | other jobs per measured round: median / max |",
         "|---|---|---|---|",

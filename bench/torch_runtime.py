@@ -291,7 +291,8 @@ class InRunProfile:
     """`adaptis profile` of whole models taken inside the launch, a few repeats per round.
 
     A pseudo-run in the round rotation: both ranks time every distinct layer of each model at
-    once (`IN_RUN_REPEATS` repeats after a warm-up, their median), between the plans' steps, so
+    once (`IN_RUN_REPEATS` repeats after a warm-up, their median; one profile round, `rounds=1`: the
+    launch's rotation already spreads the profile over its rounds), between the plans' steps, so
     the profile sees the same machine, processes, allocator state and moment as the steps it is
     compared with. Rank 1 walks the layers last to first, so
     the two ranks never time the same layer at the same moment, as no two pipeline ranks run
@@ -311,7 +312,7 @@ class InRunProfile:
             [
                 profile_model(
                     spec, seq_len=self.seq_len, micro_batch_size=self.micro_batch_size,
-                    repeats=IN_RUN_REPEATS, warmup=1, seed=self.seed, reverse=dist.get_rank() % 2 == 1,
+                    repeats=IN_RUN_REPEATS, rounds=1, warmup=1, seed=self.seed, reverse=dist.get_rank() % 2 == 1,
                     keep=self.keep,
                 ).model_dump(mode="json")
                 for spec in self.specs
