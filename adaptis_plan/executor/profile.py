@@ -40,9 +40,15 @@ leave free and hot, and I / B read activations written `IN_FLIGHT` forwards befo
   bench came out 1.5-1.8 ms (25-30 %) shorter than it ran in such plans); `w_hot_s`, in a pass of
   its own, the W right after its own I, as a schedule that places it there runs it (on the
   same bench every ZBVZeroBubble launch ran its W, nearly all right after their I, 9-13% under
-  the deferred timing). The simulator charges each W by where it sits, and a fused B's weight
-  part as a hot W;
-- B (a pass of its own): a new forward (untimed), then the fused full backward of the oldest.
+  the deferred timing). The simulator charges each W by where it sits;
+- B (a pass of its own): a new forward (untimed), then the fused full backward of the oldest; the
+  simulator charges it to a fused B (`CostTable.b_fused_s`: 1-6% under I + hot W).
+A timed repeat during which the process took more than `FAULT_PAGES` minor page faults is taken
+again (at most `FAULT_RETRIES` times per pass): the allocator touched fresh memory, which a stage in
+its steady state does not (the 2-rank CPU bench's steps fault a few dozen pages at most). On the
+2-core VM tiny-gemma's head I (47 MiB of logits) faulted 12,000-24,000 pages in about a quarter of
+its repeats, early ones most, and ran 2-10x its 33-38 ms then; in 3 rounds a third of the profiles
+took such a time as the head's I, none with faulting repeats taken again (10 profiles).
 Timed back to back instead (F, then at once its I and W), the layers of the 2-rank CPU bench ran
 10-40% faster than inside the pipeline (per stage, `bench.real`'s "Per stage" table), most in F,
 by about 1.5-2 ms per tiny-llama stage forward, which a one-process stage forward with two graphs
@@ -78,6 +84,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -111,6 +118,15 @@ MAX_STAGE_COPIES = 8
 ROUNDS = 3
 #: the timed ops: F, I, W after later I's, W right after its own I, fused B
 _OPS = ("f", "i", "w", "w_hot", "b")
+#: a timed repeat during which the process took more minor page faults than this (4 KiB each) is
+#: taken again (module docstring): the allocator touched fresh memory, which a stage in its steady state does not
+FAULT_PAGES = 256
+#: at most this many repeats per pass are taken again for page faults (then a faulting one counts)
+FAULT_RETRIES = 8
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def cache_bytes(device: torch.device) -> int:
@@ -327,30 +343,43 @@ class _LayerTimer:
             held: deque[tuple[int, torch.Tensor]] = deque()
             stashed: deque[int] = deque()  # keys whose I ran and whose W has not
             lag = W_DEFERRED if mode == "split" else 0
-            for rep in range(steady + repeats):
+            kept, retries, rep = 0, FAULT_RETRIES, -1
+            while kept < repeats:
+                rep += 1
                 _sync(device)
+                n0 = _minor_faults()
                 t0 = time.perf_counter()
                 out, _ = self.forward()
                 _sync(device)
                 t1 = time.perf_counter()
+                n1 = _minor_faults()
                 held.append((rep, out))
                 del out
                 if len(held) <= IN_FLIGHT:
                     continue
                 key, old = held.popleft()
                 _sync(device)
+                n2 = _minor_faults()
                 t2 = time.perf_counter()
                 backward(old, grad, store, None if mode == "fused" else key)
                 if mode != "fused":
                     stashed.append(key)
                 _sync(device)
                 t3 = time.perf_counter()
+                n3 = _minor_faults()
                 if len(stashed) > lag:
                     store.run(stashed.popleft())
                     _sync(device)
                 t4 = time.perf_counter()
+                n4 = _minor_faults()
                 del old
                 if rep >= steady:
+                    # page faults while a timed op ran: F, I and W / the hot W / B
+                    faults = {"split": n1 - n0 + n4 - n2, "hot": n4 - n3, "fused": n3 - n2}[mode]
+                    if faults > FAULT_PAGES and retries > 0:
+                        retries -= 1
+                        continue
+                    kept += 1
                     spans = {
                         "split": {"f": t1 - t0, "i": t3 - t2, "w": t4 - t3},
                         "hot": {"w_hot": t4 - t3},

@@ -6,6 +6,7 @@ Run: `pytest tests/executor/test_profile.py`.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -93,7 +94,7 @@ def test_a_reversed_profile_measures_the_head_chunks_first_and_last_layer_first(
     ]
 
 
-def test_every_timed_forward_and_backward_has_other_micro_batches_in_flight() -> None:
+def test_every_timed_forward_and_backward_has_other_micro_batches_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pipeline stage forwards while earlier micro-batches' graphs are still alive (their
     activations take the memory the profile's back-to-back passes would reuse hot): F, I and B
     are timed in that steady state, with `IN_FLIGHT` other graphs held."""
@@ -102,6 +103,8 @@ def test_every_timed_forward_and_backward_has_other_micro_batches_in_flight() ->
     from torch import nn
 
     from adaptis_plan.executor import profile as prof
+
+    monkeypatch.setattr(prof, "FAULT_RETRIES", 0)  # every repeat counts, whatever the allocator does
 
     class Probe(nn.Module):
         def __init__(self, inner: nn.Module) -> None:
@@ -191,6 +194,35 @@ def test_w_is_timed_deferred_and_right_after_its_own_i(monkeypatch: pytest.Monke
             assert timed >= n
         for hot in parts[1::2]:
             assert all(hot[n - 1] == ("I", key) for n, (op, key) in enumerate(hot) if op == "W"), hot
+
+
+@pytest.mark.parametrize("faulting", [False, True])
+def test_a_repeat_that_page_faults_is_taken_again(monkeypatch: pytest.MonkeyPatch, faulting: bool) -> None:
+    """A timed op that touched fresh memory (minor page faults over `FAULT_PAGES`) measured the
+    allocator, not the layer: its repeat is not kept and another runs, at most `FAULT_RETRIES`
+    times per pass, after which the repeats count as they come."""
+    from adaptis_plan.executor import profile as prof
+
+    # every call one more op's worth of faults, or none at all
+    pages = itertools.count(0, prof.FAULT_PAGES + 1) if faulting else itertools.repeat(0)
+    monkeypatch.setattr(prof, "_minor_faults", lambda: next(pages))
+    forwards: list[int] = []
+    real_forward = prof._LayerTimer.forward
+
+    def counting(self):  # noqa: ANN001, ANN202
+        forwards.append(self.index)
+        return real_forward(self)
+
+    monkeypatch.setattr(prof._LayerTimer, "forward", counting)
+    model = tiny_family("llama")
+    repeats, warmup = 2, 1
+    got = profile_model(model, seq_len=16, micro_batch_size=1, repeats=repeats, rounds=1, warmup=warmup)
+    steady = warmup + prof.IN_FLIGHT + prof.W_DEFERRED
+    extra = prof.FAULT_RETRIES if faulting else 0
+    for group in distinct_layers(model):
+        # the memory pass, then the three passes of the one round
+        assert forwards.count(group[0]) == 1 + 3 * (steady + repeats + extra), group
+    assert all(e.f_s > 0 and e.b_s > 0 for e in got.entries)
 
 
 def test_a_profile_in_rounds_pools_every_rounds_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
