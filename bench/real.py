@@ -100,7 +100,10 @@ class ModelCase:
 class RealConfig:
     cases: tuple[ModelCase, ...]
     warmup: int = 2  # rounds not in the medians (torch infers its stage shapes in the first)
-    rounds: int = 9  # measured rounds; every run takes one step per round
+    # measured rounds; every run takes one step per round. On the 2-core AMD VM one round's step errors
+    # spread +-15-20% per plan, so a plan's median over n rounds moves ~1.25 x that / sqrt(n); a
+    # round costs 6-13 s per model against 165-250 s for its three planning-profile sessions
+    rounds: int = 21
     time_limit_s: float = 5.0  # adaptive search
     profile_repeats: int = 7
     profile_procs: int = PP  # concurrent profiler processes (as many as ranks: the same contention)
