@@ -559,7 +559,6 @@ def profile_recompute(
     and the head never recompute. Every round times every mode's layers. What `adaptis profile
     --recompute` reports, so the cost model's recompute figures can be checked against a real run.
     """
-    spread_repeats(repeats, rounds)
     with _measuring(device) as dev:
         work = [(mode, g) for mode in modes for g in distinct_layers(model) if _changes(model, g[0], mode)]
         got = _measure(
