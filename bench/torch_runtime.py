@@ -296,7 +296,8 @@ class InRunProfile:
     the profile sees the same machine, processes, allocator state and moment as the steps it is
     compared with. Rank 1 walks the layers last to first, so
     the two ranks never time the same layer at the same moment, as no two pipeline ranks run
-    the same layer. `merged()`: per model, each field's median over the measured rounds.
+    the same layer. `merged()`: per model, each field's median over the measured rounds (its `repeats`
+    and `rounds` say so).
     """
 
     def __init__(self, specs: list[ModelSpec], seq_len: int, micro_batch_size: int, seed: int) -> None:
@@ -323,7 +324,12 @@ class InRunProfile:
     def merged(self, first: int) -> list[dict]:
         kept = self.rounds[first:] or self.rounds
         return [
-            {**combine_profiles([r[k] for r in kept], statistics.median), "repeats": len(kept)}
+            # each field the median of the rounds' own medians: IN_RUN_REPEATS repeats in each of len(kept) rounds
+            {
+                **combine_profiles([r[k] for r in kept], statistics.median),
+                "repeats": IN_RUN_REPEATS * len(kept),
+                "rounds": len(kept),
+            }
             for k in range(len(self.specs))
         ]
 
