@@ -6,8 +6,7 @@ Run: `python -m bench.real --out real.md [--quick] [--models tiny-gemma,...] [--
 "Real execution (CPU, gloo)"; `--update FILE` replaces that section of FILE in place.
 
 Data flow, per tiny model (`ModelCase`):
-1. measure (every model's planning profile first, `planning_profiles`: its sessions taken in turn
-   with the other models', minutes apart): `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread and
+1. measure: `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread and
    denormals flushed, as each rank runs (`executor.cpu`); the repeats in rounds, each timing every
    layer; with the head also split into 2, 3 and 4 vocabulary chunks), two copies at once in
    fresh processes with `MALLOC_ENV` as the two ranks run, averaged -> a cost profile, plus the
@@ -454,41 +453,10 @@ def _quiet_profile(
     `quiet_share` of the machine meanwhile (the quieter one is kept; none when `quiet_wait_s` is 0).
     Returns (profile, the largest others' share of the sessions kept)."""
     retry = cfg.quiet_wait_s > 0 and sessions <= 1
-    return _merge_sessions([_quiet_session(model_arg, case, cfg, out, retry) for _ in range(max(1, sessions))], out)
-
-
-def _merge_sessions(kept: Sequence[tuple[dict, float]], out: Path) -> tuple[dict, float]:
-    """Profile sessions of one model (each with others' share of the machine while it ran) -> each
-    layer's median over them (written to `out`), and the largest share."""
+    kept = [_quiet_session(model_arg, case, cfg, out, retry) for _ in range(max(1, sessions))]
     merged = kept[0][0] if len(kept) == 1 else combine_profiles([p for p, _ in kept], statistics.median)
     out.write_text(json.dumps(merged, indent=1))
     return merged, max(share for _, share in kept)
-
-
-def planning_profiles(
-    cfg: RealConfig, link: dict | None, work_dir: Path, log: Callable[[str], None]
-) -> dict[str, tuple[dict, float]]:
-    """Every model's planning profile (`<work>/<model>/profile.json`, with the gloo link): its
-    `cfg.profile_sessions` sessions taken model after model in turn (session 1 of every model, then
-    session 2, ...), each layer's median over its sessions. This VM's speed moves in stretches of a
-    few minutes (run 18: tiny-deepseek's three back-to-back sessions all ran 20-32% slow against its
-    launch), so one model's sessions lie minutes apart, and a slow stretch moves one of them, which
-    the median drops, not all of them. -> {model: (profile, the largest others' share of its sessions)}."""
-    sessions: dict[str, list[tuple[dict, float]]] = {c.model: [] for c in cfg.cases}
-    retry = cfg.quiet_wait_s > 0 and cfg.profile_sessions <= 1
-    t0 = time.perf_counter()
-    for k in range(max(1, cfg.profile_sessions)):
-        for case in cfg.cases:
-            work = work_dir / case.model
-            work.mkdir(parents=True, exist_ok=True)
-            sessions[case.model].append(_quiet_session(case.model, case, cfg, work / f"profile.session{k}.json", retry))
-        log(f"planning profiles: session {k + 1} of every model done at {time.perf_counter() - t0:.0f} s")
-    out = {}
-    for case in cfg.cases:
-        path = work_dir / case.model / "profile.json"
-        measured, share = _merge_sessions(sessions[case.model], path)
-        out[case.model] = (_with_link(measured, link, path), share)
-    return out
 
 
 def _quiet_session(
@@ -580,15 +548,10 @@ def _profile_with_link(
 ) -> tuple[dict, float]:
     """`_quiet_profile` with the measured gloo link added (what planning and re-simulation read)."""
     measured, share = _quiet_profile(model_arg, case, cfg, out, sessions)
-    return _with_link(measured, link, out), share
-
-
-def _with_link(measured: dict, link: dict | None, out: Path) -> dict:
-    """`measured` with the gloo link set (rewritten to `out`) when one was measured."""
     if link is not None:
         measured["link"] = link
         out.write_text(json.dumps(measured, indent=1))
-    return measured
+    return measured, share
 
 
 def _in_run_profiles(ranks: Sequence[dict], planning: dict, work: Path, rnd: int | None = None) -> list[Path]:
@@ -639,27 +602,19 @@ def _launch(config_path: Path, out: Path, cfg: RealConfig) -> None:
 
 
 def run_model(
-    case: ModelCase,
-    cfg: RealConfig,
-    link: dict | None,
-    work: Path,
-    log: Callable[[str], None],
-    planning: tuple[dict, float] | None = None,
+    case: ModelCase, cfg: RealConfig, link: dict | None, work: Path, log: Callable[[str], None]
 ) -> ModelResult:
-    """Profile (unless `planning` is its planning profile, taken already: `planning_profiles`), plan,
-    and run one model (steps 1-4 of the module docstring)."""
+    """Profile, plan, and run one model (steps 1-4 of the module docstring)."""
     from adaptis_plan.inputs.models.load import load_model
 
     t0 = time.perf_counter()
     work.mkdir(parents=True, exist_ok=True)
     model = load_model(case.model)
     profile_path = work / "profile.json"
-    if planning is None:
-        planning = _profile_with_link(case.model, case, cfg, link, profile_path, cfg.profile_sessions)
-        log(f"{case.model}: profiled in {time.perf_counter() - t0:.1f} s")
-    measured, profile_noise = planning
+    measured, profile_noise = _profile_with_link(case.model, case, cfg, link, profile_path, cfg.profile_sessions)
     model_path = work / "model.json"
     model_path.write_text(model.model_dump_json())
+    log(f"{case.model}: profiled in {time.perf_counter() - t0:.1f} s")
 
     plans = {}
     runs = []
@@ -821,8 +776,7 @@ def run_bench(
             from bench import link_busy
 
             busy = link_busy.measure()
-        planned = planning_profiles(cfg, link, work_dir, log)
-        models = [run_model(c, cfg, link, work_dir / c.model, log, planned[c.model]) for c in cfg.cases]
+        models = [run_model(c, cfg, link, work_dir / c.model, log) for c in cfg.cases]
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -1095,12 +1049,7 @@ def render(res: RealResults) -> str:
         )
         + f", {cfg.profile_procs} copies at once as the ranks run, every second"
         " one walking the layers last to first, averaged"
-        + (
-            f"; per layer the median of {cfg.profile_sessions} such sessions, taken model after model in turn, so"
-            " one model's sessions lie minutes apart)"
-            if cfg.profile_sessions > 1
-            else ")"
-        )
+        + (f"; per layer the median of {cfg.profile_sessions} such sessions)" if cfg.profile_sessions > 1 else ")")
         + (
             f" and the gloo link ({res.link['latency_s'] * 1e6:.0f} us, {res.link['bandwidth_gbps']:.2f} GB/s;"
             f" each message end costs a computing rank {res.link.get('host_s_per_message', 0.0) * 1e6:.0f} us +"

@@ -201,27 +201,3 @@ def test_the_planning_profile_is_the_per_layer_median_of_its_sessions(
     assert cfg.profile_sessions == 3
     assert got["entries"] == [{"f_s": 1.1, "i_s": 2 * 1.1, "w_s": 3 * 1.1, "b_s": 5 * 1.1}]
     assert json.loads((tmp_path / "p.json").read_text()) == got and 0.0 <= share <= 1.0
-
-
-def test_planning_profiles_take_each_models_sessions_in_turn_with_the_others(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    """A slow stretch of the host lasting a few minutes meets one session of each model, not all
-    sessions of one: the models' sessions alternate, and each model's profile is its sessions' median."""
-    order: list[str] = []
-    slow = {"b": [1.0, 1.5, 1.1], "a": [2.0, 2.2, 3.0]}
-
-    def one(model_arg, case, cfg, out):  # noqa: ANN001, ANN202
-        order.append(model_arg)
-        k = slow[model_arg][sum(m == model_arg for m in order) - 1]
-        return {"entries": [{"f_s": k, "i_s": k, "w_s": k, "b_s": k}], "head_chunks": []}
-
-    monkeypatch.setattr(real, "profile", one)
-    monkeypatch.setattr(real, "wait_quiet", lambda *a: 0.0)
-    cfg = real.RealConfig(cases=(real.ModelCase("b", 16, 2), real.ModelCase("a", 16, 2)), quiet_wait_s=0.0)
-    link = {"latency_s": 1e-4, "bandwidth_gbps": 2.0, "backend": "gloo"}
-    got = real.planning_profiles(cfg, link, tmp_path, lambda _m: None)
-    assert order == ["b", "a", "b", "a", "b", "a"]
-    assert got["b"][0]["entries"][0]["f_s"] == 1.1 and got["a"][0]["entries"][0]["f_s"] == 2.2
-    assert got["a"][0]["link"] == link
-    assert json.loads((tmp_path / "a" / "profile.json").read_text()) == got["a"][0]
