@@ -20,8 +20,9 @@ Data flow, per tiny model (`ModelCase`):
    recomputation, planned with the same profile (`--recompute full`: the cost table charges each
    decoder block's I its measured forward once more and keeps only the block's input);
    our executor runs it with the recomputation for real (torch's runtime does not run it);
-   When adaptive splits the head into vocabulary chunks, the split model is profiled too and
-   the adaptive plan re-simulated with it (a diagnostic column: the planner itself costs the
+   When adaptive splits the head into vocabulary chunks, the split model is profiled too (after
+   the launch, step 3: nothing stands between the planning profile and the launch) and the
+   adaptive plan re-simulated with it (a diagnostic column: the planner itself costs the
    chunks from the chunks the planning profile measured);
 3. one torchrun launch (`bench.torch_runtime`, 2 ranks, gloo, one thread each) builds torch's
    schedule classes over the classic plans' own stages (the split and stage-to-rank map are
@@ -522,25 +523,30 @@ def _plan(
     return outcome, outcome.plan_time_s
 
 
-def _resimulate_with_chunks(  # noqa: ANN001
-    model, num_chunks: int, case: ModelCase, cfg: RealConfig, link: dict | None, work: Path
-) -> tuple[dict, Path]:
-    """({"adaptive": step time} of the adaptive plan simulated with the split model's own profile,
-    the split model's spec file).
-
-    The planner costs vocabulary chunks by scaling the unsplit head's measured time to each
-    chunk's share of the vocabulary; this measures the chunks themselves (their log-sum-exp
-    path is not the fused cross-entropy), to show how much of the prediction error that is.
-    """
+def _split_spec(model, num_chunks: int, work: Path) -> Path:  # noqa: ANN001
+    """The model with its head split into `num_chunks` vocabulary chunks, as a spec file."""
     from adaptis_plan.inputs.models.transform import split_head
-    from adaptis_plan.usecases import simulate_plan_file
 
     spec = work / f"model-{num_chunks}-chunks.json"
     spec.write_text(split_head(model, num_chunks).model_dump_json())
+    return spec
+
+
+def _resimulate_with_chunks(spec: Path, case: ModelCase, cfg: RealConfig, link: dict | None, work: Path) -> dict:
+    """{"adaptive": step time} of the adaptive plan simulated with the split model's own profile
+    (`spec`, from `_split_spec`).
+
+    The planner costs vocabulary chunks from the chunks the planning profile measured of the
+    unsplit head; this measures the split model itself (each chunk a layer), to show how much of
+    the prediction error that is. Taken after the launch, so that nothing stands between the
+    planning profile and the launch (this VM's speed moves over minutes).
+    """
+    from adaptis_plan.usecases import simulate_plan_file
+
     path = work / "profile-chunks.json"
     _profile_with_link(spec, case, cfg, link, path)
     outcome = simulate_plan_file(str(work / "plan-adaptive.json"), costs_path=str(path))
-    return {"adaptive": outcome.result.step_time_s}, spec
+    return {"adaptive": outcome.result.step_time_s}
 
 
 def _profile_with_link(
@@ -628,11 +634,10 @@ def run_model(
     rc_path = work / f"plan-{RECOMPUTE}.json"
     plans[RECOMPUTE] = _plan(case, "1F1B", profile_path, cfg, rc_path, recompute="full")
     runs.append({"name": f"ours:{RECOMPUTE}", "runtime": "ours", "plan": str(rc_path)})
-    chunked = {}
     adaptive = plans["adaptive"][0]
     split_spec = None
     if adaptive.plan.model.head_chunks > 1:
-        chunked, split_spec = _resimulate_with_chunks(model, adaptive.plan.model.head_chunks, case, cfg, link, work)
+        split_spec = _split_spec(model, adaptive.plan.model.head_chunks, work)
     log(
         f"{case.model}: planned ({', '.join(f'{s} {o.plan.predicted.step_time_s * 1e3:.0f} ms' for s, (o, _) in plans.items())})"
     )
@@ -660,6 +665,7 @@ def run_model(
     measured_after, _ = _profile_with_link(case.model, case, cfg, link, after_path)
     after = _resimulate({s: work / f"plan-{s}.json" for s in STRATEGIES}, after_path)
     after.update(_resimulate({RECOMPUTE: rc_path}, after_path))
+    chunked = _resimulate_with_chunks(split_spec, case, cfg, link, work) if split_spec is not None else {}
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(PP)]
     plan_paths = {**{s: work / f"plan-{s}.json" for s in STRATEGIES}, RECOMPUTE: rc_path}
 
