@@ -315,6 +315,13 @@ def _head_chunks_option(value: str) -> int | None:
     type=float,
     help="seconds: sizes the adaptive search's work (same limit, same plan, on any machine) and hard-stops the command",
 )
+@click.option(
+    "--hard-stop/--no-hard-stop",
+    default=True,
+    show_default=True,
+    help="--no-hard-stop: no wall-clock abort; the search does all the work --time-limit sizes, however long a"
+    " slow or busy machine takes, so the plan depends on the inputs and seed only, never on the load",
+)
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="search seed, 0..2^31-1")
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
@@ -335,6 +342,7 @@ def plan_cmd(
     costs_arg,
     target,
     time_limit,
+    hard_stop,
     seed,
     output,
     as_json,
@@ -371,6 +379,7 @@ def plan_cmd(
         costs_path=costs_arg,
         head_chunks=chunks,
         time_limit_s=time_limit,
+        hard_stop=hard_stop,
         seed=seed,
         target=target.lower(),
     )
@@ -386,6 +395,12 @@ def plan_cmd(
     write_plan(outcome.plan, output)
     if as_json:
         emit_json(outcome.json_summary())
+        if outcome.search_info.get("aborted"):
+            console().print(
+                f"note: --time-limit cut the search short ({outcome.search_info.get('abort_phase')}): the plan can"
+                " differ from run to run; --no-hard-stop lets the same search finish (the same plan under any load)",
+                soft_wrap=True,
+            )
         return
     from adaptis_plan.render.report import print_plan_report
 

@@ -8,6 +8,7 @@ returns data. ortools and torch are reached only through `search` and `executor`
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,7 @@ class PlanRequest:
     costs_path: str | None = None
     head_chunks: int | None = None  # None = adaptive decides (classic: 1)
     time_limit_s: float = 5.0
+    hard_stop: bool = True  # False: no wall-clock abort; the budget alone ends the search (same plan under any load)
     seed: int = 0
     target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
     budget: SearchBudget | None = None  # the search's work; None = SearchBudget.for_time_limit(time_limit_s)
@@ -223,7 +225,10 @@ def make_plan_for(
         )
     # --time-limit is a hard abort on the whole command; keep back what writing the plan takes
     planned_actions = req.num_microbatches * 3 * min(2 * req.pp, model.num_layers)
-    deadline = Deadline(t0 + _ABORT_SHARE * req.time_limit_s - planned_actions * _FINALIZE_S_PER_ACTION)
+    if req.hard_stop:
+        deadline = Deadline(t0 + _ABORT_SHARE * req.time_limit_s - planned_actions * _FINALIZE_S_PER_ACTION)
+    else:
+        deadline = Deadline(math.inf)
     baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
     unrestricted, unrestricted_info = None, {}
     if classic is None:

@@ -188,9 +188,10 @@ def search_lines(info: dict, step_s: float) -> list[str]:
         lines.append("order: CP-SAT did not run on this plan's partition and placement (budget or a classic plan).")
     if info.get("aborted"):
         lines.append(
-            f"[yellow]note:[/] --time-limit cut the search short (during {info.get('abort_phase') or 'the search'});"
-            " the plan is the best found by then and may differ from run to run. A longer --time-limit gives the"
-            " full, reproducible search."
+            f"[yellow]note:[/] --time-limit cut the search short (during {info.get('abort_phase') or 'the search'}):"
+            " this machine ran the search's work slower than the limit allows, so the plan is the best found by"
+            " then and can differ from run to run. --no-hard-stop lets the same search finish (the same plan"
+            " under any load); a longer --time-limit buys a larger search."
         )
     return lines
 

@@ -8,8 +8,9 @@ Why work units: a phase that stops on the wall clock finds a different plan on a
 than on an idle one. Every phase here stops after a fixed amount of work instead: list-scheduled
 actions (the unit every heuristic phase spends), simulated candidates, CP-SAT deterministic time
 (the solver's own count of work, reproducible with one worker). The same inputs, seed and budget
-then give the same plan on any machine under any load. `--time-limit` is only a hard wall-clock
-abort on top (`Deadline`); when it fires, the plan says so.
+then give the same plan on any machine under any load, as long as that work ends before
+`--time-limit`, which is only a hard wall-clock abort on top (`Deadline`); when it fires, the plan
+says so. `--no-hard-stop` (`PlanRequest.hard_stop`) removes the abort (`Deadline(math.inf)`).
 
 `SearchBudget.for_time_limit(T)` is the budget `adaptis plan --time-limit T` uses: about half
 of T of work on one idle core of a 2-core machine for mid-size pipelines (measured: list

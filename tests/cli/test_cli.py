@@ -452,6 +452,16 @@ def test_same_inputs_and_seed_give_the_same_plan(adaptis, tmp_path: Path) -> Non
     assert pa == pb
 
 
+def test_a_search_the_hard_stop_cut_says_so_on_stderr_in_json_mode(adaptis, tmp_path: Path) -> None:
+    # 10 ms: the limit has passed before the search starts (it counts from the command's start)
+    args = "plan --model deepseek-s --hardware h200 --pp 4 --microbatches 8 --seq-len 1024 --time-limit 0.01"
+    r = adaptis(*args.split(), "-o", tmp_path / "p.json", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["search"]["aborted"]
+    notes = [line for line in r.stderr.splitlines() if "--no-hard-stop" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: --time-limit cut the search short")
+
+
 # ----------------------------------------------------------------------------- the real entry point
 @pytest.mark.slow
 def test_console_entry_point_exit_codes(tmp_path: Path, tiny_plan: Path) -> None:

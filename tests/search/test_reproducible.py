@@ -91,3 +91,18 @@ def test_budget_scales_with_the_time_limit_and_rejects_negative_work() -> None:
     assert five.scaled(0.5).schedule_actions == five.schedule_actions // 2
     with pytest.raises(ValueError, match="order_layouts"):
         SearchBudget(order_layouts=-1)
+
+
+def test_no_hard_stop_lets_the_budget_alone_end_the_search() -> None:
+    """`--no-hard-stop`: a limit far below the budget's work cuts nothing, and the plan is the budget's own,
+    whatever the limit; with the hard stop the same request is cut short and says so."""
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+
+    case = dict(model_arg="deepseek-s", hardware_arg="h200", pp=4, num_microbatches=8, seq_len=1024)
+    budget = SearchBudget.for_time_limit(0.5)
+    cut = make_plan_for(PlanRequest(**case, time_limit_s=0.01, budget=budget))
+    free = make_plan_for(PlanRequest(**case, time_limit_s=0.01, budget=budget, hard_stop=False))
+    roomy = make_plan_for(PlanRequest(**case, time_limit_s=1000.0, budget=budget, hard_stop=False))
+    assert cut.search_info["aborted"] and cut.search_info["abort_phase"]
+    assert not free.search_info["aborted"] and not roomy.search_info["aborted"]
+    assert free.plan.model_dump() == roomy.plan.model_dump()
