@@ -263,6 +263,8 @@ class ModelResult:
     profile_others_share: float = 0.0  # other processes' share of the machine while profiling
     round_others_share: list[float] = field(default_factory=list)  # per measured round
     kept: list[int] = field(default_factory=list)  # measured rounds in the medians
+    #: the in-launch profile's work over the planning profile's (`host_speed`); None without in-launch profiles
+    host_speed: float | None = None
 
     @property
     def best_torch(self) -> PlanRun:
@@ -274,11 +276,27 @@ class ModelResult:
 
     def head_share(self) -> float:
         """The head's share of one micro-batch's F + I + W work in the measured profile."""
-        work = {}
-        for e in self.profile["entries"]:
-            for i in e["layers"]:
-                work[i] = e["f_s"] + e["i_s"] + e["w_s"]
+        work = layer_work(self.profile)
         return work[max(work)] / sum(work.values())
+
+    def host_error(self, p: PlanRun) -> float | None:
+        """`p.error` with the planning profile scaled by `host_speed`: what is left once the host's
+        speed change between the profile and the launch is taken out."""
+        if self.host_speed is None:
+            return None
+        return (p.predicted_s * self.host_speed - p.ours) / p.ours
+
+
+def layer_work(profile: dict) -> dict[int, float]:
+    """Layer index -> one micro-batch's F + I + W seconds in a profile (its whole-model entries)."""
+    return {i: e["f_s"] + e["i_s"] + e["w_s"] for e in profile["entries"] for i in e["layers"]}
+
+
+def host_speed(in_launch: dict, planning: dict) -> float:
+    """The model's F + I + W work in the in-launch profile over the planning profile's, layer by layer
+    summed: how much slower (> 1) the host ran the same layers during the launch than while planning."""
+    a, b = layer_work(in_launch), layer_work(planning)
+    return sum(a[i] for i in b) / sum(b.values())
 
 
 @dataclass
@@ -669,14 +687,14 @@ def run_model(
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(PP)]
     plan_paths = {**{s: work / f"plan-{s}.json" for s in STRATEGIES}, RECOMPUTE: rc_path}
 
-    def in_run_predictions(rnd: int | None) -> dict[str, float]:
-        profiles = _in_run_profiles(ranks, measured, work, rnd)
+    def in_run_predictions(profiles: list[Path]) -> dict[str, float]:
         return {
             s: _resimulate({s: path}, profiles[1 if plans[s][0].plan.model.head_chunks > 1 else 0])[s]
             for s, path in plan_paths.items()
         }
 
-    in_run_pred = in_run_predictions(None)
+    in_run_paths = _in_run_profiles(ranks, measured, work)
+    in_run_pred = in_run_predictions(in_run_paths)
 
     def losses(name: str) -> list[float]:
         vals = [
@@ -688,7 +706,11 @@ def run_model(
     shares = ranks[0]["others_share"]
     keep = kept_rounds(shares, cfg.quiet_share)
     # each kept round's steps against the plans simulated with that round's own profile
-    in_run_rounds = [in_run_predictions(i) for i in keep] if ranks[0].get("profile_rounds") else []
+    in_run_rounds = (
+        [in_run_predictions(_in_run_profiles(ranks, measured, work, i)) for i in keep]
+        if ranks[0].get("profile_rounds")
+        else []
+    )
 
     def kept(values: list) -> list:
         return [values[i] for i in keep]
@@ -748,6 +770,7 @@ def run_model(
         profile_others_share=profile_noise,
         round_others_share=shares,
         kept=keep,
+        host_speed=host_speed(json.loads(in_run_paths[0].read_text()), measured),
     )
 
 
@@ -899,6 +922,15 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
             " The profile itself moves: the same plans re-simulated with a second profile taken right after the"
             f" runs shift by {statistics.median(drifts) * 100:.0f}% (median), up to {max(drifts) * 100:.0f}%, on"
             " this shared VM: noise of that size is in every single comparison here."
+        )
+    hosts = [m for m in res.models if m.host_speed is not None]
+    if hosts:
+        why += (
+            " Taking the host's speed out (one factor per model: its layers' work in the in-launch profile over"
+            " the planning profile's, "
+            + ", ".join(f"{m.case.model} x{m.host_speed:.2f}" for m in hosts)
+            + f"): classic plans {_range(m.host_error(p) for m in hosts for p in m.plans.values() if p.strategy in CLASSIC)},"
+            f" adaptive plans {_range(m.host_error(m.plans['adaptive']) for m in hosts)}."
         )
     chunked = [(m, p) for m, p in runs if p.predicted_chunks_s is not None]
     if chunked:

@@ -157,6 +157,28 @@ def test_every_plan_is_also_simulated_with_its_layers_profiled_inside_the_launch
     assert a["entries"][0]["f_s"] == 1.0  # the inputs are left as they were
 
 
+def test_the_host_speed_factor_scales_the_planning_profile_to_the_in_launch_one(results: real.RealResults) -> None:
+    (m,) = results.models
+    assert m.host_speed is not None and m.host_speed > 0
+    p = m.plans["GPipe"]
+    assert m.host_error(p) == pytest.approx((p.predicted_s * m.host_speed - p.ours) / p.ours)
+    # the layers' work summed: a layer twice as slow that is half the work is a host 1.5x slower
+    planning = {
+        "entries": [
+            {"layers": [0], "f_s": 1.0, "i_s": 1.0, "w_s": 0.0},
+            {"layers": [1, 2], "f_s": 0.5, "i_s": 0.5, "w_s": 0.0},
+        ]
+    }
+    launch = {
+        "entries": [
+            {"layers": [0], "f_s": 2.0, "i_s": 2.0, "w_s": 0.0},
+            {"layers": [1, 2], "f_s": 0.5, "i_s": 0.5, "w_s": 0.0},
+        ]
+    }
+    assert real.host_speed(launch, planning) == pytest.approx(1.5)
+    assert real.host_speed(planning, planning) == pytest.approx(1.0)
+
+
 def test_the_recompute_plan_runs_recomputation_on_every_stage(results: real.RealResults) -> None:
     (m,) = results.models
     p = m.plans[real.RECOMPUTE]
