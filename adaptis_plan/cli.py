@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from adaptis_plan.errors import AdaptisError, InputError
+from adaptis_plan.render.text import MAX_SHOWN, printable, shown
 from adaptis_plan.units import fmt_bytes, fmt_time
 
 # when the command started: `plan --time-limit` counts from here, the imports of a fresh process
@@ -40,7 +41,20 @@ def console():
 
 
 def emit_json(data: object) -> None:
-    click.echo(json.dumps(data, indent=1))
+    write_stdout(json.dumps(data, indent=1) + "\n")
+
+
+def write_stdout(text: str) -> None:
+    """`text` on stdout. A reader that went away (`| head`) ends the command quietly, exit 1 (click's
+    handling of a closed pipe); any other failed write (a full disk) is one line, exit 1: the output is
+    incomplete, but not through bad input."""
+    try:
+        click.echo(text, nl=False)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise AdaptisError(f"standard output: the write failed ({e.strerror or e}); the output is incomplete") from e
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,8 +74,31 @@ def _print_catalogue(key: str, title: str, rows: list[tuple[str, str]], as_json:
     t.add_column("name")
     t.add_column("description")
     for n, d in rows:
-        t.add_row(n, d)
+        t.add_row(shown(n), shown(d, 4 * MAX_SHOWN))
     console().print(t)
+
+
+def _check_output(path: str | Path, flag: str, *inputs: str | None) -> None:
+    """`check_output_path`, and refuse an output that is one of the command's input files (`inputs`: the
+    paths or names given for them): writing it would destroy the input it was made from."""
+    from adaptis_plan.planfile.io import check_output_path
+
+    check_output_path(path, flag)
+    out = Path(path)
+    for given in inputs:
+        if given is None:
+            continue
+        src = Path(given)
+        for candidate in (src, src / "config.json") if src.is_dir() else (src,):
+            try:
+                same = out.exists() and candidate.exists() and os.path.samefile(out, candidate)
+            except OSError:
+                same = False
+            if same:
+                raise InputError(
+                    f"{flag} {shown(path, 4096)}: the input file {shown(candidate, 4096)} itself; writing it would"
+                    " destroy the input: pass another output path"
+                )
 
 
 # ----------------------------------------------------------------------------- models
@@ -124,7 +161,7 @@ def model_show(
         return
     from rich.table import Table
 
-    t = Table(title=f"{spec.name}: {spec.num_layers} layers")
+    t = Table(title=f"{shown(spec.name)}: {spec.num_layers} layers")
     t.add_column("index", justify="right")
     t.add_column("kind")
     t.add_column("parameters", justify="right")
@@ -133,7 +170,7 @@ def model_show(
         for c in ("F ms", "I ms", "W ms", "act"):
             t.add_column(c, justify="right")
     for r in rows:
-        cells = [str(r["index"]), r["kind"], f"{r['parameters']:,}"]
+        cells = [str(r["index"]), shown(r["kind"]), f"{r['parameters']:,}"]
         if timed:
             cells += [
                 fmt_time(r["f_s"], "ms", suffix=False),
@@ -177,12 +214,12 @@ def hardware_show(name: str, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    t = Table(title=f"{hw.name}: {hw.description}")
+    t = Table(title=f"{shown(hw.name)}: {shown(hw.description, 4 * MAX_SHOWN)}")
     for c in ("device type", "bf16 TFLOP/s", "matmul eff.", "HBM", "HBM GB/s"):
         t.add_column(c)
     for n, d in hw.device_types.items():
         t.add_row(
-            n,
+            shown(n),
             f"{d.peak_bf16_tflops:g}",
             f"{d.matmul_efficiency:g}",
             fmt_bytes(d.hbm_bytes),
@@ -190,9 +227,11 @@ def hardware_show(name: str, as_json: bool) -> None:
         )
     console().print(t)
     for g in hw.groups:
-        console().print(f"group: {g.num_nodes} node(s) x {g.devices_per_node} {g.device_type}")
+        console().print(f"group: {g.num_nodes} node(s) x {g.devices_per_node} {shown(g.device_type)}")
     for label, link in (("intra-node", hw.intra_node), ("inter-node", hw.inter_node)):
-        console().print(f"{label} link: {link.bandwidth_gbps:g} GB/s, {link.latency_s * 1e6:g} us ({link.source})")
+        console().print(
+            f"{label} link: {link.bandwidth_gbps:g} GB/s, {link.latency_s * 1e6:g} us ({shown(link.source, 4 * MAX_SHOWN)})"
+        )
 
 
 # ----------------------------------------------------------------------------- plan
@@ -348,7 +387,6 @@ def plan_cmd(
     as_json,
 ) -> None:
     """Plan partition, placement and schedule; write one JSON plan."""
-    from adaptis_plan.planfile.io import check_output_path
     from adaptis_plan.spec.limits import MAX_STAGES_PER_DEVICE, MAX_TIME_LIMIT_S
 
     _check_training_options(pp, microbatches, seq_len, micro_batch_size, tp)
@@ -360,7 +398,7 @@ def plan_cmd(
     _check_positive(stages_per_device=stages_per_device)
     _check_at_most(stages_per_device=(stages_per_device, MAX_STAGES_PER_DEVICE))
     chunks = _head_chunks_option(head_chunks)
-    check_output_path(output, "-o")
+    _check_output(output, "-o", model_arg, hardware_arg, costs_arg)
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     req = PlanRequest(
@@ -426,11 +464,9 @@ def plan_cmd(
 @click.option("--width", default=None, type=int, help="terminal timeline width (default: the terminal's)")
 def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_path, svg_path, width) -> None:
     """Re-simulate PLAN (never trusting its stored numbers): summary, timeline, trace, SVG."""
-    from adaptis_plan.planfile.io import check_output_path
-
     for flag, path in (("--trace", trace_path), ("--svg", svg_path)):
         if path is not None:
-            check_output_path(path, flag)
+            _check_output(path, flag, plan_path, model_arg, hardware_arg, costs_arg)
     _check_positive(width=width)
     _check_at_most(width=(width, 10_000))
     from adaptis_plan.usecases import simulate_plan_file
@@ -475,15 +511,14 @@ def _write_text_atomic(path: str, text: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout: {format, output, text, files}")
 def export_cmd(plan_path, fmt, model_arg, output, torchtitan_config, as_json) -> None:
     """Export PLAN to another framework's format (checked by the simulator and the runtime's rules first)."""
-    from adaptis_plan.planfile.io import check_output_path
     from adaptis_plan.usecases import export_plan_file
 
     if output is not None:
-        check_output_path(output, "-o")
+        _check_output(output, "-o", plan_path, model_arg)
     files = export_plan_file(plan_path, fmt, model_arg=model_arg, output=output, torchtitan_config=torchtitan_config)
     for path, _ in files:  # every file is checked before any is written
         if path:
-            check_output_path(path, "-o")
+            _check_output(path, "-o", plan_path, model_arg)
     for path, text in files:
         if path:
             _write_text_atomic(path, text)
@@ -499,9 +534,9 @@ def export_cmd(plan_path, fmt, model_arg, output, torchtitan_config, as_json) ->
         return
     for path, text in files:
         if path:
-            console().print(f"wrote {path}")
+            console().print(f"wrote {shown(path, 4096)}")
         else:
-            click.echo(text, nl=not text.endswith("\n"))
+            write_stdout(text if text.endswith("\n") else text + "\n")
 
 
 # ----------------------------------------------------------------------------- run
@@ -554,9 +589,7 @@ def run_cmd(
     if not 0 <= node_rank < nnodes:
         raise InputError(f"--node-rank = {node_rank}: must be in 0..{nnodes - 1} (--nnodes {nnodes})")
     if trace_path is not None:
-        from adaptis_plan.planfile.io import check_output_path
-
-        check_output_path(trace_path, "--trace")
+        _check_output(trace_path, "--trace", plan_path, model_arg)
     from adaptis_plan.executor.launch import RunOptions
     from adaptis_plan.usecases import run_plan_file
 
@@ -578,7 +611,7 @@ def run_cmd(
         return
     c = console()
     c.print(
-        f"[bold]{plan.strategy}[/] on {plan.training.pp} ranks: measured step {fmt_time(out['measured_step_time_s'], 'ms')}"
+        f"[bold]{shown(plan.strategy)}[/] on {plan.training.pp} ranks: measured step {fmt_time(out['measured_step_time_s'], 'ms')}"
         f" (median of {out['steps']}), predicted {fmt_time(out['predicted_step_time_s'], 'ms')}"
     )
     recomputed = [f"{st.stage}: {st.recompute}" for st in plan.stages if st.recompute != "none"]
@@ -588,7 +621,7 @@ def run_cmd(
         ok = "[green]verified[/]" if out["verified"] else "[red]NOT verified[/]"
         c.print(f"{ok}: loss diff {out['loss_diff']:.2e}, max |grad diff| {out['max_abs_grad_diff']:.2e}")
     if trace_path:
-        c.print(f"measured trace: {trace_path}")
+        c.print(f"measured trace: {shown(trace_path, 4096)}")
     if verify and not out["verified"]:
         sys.exit(1)
 
@@ -644,7 +677,6 @@ def profile_cmd(
     reverse, output, as_json,
 ) -> None:  # fmt: skip
     """Measure per-layer F / I / W time and activation memory on this machine."""
-    from adaptis_plan.planfile.io import check_output_path
 
     _check_training_options(1, 1, seq_len, micro_batch_size, 1)
     _check_positive(repeats=repeats, rounds=rounds)
@@ -654,7 +686,7 @@ def profile_cmd(
             f"--rounds = {rounds}: more than --repeats ({repeats}), and each round times every op at least once;"
             f" pass --rounds 1..{repeats} or more --repeats"
         )
-    check_output_path(output, "-o")
+    _check_output(output, "-o", model_arg)
     chunk_counts: tuple[int, ...] = ()
     if head_chunks_arg.strip().lower() != "none":
         parts = [x.strip() for x in head_chunks_arg.split(",") if x.strip()]
@@ -686,13 +718,13 @@ def profile_cmd(
         return
     from rich.table import Table
 
-    t = Table(title=f"{spec.name} on {prof.device} (torch {prof.torch_version}, seq {seq_len})")
+    t = Table(title=f"{shown(spec.name)} on {shown(prof.device)} (torch {shown(prof.torch_version)}, seq {seq_len})")
     for c in ("layers", "kind", "F ms", "I ms", "W ms", "W after its I ms", "B ms", "act"):
         t.add_column(c)
     for e in prof.entries:
         t.add_row(
             _shown_layers(e.layers),
-            e.kind,
+            shown(e.kind),
             fmt_time(e.f_s, "ms", suffix=False),
             fmt_time(e.i_s, "ms", suffix=False),
             fmt_time(e.w_s, "ms", suffix=False),
@@ -711,7 +743,7 @@ def profile_cmd(
                 kept = e.act_bytes / base[tuple(e.layers)].act_bytes if base[tuple(e.layers)].act_bytes else 1.0
                 r.add_row(
                     _shown_layers(e.layers),
-                    e.kind,
+                    shown(e.kind),
                     mode,
                     fmt_time(e.i_s, "ms", suffix=False),
                     fmt_time(e.b_s, "ms", suffix=False),
@@ -719,7 +751,7 @@ def profile_cmd(
                     f"{kept * 100:.0f}%",
                 )
         console().print(r)
-    console().print(f"wrote {output}")
+    console().print(f"wrote {shown(output, 4096)}")
 
 
 def _shown_layers(layers: list[int]) -> str:
@@ -746,7 +778,7 @@ def schema_cmd(check: bool, out_dir: str, as_json: bool) -> None:
         if as_json:
             emit_json({"folder": out_dir, "schemas": names, "up_to_date": True})
         else:
-            console().print(f"{out_dir}: schemas up to date")
+            console().print(f"{shown(out_dir, 4096)}: schemas up to date")
         return
     from adaptis_plan.planfile.io import check_output_path, write_text_atomic
 
@@ -762,7 +794,7 @@ def schema_cmd(check: bool, out_dir: str, as_json: bool) -> None:
         emit_json({"folder": out_dir, "schemas": [p.name for p in written], "up_to_date": True})
         return
     for p in written:
-        console().print(f"wrote {p}")
+        console().print(f"wrote {shown(p, 4096)}")
 
 
 def _interrupted() -> None:
@@ -790,10 +822,10 @@ def main() -> None:
         e.show()
         sys.exit(2 if e.exit_code == 2 else e.exit_code)
     except AdaptisError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {printable(str(e))}", err=True)
         grid = getattr(e, "grid", "")
         if grid:
-            click.echo(grid, err=True)
+            click.echo("\n".join(printable(line) for line in grid.splitlines()), err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         _interrupted()

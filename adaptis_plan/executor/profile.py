@@ -100,7 +100,7 @@ from pathlib import Path
 
 import torch
 
-from adaptis_plan.errors import AdaptisError
+from adaptis_plan.errors import AdaptisError, InputError
 from adaptis_plan.executor.cpu import cpu_rank, enter_cpu_rank
 from adaptis_plan.executor.layers import build_layer, set_recompute
 from adaptis_plan.executor.wgrad import WeightGradStore
@@ -582,6 +582,11 @@ def _changes(model: ModelSpec, index: int, mode: str) -> bool:
 @contextmanager
 def _measuring(device: str) -> Iterator[torch.device]:
     """The device to measure on; on CPU set up meanwhile as each executor rank runs (`cpu.cpu_rank`)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError(
+            f"--device = cuda: this torch ({torch.__version__}) sees no CUDA device; use --device cpu,"
+            " or profile on a machine with a GPU"
+        )
     dev = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     if dev.type != "cpu":
         yield dev

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adaptis_plan.core import Layout
+from adaptis_plan.render.text import MAX_SHOWN, shown
 from adaptis_plan.units import fmt_bytes, fmt_time
 
 
@@ -50,8 +51,8 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     r = outcome.result
     plan = outcome.plan
     t = Table(
-        title=f"{outcome.model.name}: pp {plan.training.pp}, {plan.training.num_microbatches} micro-batches,"
-        f" seq {plan.training.seq_len}, {plan.hardware.name}"
+        title=f"{shown(outcome.model.name)}: pp {plan.training.pp}, {plan.training.num_microbatches} micro-batches,"
+        f" seq {plan.training.seq_len}, {shown(plan.hardware.name)}"
     )
     t.add_column("strategy")
     t.add_column("step ms", justify="right")
@@ -63,9 +64,11 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     if classic:  # the plan itself is the last row
         rows = [(n, b) for n, b in rows if n != outcome.search_info.get("source")]
     for name, b in rows:
-        t.add_row(name, _ms(b.step_time_s), f"{b.step_time_s / r.step_time_s:.2f}x", f"{b.bubble_ratio:.1%}", _peak(b))
+        t.add_row(
+            shown(name), _ms(b.step_time_s), f"{b.step_time_s / r.step_time_s:.2f}x", f"{b.bubble_ratio:.1%}", _peak(b)
+        )
     t.add_row(
-        f"[bold]{plan.strategy}[/]",
+        f"[bold]{shown(plan.strategy)}[/]",
         f"[bold]{_ms(r.step_time_s)}[/]",
         "[bold]1.00x[/]",
         f"{r.bubble_ratio:.1%}",
@@ -85,7 +88,7 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     if outcome.unrestricted is not None:
         u = outcome.unrestricted
         console.print(
-            f"target {plan.target}: restricted to what it can run; the best unrestricted plan takes"
+            f"target {shown(plan.target)}: restricted to what it can run; the best unrestricted plan takes"
             f" {_ms(u.step_time_s)} ms, so the restriction costs {r.step_time_s / u.step_time_s - 1:.1%}."
         )
     for line in recompute_lines(outcome):
@@ -93,7 +96,7 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     if classic:
         adaptive_hint = "`--strategy adaptive` searches partition, placement and schedule for this input"
         console.print(
-            f"classic {plan.strategy} plan ({outcome.search_info.get('partition', 'uniform')} partition);"
+            f"classic {shown(plan.strategy)} plan ({shown(outcome.search_info.get('partition', 'uniform'))} partition);"
             f" {adaptive_hint}."
         )
     else:
@@ -104,7 +107,7 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     from adaptis_plan.render.terminal import timeline
 
     console.print(timeline(r, outcome.programs, outcome.layout, width=min(console.width - 12, 110)))
-    console.print(f"wrote {output_path}")
+    console.print(f"wrote {shown(output_path, 4096)}")
 
 
 def why_lines(outcome) -> list[str]:
@@ -115,17 +118,17 @@ def why_lines(outcome) -> list[str]:
         return ["no classic strategy fits memory on this input; this plan does."]
     name, b = min(feasible.items(), key=lambda kv: kv[1].step_time_s)
     if b.step_time_s <= r.step_time_s * (1 + 1e-9):
-        return [f"the best classic plan ({name}) is already as good as anything found; it is kept."]
+        return [f"the best classic plan ({shown(name)}) is already as good as anything found; it is kept."]
     busy_b = np.array(b.busy_s)
     hot = int(np.argmax(busy_b))
     busy_a = np.array(r.busy_s)
     spread_b = busy_b.max() / max(busy_b.mean(), 1e-12) - 1
     spread_a = busy_a.max() / max(busy_a.mean(), 1e-12) - 1
     return [
-        f"why: under {name} device {hot} is the bottleneck ({_ms(busy_b[hot])} ms busy, {spread_b:.0%} above the"
+        f"why: under {shown(name)} device {hot} is the bottleneck ({_ms(busy_b[hot])} ms busy, {spread_b:.0%} above the"
         f" mean device); this plan evens work to {spread_a:.0%} above the mean and cuts the mean bubble from"
         f" {b.bubble_ratio:.1%} to {r.bubble_ratio:.1%} ({b.step_time_s / r.step_time_s:.2f}x faster).",
-        f"found by: {outcome.search_info.get('source', outcome.plan.strategy)}",
+        f"found by: {shown(outcome.search_info.get('source', outcome.plan.strategy))}",
     ]
 
 
@@ -200,7 +203,7 @@ def print_simulation_report(
     console: Console, sim, width: int | None = None, trace_path: str | None = None, svg_path: str | None = None
 ) -> None:
     r = sim.result
-    console.print(f"[bold]{sim.title}[/]")
+    console.print(f"[bold]{shown(sim.title, 4 * MAX_SHOWN)}[/]")
     t = Table()
     t.add_column("device", justify="right")
     t.add_column("busy ms", justify="right")
@@ -215,7 +218,7 @@ def print_simulation_report(
     console.print(t)
     gap = r.step_time_s / r.lower_bound_s - 1 if r.lower_bound_s > 0 else float("nan")
     if sim.cost_source:
-        console.print(f"costs: {sim.cost_source}")
+        console.print(f"costs: {shown(sim.cost_source, 4096)}")
     console.print(
         f"step {_ms(r.step_time_s)} ms, mean bubble {r.bubble_ratio:.1%}, lower bound"
         f" {_ms(r.lower_bound_s)} ms ({gap:.1%} above), fits memory: {r.fits_memory}"
@@ -230,4 +233,4 @@ def print_simulation_report(
     console.print(timeline(r, sim.programs, sim.layout, width=width or min(console.width - 12, 110)))
     for label, path in (("trace", trace_path), ("svg", svg_path)):
         if path:
-            console.print(f"wrote {label}: {path}")
+            console.print(f"wrote {label}: {shown(path, 4096)}")

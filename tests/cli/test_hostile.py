@@ -323,6 +323,55 @@ def test_every_output_option_refuses_a_device(adaptis, tmp_path: Path, tiny_plan
     assert stat.S_ISCHR(os.lstat(node).st_mode)
 
 
+@pytest.mark.parametrize(
+    ("args", "flag", "victim"),
+    [
+        (("export", "{plan}", "--format", "torch-csv", "-o", "{plan}"), "-o", "plan"),
+        (("simulate", "{plan}", "--svg", "{plan}"), "--svg", "plan"),
+        (("simulate", "{plan}", "--trace", "{plan}"), "--trace", "plan"),
+        (("run", "{plan}", "--trace", "{plan}"), "--trace", "plan"),
+        (("plan", "--model", "{spec}", *TINY[2:], *CLASSIC, "-o", "{spec}"), "-o", "spec"),
+        (("plan", *TINY, *CLASSIC, "--costs", "{costs}", "-o", "{costs}"), "-o", "costs"),
+        (("profile", "--model", "{spec}", "-o", "{spec}"), "-o", "spec"),
+    ],
+)
+def test_an_output_that_is_an_input_file_is_refused(
+    adaptis, tmp_path: Path, tiny_plan: Path, args, flag: str, victim: str
+) -> None:
+    files = {
+        "plan": tmp_path / "plan.json",
+        "spec": _write(tmp_path / "spec.json", load_model("tiny-llama").model_dump(mode="json")),
+        "costs": _write(tmp_path / "costs.json", tiny_cost_profile()),
+    }
+    files["plan"].write_bytes(tiny_plan.read_bytes())
+    before = files[victim].read_bytes()
+    argv = [a.format(**files) for a in args]
+    one_line_error(adaptis(*argv), 2, flag, "the input file", "pass another output path")
+    assert files[victim].read_bytes() == before
+
+
+def test_a_failed_write_to_stdout_is_one_line_not_a_bug(tiny_plan: Path) -> None:
+    cmd = [sys.executable, "-m", "adaptis_plan.cli", "simulate", str(tiny_plan), "--json"]
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines() == [
+        "error: standard output: the write failed (No space left on device); the output is incomplete"
+    ]
+
+
+def test_profile_on_cuda_without_a_gpu_is_bad_input(adaptis, tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "p.json"
+    one_line_error(
+        adaptis("profile", "--model", "tiny-llama", "--device", "cuda", "-o", out), 2, "--device = cuda", "--device cpu"
+    )
+    assert not out.exists()
+
+
 def test_schema_dir_refuses_a_file(adaptis, tmp_path: Path) -> None:
     blocker = tmp_path / "schemas"
     blocker.write_text("")
@@ -447,3 +496,34 @@ def test_export_and_schema_take_json(adaptis, tmp_path: Path, tiny_plan: Path) -
     assert r.json()["schemas"] == ["costs.schema.json", "hardware.schema.json", "model.schema.json", "plan.schema.json"]
     r = adaptis("schema", "--check", "--dir", tmp_path / "schemas", "--json")
     assert r.exit_code == 0 and r.json()["up_to_date"] is True
+
+
+# ----------------------------------------------------------------------------- 7b. names shown in reports
+HOSTILE_NAME = "[/]evil[bold]\x1b]0;TITLE\x07\x1b[2J"
+
+
+def _clean_report(r) -> None:  # noqa: ANN001
+    assert r.exit_code == 0, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr  # no escape sequence reaches the terminal
+    assert "[/]evil[bold]" in r.stderr  # the name is shown as written, not read as markup
+
+
+def test_markup_and_control_characters_in_a_plan_are_shown_not_obeyed(adaptis, tmp_path: Path, tiny_plan: Path) -> None:
+    plan = json.loads(tiny_plan.read_text())
+    plan["model"]["name"] = HOSTILE_NAME
+    path = _write(tmp_path / "plan.json", plan)
+    _clean_report(adaptis("simulate", path))
+
+
+def test_markup_and_control_characters_in_model_and_hardware_files(adaptis, tmp_path: Path) -> None:
+    spec = load_model("tiny-llama").model_dump(mode="json") | {"name": HOSTILE_NAME}
+    spec_path = _write(tmp_path / "spec.json", spec)
+    _clean_report(adaptis("model", "show", spec_path))
+    hw = _cpu_profile() | {"name": "cpu", "description": HOSTILE_NAME}
+    hw_path = _write(tmp_path / "hw.json", hw)
+    _clean_report(adaptis("hardware", "show", hw_path))
+    out = tmp_path / "a[/]b.json"  # an output path is shown too
+    r = adaptis("plan", "--model", spec_path, "--hardware", hw_path, *TINY[4:], *CLASSIC, "-o", out)
+    _clean_report(r)
+    assert "wrote " + str(out) in r.stderr.replace("\n", "")

@@ -1,0 +1,27 @@
+"""Text from files and the command line, made safe to show in a report.
+
+Names, descriptions, strategies and paths come from files a user may have been sent: in a rich
+report line a `[/]` in a model name is markup (an error, or restyled output), and an escape byte
+reaches the terminal (a new window title, a cleared screen). Every such value goes through
+`shown` before it is put into a report line or table cell. Imports rich (lazily) only.
+"""
+
+from __future__ import annotations
+
+#: the longest value a report shows whole; longer ones are cut (a name is a label, not content)
+MAX_SHOWN = 160
+
+
+def printable(text: str) -> str:
+    """`text` with every control or otherwise unprintable character shown as '?' (no markup escaping)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def shown(value: object, limit: int = MAX_SHOWN) -> str:
+    """`value` as report text: unprintable characters as '?', cut to `limit` characters, rich markup escaped."""
+    from rich.markup import escape
+
+    text = printable(str(value))
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return escape(text)
