@@ -363,6 +363,20 @@ def test_hybrid_pattern_length_mismatch(tmp_path: Path) -> None:
     assert "unknown characters ['X']" in _error(path)
 
 
+def test_hf_fields_that_contradict_each_other(tmp_path: Path) -> None:
+    """A DeepSeek config whose dense prefix covers every layer, and a Mamba-2 whose groups do not divide its heads."""
+    ds = json.loads((CONFIGS / "deepseek-v2-lite.json").read_text())
+    ds["first_k_dense_replace"] = ds["num_hidden_layers"]
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(ds))
+    assert f"first_k_dense_replace = {ds['num_hidden_layers']}: makes every one of the" in _error(path)
+    nh = json.loads((CONFIGS / "nemotron-h-8b.json").read_text())
+    nh["n_groups"] = 7
+    path = tmp_path / "nh.json"
+    path.write_text(json.dumps(nh))
+    assert "n_groups = 7: does not divide mamba_num_heads" in _error(path)
+
+
 def test_unknown_model_type_lists_supported(tmp_path: Path) -> None:
     path = _hf(tmp_path, lambda d: d.update(model_type="gpt2"))
     message = _error(path)

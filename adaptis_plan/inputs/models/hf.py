@@ -444,6 +444,13 @@ def _deepseek(c: _Cfg, model_type: str, include_mtp: bool) -> _Built:
             activation=activation,
         )
     first_dense = c.count("first_k_dense_replace", 0)
+    if moe is not None and first_dense >= num_layers:
+        raise c.error(
+            "first_k_dense_replace",
+            first_dense,
+            f"makes every one of the {num_layers} layers dense, so the routed experts are never used",
+            f"use 0..{num_layers - 1}, or remove the expert fields for a dense model",
+        )
     freq = c.size("moe_layer_freq", 1)
     mlp: MlpSpec | None = None
 
@@ -502,6 +509,14 @@ def _nemotron_h(c: _Cfg, model_type: str, include_mtp: bool) -> _Built:
             num_groups=c.size("n_groups", 8),
             conv_kernel=c.size("conv_kernel", 4),
         )
+        if mamba.num_heads % mamba.num_groups:
+            raise c.error(
+                "n_groups",
+                mamba.num_groups,
+                f"does not divide mamba_num_heads ({mamba.num_heads}): Mamba-2 shares each B / C group among"
+                " an equal number of heads",
+                "use a divisor of mamba_num_heads",
+            )
     act_key = "mlp_hidden_act"
     act = str(c.get(act_key, "relu2")).lower()
     if act not in ("relu2", "gelu"):
