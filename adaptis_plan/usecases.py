@@ -692,11 +692,27 @@ def export_plan_file(
     checked against what the format's runtime can run (`schedules.targets`): nothing is
     written that the runtime would reject later.
     """
-    from adaptis_plan.planfile.export import megatron_layout, to_torch_csv, torchtitan_config_module
+    from adaptis_plan.planfile.export import megatron_layout, to_torch_csv, torchtitan_base, torchtitan_config_module
     from adaptis_plan.schedules.targets import check_exportable
 
     if fmt not in EXPORT_FORMATS:
         raise InputError(f"--format = {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
+    if fmt == "torchtitan":  # its options first: they cost nothing to check, the plan a simulation
+        if output is None:
+            raise InputError(
+                "--format torchtitan writes a config module and the schedule CSV beside it; pass -o CONFIG.py"
+            )
+        if torchtitan_config is None:
+            raise InputError(
+                "--format torchtitan needs --torchtitan-config MODULE:CONFIG: the torchtitan config of the planned"
+                " model (e.g. llama3:llama3_8b), whose pipeline settings the export replaces"
+            )
+        if Path(output).suffix != ".py" or not Path(output).stem.isidentifier():
+            raise InputError(
+                f"-o {output!r}: torchtitan loads its config from a Python module (`--module NAME --config ...`);"
+                " name the output like adaptis_pipeline.py"
+            )
+        torchtitan_base(torchtitan_config)
     inputs = load_plan_inputs(plan_path, model_arg=model_arg)
     plan, model = inputs.plan, inputs.model
     judge_plan(inputs)
@@ -710,25 +726,13 @@ def export_plan_file(
         return [(output, to_torch_csv(programs))]
     if fmt == "megatron-layout":
         return [(output, megatron_layout(layout, kinds) + "\n")]
-    if output is None:
-        raise InputError("--format torchtitan writes a config module and the schedule CSV beside it; pass -o CONFIG.py")
-    if torchtitan_config is None:
-        raise InputError(
-            "--format torchtitan needs --torchtitan-config MODULE:CONFIG: the torchtitan config of the planned model"
-            " (e.g. llama3:llama3_8b), whose pipeline settings the export replaces"
-        )
-    config_path = Path(output)
-    if config_path.suffix != ".py" or not config_path.stem.isidentifier():
-        raise InputError(
-            f"-o {output}: torchtitan loads its config from a Python module (`--module NAME --config ...`);"
-            " name the output like adaptis_pipeline.py"
-        )
+    config_path = Path(str(output))
     csv_path = config_path.with_suffix(".csv")
     module = torchtitan_config_module(
         layout,
         kinds,
         csv_name=csv_path.name,
-        base=torchtitan_config,
+        base=str(torchtitan_config),
         num_microbatches=plan.training.num_microbatches,
         micro_batch_size=plan.training.micro_batch_size,
         seq_len=plan.training.seq_len,

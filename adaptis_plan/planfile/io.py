@@ -40,7 +40,7 @@ from adaptis_plan.spec.plan_file import (
     PlanStageCosts,
     Predicted,
 )
-from adaptis_plan.spec.read import path_kind, read_data, validate
+from adaptis_plan.spec.read import path_kind, read_data, short, validate
 from adaptis_plan.spec.training import TrainingConfig
 
 _PLAN_FIX = "pass the JSON file `adaptis plan -o` wrote"
@@ -66,7 +66,8 @@ def _check_version(data: object, p: Path) -> None:
             f"{p}: schema_version = {version}: written by a newer adaptis (this version reads"
             f" {PLAN_SCHEMA_VERSION}); upgrade adaptis or {replan}"
         )
-    raise InputError(f"{p}: schema_version = {json.dumps(version)[:40]}: must be {PLAN_SCHEMA_VERSION}; {replan}")
+    # shown by `short`: a YAML plan's version may be a date, a set or bytes, which JSON cannot write
+    raise InputError(f"{p}: schema_version = {short(version)}: must be {PLAN_SCHEMA_VERSION}; {replan}")
 
 
 def _check_embedded(plan: PlanFile, p: Path) -> None:
