@@ -546,9 +546,10 @@ class PlanInputs:
     hardware: HardwareProfile
     profile: CostProfile | str | None  # a measured profile, `paper` (the paper's costs) or None (analytic)
     overrides: tuple[str, ...] = ()
+    profile_source: str | None = None  # the `--costs` file, named in error messages (None: the plan's own)
 
     def cost_table(self) -> CostTable:
-        return plan_cost_table(self.plan, self.model, self.hardware, self.profile)
+        return plan_cost_table(self.plan, self.model, self.hardware, self.profile, self.profile_source)
 
     @property
     def cost_source(self) -> str:
@@ -562,7 +563,11 @@ class PlanInputs:
 
 
 def plan_cost_table(
-    plan: PlanFile, model: ModelSpec, hardware: HardwareProfile, profile: CostProfile | str | None
+    plan: PlanFile,
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    profile: CostProfile | str | None,
+    profile_source: str | None = None,
 ) -> CostTable:
     """The cost table of a plan file's inputs: the one place a plan's costs are rebuilt.
 
@@ -572,7 +577,7 @@ def plan_cost_table(
     """
     from adaptis_plan.cost.recompute import plan_layer_recompute
 
-    return cost_table_for(model, hardware, plan.training, profile, recompute=plan_layer_recompute(plan))
+    return cost_table_for(model, hardware, plan.training, profile, profile_source, recompute=plan_layer_recompute(plan))
 
 
 def load_plan_inputs(
@@ -611,7 +616,7 @@ def load_plan_inputs(
     if costs_path is not None:
         profile = load_costs_profile(costs_path)
         overrides.append("costs")
-    return PlanInputs(plan_path, plan, model, hardware, profile, tuple(overrides))
+    return PlanInputs(plan_path, plan, model, hardware, profile, tuple(overrides), costs_path)
 
 
 def load_plan_and_model(plan_path: str, model_arg: str | None = None) -> tuple[PlanFile, ModelSpec]:
@@ -629,14 +634,17 @@ def judge_plan(inputs: PlanInputs) -> SimResult:
     except InputError as e:
         from adaptis_plan.errors import located
 
+        if inputs.profile_source and str(e).startswith(f"{inputs.profile_source}: "):
+            raise  # about the --costs file, which it names
+
         raise located(e, inputs.path) from None
 
 
-def load_plan_for_run(plan_path: str, model_arg: str | None = None) -> tuple[PlanFile, ModelSpec]:
-    """`adaptis run`'s loading: the plan, its model, and the judge's check that its programs finish."""
+def load_plan_for_run(plan_path: str, model_arg: str | None = None) -> tuple[PlanFile, ModelSpec, SimResult]:
+    """`adaptis run`'s loading: the plan, its model, and the judge's check that its programs finish
+    (its simulation of the plan on the plan's own costs)."""
     inputs = load_plan_inputs(plan_path, model_arg=model_arg)
-    judge_plan(inputs)
-    return inputs.plan, inputs.model
+    return inputs.plan, inputs.model, judge_plan(inputs)
 
 
 @dataclass
@@ -751,8 +759,11 @@ def run_plan_file(
     `plan_path`). Returns the plan and the launcher's result (the `run` JSON keys)."""
     from adaptis_plan.executor.launch import run_plan
 
-    plan, model = load_plan_for_run(plan_path, model_arg)
-    return plan, run_plan(plan, model, options, trace_path=trace_path, label=plan_path)
+    plan, model, judged = load_plan_for_run(plan_path, model_arg)
+    out = run_plan(plan, model, options, trace_path=trace_path, label=plan_path)
+    # the prediction is the judge's, as `simulate` gives it: a hand-edited plan's stored figure may be stale
+    out["predicted_step_time_s"] = judged.step_time_s
+    return plan, out
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,10 @@ computed once); pipeline rank r runs on the device type and node that
 - Recomputation is per layer (`recompute=`, one of none / selective / full per layer; default:
   `training.recompute` for every layer): `cost.recompute` changes each layer's I work and bytes.
 - A measured profile replaces F / I / W seconds (the hot W and the fused B too: `CostTable.w_hot_s`,
-  `b_fused_s`) and `act_bytes` / `act_w_bytes` of the layers it lists, on every device row: it was measured on one device type and is taken to hold for
+  `b_fused_s`) and `act_bytes` / `act_w_bytes` of every layer, on every device row. It lists each layer
+  once, under the model's kind for it, and leaves none to the analytic model (measured and analytic
+  costs are never mixed); only a split head's chunks may come from the unsplit head (below).
+  It was measured on one device type and is taken to hold for
   all ranks (heterogeneous clusters need the analytic model or a profile per type). Its link,
   when measured, replaces every off-diagonal link. A profile of the unsplit model costs a head split
   into vocabulary chunks from the chunks it measured (`CostProfile.head_chunks`, `adaptis profile
@@ -115,6 +118,12 @@ def _link_matrices(nodes: list[int], intra: LinkSpec, inter: LinkSpec) -> tuple[
 
 def _check_profile(profile: CostProfile, model: ModelSpec, training: TrainingConfig, source: str) -> None:
     if profile.model.fingerprint != model.fingerprint():
+        if profile.model.name == model.name:  # same name, other layers or sizes: say what differs
+            raise InputError(
+                f"{source}: model.fingerprint = '{_short(profile.model.fingerprint)}': profile was measured on another"
+                f" shape of model '{model.name}' (its layers or sizes differ; this one's fingerprint is"
+                f" '{_short(model.fingerprint())}'); re-run adaptis profile --model {model.name}"
+            )
         raise InputError(
             f"{source}: model.fingerprint: profile was measured on model '{profile.model.name}', not '{model.name}';"
             f" re-run adaptis profile --model {model.name}"
@@ -135,6 +144,107 @@ def _check_profile(profile: CostProfile, model: ModelSpec, training: TrainingCon
                     f"{source}: entries[{n}].layers = {index}: model '{model.name}' has layers 0..{model.num_layers - 1};"
                     " re-run adaptis profile on this model"
                 )
+    _check_entries(profile, model, source)
+    _check_head_chunks(profile, source)
+
+
+def _short(fingerprint: str) -> str:
+    """The first 12 characters, escaped (the file's text, not the terminal's controls)."""
+    head = ascii(fingerprint[:12])[1:-1]
+    return head if len(fingerprint) <= 12 else f"{head}..."
+
+
+def _spans(indices: Sequence[int]) -> str:
+    """Sorted layer indices as runs: [1, 2, 3, 8] -> '1..3, 8'."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in runs)
+
+
+def _check_entries(profile: CostProfile, model: ModelSpec, source: str) -> None:
+    """Each layer in one entry, under its own kind (the profiler writes `model.layers[i].kind`).
+
+    The entries may describe the unsplit model of a head split into vocabulary chunks: its head
+    (the first chunk's index) is a `head` layer either way, so the kinds compare index by index.
+    """
+    fix = f"re-run adaptis profile --model {model.name}"
+    owner: dict[int, int] = {}
+    for n, entry in enumerate(profile.entries):
+        for index in entry.layers:
+            if index in owner:
+                where = (
+                    f"entries[{n}].layers lists layer {index} twice"
+                    if owner[index] == n
+                    else f"entries[{owner[index]}] and entries[{n}] both list layer {index}"
+                )
+                raise InputError(f"{source}: {where}: each layer has one measured cost; list it once, or {fix}")
+            owner[index] = n
+        wrong: dict[str, list[int]] = {}
+        for index in entry.layers:
+            kind = model.layers[index].kind
+            if kind != entry.kind:
+                wrong.setdefault(kind, []).append(index)
+        if wrong:
+            kind, indices = next(iter(wrong.items()))
+            what = "layer" if len(indices) == 1 else "layers"
+            raise InputError(
+                f"{source}: entries[{n}].kind = '{entry.kind}': {what} {_spans(indices)} of model '{model.name}'"
+                f" {'is' if len(indices) == 1 else 'are'} of kind '{kind}'; {fix}"
+            )
+
+
+def _check_head_chunks(profile: CostProfile, source: str) -> None:
+    """Each measured head split: `num_chunks` once, every chunk 0..num_chunks-1 in one `head` entry."""
+    fix = "re-run adaptis profile (--head-chunks)"
+    seen: dict[int, int] = {}
+    for h, hp in enumerate(profile.head_chunks):
+        at = f"head_chunks[{h}]"
+        if hp.num_chunks in seen:
+            raise InputError(
+                f"{source}: head_chunks[{seen[hp.num_chunks]}] and {at} both measure num_chunks = {hp.num_chunks};"
+                f" keep one, or {fix}"
+            )
+        seen[hp.num_chunks] = h
+        owner: dict[int, int] = {}
+        for n, entry in enumerate(hp.entries):
+            if entry.kind != "head":
+                raise InputError(f"{source}: {at}.entries[{n}].kind = '{entry.kind}': head chunks are 'head'; {fix}")
+            for c in entry.layers:
+                if c >= hp.num_chunks:
+                    raise InputError(
+                        f"{source}: {at}.entries[{n}].layers = {c}: a head in {hp.num_chunks} chunks has chunks"
+                        f" 0..{hp.num_chunks - 1}; {fix}"
+                    )
+                if c in owner:
+                    where = (
+                        f"{at}.entries[{n}].layers lists chunk {c} twice"
+                        if owner[c] == n
+                        else f"{at}.entries[{owner[c]}] and {at}.entries[{n}] both list chunk {c}"
+                    )
+                    raise InputError(f"{source}: {where}: each chunk has one measured cost; list it once, or {fix}")
+                owner[c] = n
+        missing = sorted(set(range(hp.num_chunks)) - owner.keys())
+        if missing:
+            what = "chunk" if len(missing) == 1 else "chunks"
+            raise InputError(
+                f"{source}: {at}: {what} {_spans(missing)} of {hp.num_chunks}"
+                f" {'is' if len(missing) == 1 else 'are'} not measured; {fix}"
+            )
+
+
+def _check_coverage(covered: set[int], model: ModelSpec, source: str) -> None:
+    """Every layer measured: a profile that leaves some out would mix measured and analytic costs."""
+    missing = sorted(set(range(model.num_layers)) - covered)
+    if missing:
+        what = "layer" if len(missing) == 1 else "layers"
+        raise InputError(
+            f"{source}: entries: {what} {_spans(missing)} of model '{model.name}' {'is' if len(missing) == 1 else 'are'}"
+            f" not measured: every layer needs its measured cost; re-run adaptis profile --model {model.name}"
+        )
 
 
 _CHUNK_FIELDS = ("f_s", "i_s", "w_s", "b_s", "act_bytes", "act_w_bytes", "w_hot")
@@ -321,9 +431,10 @@ def build_cost_table(
             f0 = plain_times[0]
             share = np.where(f0 > 0, (times[1] - plain_times[1]) / np.maximum(f0, 1e-300), 0.0)
         targets = list(_profile_targets(profile, model))
+        _check_coverage({idx for idx, _, _ in targets}, model, profile_source)
         if any(entry.w_hot_s is not None for _, _, entry in targets):
             w_hot_s = w_s.copy()
-        # a fused B as the profile timed it; a layer the profile does not cover: I + its hot W
+        # a fused B as the profile timed it (every layer is measured: `_check_coverage`)
         b_fused_s = i_s + (w_s if w_hot_s is None else w_hot_s)
         for idx, scale, entry in targets:
             f_s[:, idx], i_s[:, idx], w_s[:, idx] = entry.f_s * scale, entry.i_s * scale, entry.w_s * scale

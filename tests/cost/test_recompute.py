@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers_profile import with_analytic_rest
 
 from adaptis_plan.core import Action, Layout, uniform_costs
 from adaptis_plan.cost.analytic import kernel_seconds, layer_work, op_seconds
@@ -208,7 +209,7 @@ def test_measured_layers_recompute_in_proportion_to_their_measured_forward() -> 
         dtype="bf16",
         repeats=3,
         measured_at="2025-01-01T00:00:00",
-        entries=[entry],
+        entries=with_analytic_rest(model, H200, _train(), [entry]),
     )
     table = build_cost_table(model, H200, _train(pp=2), profile, recompute=["none", "full", "selective"] + ["none"] * 3)
     assert np.allclose(table.i_s[:, 1], 2.0 + 1.0)  # the measured F again

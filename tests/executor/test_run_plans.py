@@ -46,3 +46,24 @@ def test_every_strategy_and_adaptive_verify(model: str, tmp_path: Path) -> None:
     ]
     assert not failed, failed
     assert all(r["measured_step_time_s"] > 0 for r in results)
+
+
+def test_run_reports_the_judges_prediction_not_a_stale_stored_one(
+    tiny_plan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hand-edited plan (a stage's recompute, which the fingerprints do not cover) keeps its old stored
+    step time; `run` reports what `simulate` gives for it. The launch itself is replaced by its stored figure."""
+    import json
+
+    import adaptis_plan.executor.launch as launch
+    from adaptis_plan.usecases import run_plan_file, simulate_plan_file
+
+    plan = json.loads(tiny_plan.read_text())
+    plan["stages"][0]["recompute"] = "full"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(plan))
+    monkeypatch.setattr(launch, "run_plan", lambda p, *a, **k: {"predicted_step_time_s": p.predicted.step_time_s})
+    _, out = run_plan_file(str(edited), RunOptions(steps=1))
+    sim = simulate_plan_file(str(edited))
+    assert sim.stored_differs  # the edit changed the simulated step
+    assert out["predicted_step_time_s"] == pytest.approx(sim.result.step_time_s)
