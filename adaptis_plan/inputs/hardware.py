@@ -67,12 +67,12 @@ def load_hardware(arg: str) -> HardwareProfile:
     if arg in builtins:
         with resources.as_file(builtins[arg]) as path:
             return _read(path)
+    names = sorted(builtins)
+    if not arg.strip():  # before the path: Path('') is the current folder
+        raise InputError(f"hardware '': empty; give a built-in name ({', '.join(names)}) or a profile file")
     path = Path(arg)
     if path_kind(path) is not None:  # a regular file, or something the reader refuses by name (a FIFO)
         return _read(path)
-    names = sorted(builtins)
-    if not arg.strip():
-        raise InputError(f"hardware '': empty; give a built-in name ({', '.join(names)}) or a profile file")
     if path.suffix.lower() in _SUFFIXES or "/" in arg or "\\" in arg:
         raise InputError(
             f"{arg}: no such hardware profile file; give an existing path or a built-in name ({', '.join(names)})"

@@ -23,6 +23,7 @@ the file, the field where there is one, the value and the fix):
 from __future__ import annotations
 
 import difflib
+import errno
 import json
 import math
 import os
@@ -79,10 +80,13 @@ def file_kind(mode: int) -> str | None:
 
 def path_kind(path: str | Path) -> str | None:
     """None when nothing is at `path` (or the name cannot exist: too long, a NUL byte), 'file' for a
-    regular file (symbolic links followed), 'a folder', 'a FIFO (named pipe)', ... otherwise."""
+    regular file (symbolic links followed), 'a folder', 'a FIFO (named pipe)', 'a loop of symbolic
+    links', ... otherwise."""
     try:
         mode = os.stat(path).st_mode
-    except (OSError, ValueError):
+    except OSError as e:
+        return "a loop of symbolic links" if e.errno == errno.ELOOP else None
+    except ValueError:
         return None
     return file_kind(mode) or "file"
 
@@ -114,6 +118,11 @@ def read_data(path: str | Path, what: str, *, fix: str = "") -> Any:
     return data
 
 
+def _file(what: str) -> str:
+    """'hardware profile' -> 'hardware profile file'; 'plan file' stays as it is."""
+    return what if what.endswith("file") else f"{what} file"
+
+
 def _read_bytes(p: Path, what: str, tail: str) -> bytes:
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; the kind is checked on the descriptor
@@ -121,7 +130,7 @@ def _read_bytes(p: Path, what: str, tail: str) -> bytes:
     except FileNotFoundError:
         raise InputError(f"{p}: no such file; check the path{tail}") from None
     except IsADirectoryError:
-        raise InputError(f"{p}: a folder, not a {what} file{tail}") from None
+        raise InputError(f"{p}: a folder, not a {_file(what)}{tail}") from None
     except ValueError:  # a NUL byte in the name
         raise InputError(f"{str(p)!r}: not a possible file name; check the path{tail}") from None
     except OSError as e:
@@ -130,7 +139,7 @@ def _read_bytes(p: Path, what: str, tail: str) -> bytes:
         st = os.fstat(fd)
         kind = file_kind(st.st_mode)
         if kind is not None:
-            raise InputError(f"{p}: {kind}, not a {what} file; pass a regular JSON or YAML file{tail}")
+            raise InputError(f"{p}: {kind}, not a {_file(what)}; pass a regular JSON or YAML file{tail}")
         if st.st_size > MAX_FILE_BYTES:
             raise InputError(
                 f"{p}: {st.st_size:,} bytes; a {what} is at most {MAX_FILE_BYTES:,} bytes: is this the right file?{tail}"

@@ -527,3 +527,14 @@ def test_markup_and_control_characters_in_model_and_hardware_files(adaptis, tmp_
     r = adaptis("plan", "--model", spec_path, "--hardware", hw_path, *TINY[4:], *CLASSIC, "-o", out)
     _clean_report(r)
     assert "wrote " + str(out) in r.stderr.replace("\n", "")
+
+
+def test_symbolic_link_loops_and_empty_names_are_named_as_such(adaptis, tmp_path: Path) -> None:
+    (tmp_path / "a.json").symlink_to(tmp_path / "b.json")
+    (tmp_path / "b.json").symlink_to(tmp_path / "a.json")
+    loop = tmp_path / "a.json"
+    one_line_error(adaptis("simulate", loop), 2, str(loop), "Too many levels of symbolic links")
+    one_line_error(adaptis("model", "show", loop), 2, str(loop), "Too many levels of symbolic links")
+    one_line_error(adaptis("plan", *_opts(hardware=""), "-o", tmp_path / "p.json"), 2, "hardware '': empty")
+    line = one_line_error(adaptis("simulate", tmp_path), 2, "a folder, not a plan file")
+    assert "file file" not in line
