@@ -24,6 +24,9 @@ from adaptis_plan.spec.limits import (
     MAX_LATENCY_S,
     MAX_NODES,
     MAX_TFLOPS,
+    MIN_EFFICIENCY,
+    MIN_GBPS,
+    MIN_TFLOPS,
 )
 
 
@@ -34,11 +37,13 @@ class _Strict(BaseModel):
 class DeviceTypeSpec(_Strict):
     """One accelerator model."""
 
-    peak_bf16_tflops: float = Field(gt=0, le=MAX_TFLOPS, description="peak dense bf16 tensor throughput, TFLOP/s")
-    matmul_efficiency: float = Field(gt=0, le=1, description="achievable fraction of peak on large GEMMs")
+    peak_bf16_tflops: float = Field(
+        ge=MIN_TFLOPS, le=MAX_TFLOPS, description="peak dense bf16 tensor throughput, TFLOP/s"
+    )
+    matmul_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1, description="achievable fraction of peak on large GEMMs")
     hbm_bytes: int = Field(ge=1, le=MAX_BYTES, description="device memory, bytes")
-    hbm_bandwidth_gbps: float = Field(gt=0, le=MAX_GBPS, description="memory bandwidth, GB/s")
-    memory_efficiency: float = Field(0.8, gt=0, le=1, description="achievable fraction of HBM bandwidth")
+    hbm_bandwidth_gbps: float = Field(ge=MIN_GBPS, le=MAX_GBPS, description="memory bandwidth, GB/s")
+    memory_efficiency: float = Field(0.8, ge=MIN_EFFICIENCY, le=1, description="achievable fraction of HBM bandwidth")
     source: str = Field(description="where the numbers come from")
     # Kernel-level refinements of the roofline (`cost/analytic.py`'s docstring has the formulas). The
     # defaults switch each one off, so a profile without them times every kernel as before.
@@ -68,7 +73,7 @@ class DeviceTypeSpec(_Strict):
     )
     scan_efficiency: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="fraction of peak of the Mamba-2 SSD chunked scan (a chain of small batched matmuls and"
         " cumsums); null: matmul_efficiency",
@@ -76,7 +81,7 @@ class DeviceTypeSpec(_Strict):
     kernel_model_source: str = Field("", description="where the kernel-level parameters above come from")
     sustained_efficiency: float = Field(
         1.0,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="fraction of the compute rate (peak x the kernel efficiencies above) the device sustains over"
         " a training step, on every compute kernel (memory-bound work apart): power and clock limits under"
@@ -102,13 +107,13 @@ class LinkSpec(_Strict):
     """A point-to-point path between two pipeline ranks."""
 
     bandwidth_gbps: float = Field(
-        gt=0, le=MAX_GBPS, description="achievable unidirectional bandwidth per rank pair, GB/s"
+        ge=MIN_GBPS, le=MAX_GBPS, description="achievable unidirectional bandwidth per rank pair, GB/s"
     )
     latency_s: float = Field(ge=0, le=MAX_LATENCY_S, description="per-message latency, seconds")
     source: str = Field(description="where the numbers come from")
     p2p_bandwidth_gbps: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_GBPS,
         le=MAX_GBPS,
         description="bandwidth of one pipeline send/recv (NCCL point-to-point) between two ranks, GB/s, when it"
         " falls short of bandwidth_gbps (which the tensor-parallel collectives use); null: bandwidth_gbps."

@@ -51,6 +51,11 @@ MAX_BYTES = 2**50
 MAX_TFLOPS = 1_000_000.0
 #: any bandwidth, GB/s.
 MAX_GBPS = 1_000_000.0
+#: the slowest device and link a profile may describe (1 GFLOP/s, 1 MB/s) and the smallest efficiency
+#: (0.1%): a rate below them is a typo or a hostile file, and would overflow the step's arithmetic.
+MIN_TFLOPS = 1e-3
+MIN_GBPS = 1e-3
+MIN_EFFICIENCY = 1e-3
 #: any per-message latency or per-kernel / per-action overhead, seconds.
 MAX_LATENCY_S = 10.0
 #: nodes in one device group.

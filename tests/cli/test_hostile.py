@@ -94,6 +94,10 @@ def _device(d: dict) -> dict:
         (lambda d: _device(d).update(kernel_overhead_s=1e9), "kernel_overhead_s = 1000000000.0: out of range"),
         (lambda d: d["groups"][0].update(num_nodes=10**9), "groups[0].num_nodes = 1000000000: out of range"),
         (lambda d: d["groups"][0].update(devices_per_node=-1), "devices_per_node = -1"),
+        # positive but absurd: the step's arithmetic would overflow (1e298 s steps, numpy warnings)
+        (lambda d: _device(d).update(peak_bf16_tflops=1e-300), "peak_bf16_tflops = 1e-300: out of range"),
+        (lambda d: _device(d).update(matmul_efficiency=1e-300), "matmul_efficiency = 1e-300: out of range"),
+        (lambda d: d["intra_node"].update(bandwidth_gbps=1e-300), "intra_node.bandwidth_gbps = 1e-300: out of range"),
     ],
 )
 def test_non_finite_and_absurd_hardware_numbers(adaptis, tmp_path: Path, edit, needle: str) -> None:
