@@ -120,7 +120,7 @@ def read_data(path: str | Path, what: str, *, fix: str = "") -> Any:
 
 def _file(what: str) -> str:
     """'hardware profile' -> 'hardware profile file'; 'plan file' stays as it is."""
-    return what if what.endswith("file") else f"{what} file"
+    return what if what.endswith(" file") else f"{what} file"
 
 
 def _read_bytes(p: Path, what: str, tail: str) -> bytes:

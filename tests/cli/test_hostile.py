@@ -482,7 +482,7 @@ def test_special_file_as_hardware_costs_and_plan(adaptis, tmp_path: Path) -> Non
     for args, what in (
         (("plan", *_opts(hardware=str(fifo)), *CLASSIC, "-o", tmp_path / "p.json"), "hardware profile"),
         (("plan", *TINY, *CLASSIC, "--costs", fifo, "-o", tmp_path / "p.json"), "cost profile"),
-        (("simulate", fifo), "plan file"),
+        (("simulate", fifo), "plan"),
     ):
         one_line_error(adaptis(*args), 2, str(fifo), f"a FIFO (named pipe), not a {what} file")
 
