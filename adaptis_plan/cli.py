@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from adaptis_plan.errors import AdaptisError, InputError
-from adaptis_plan.render.text import MAX_SHOWN, printable, shown
+from adaptis_plan.text import MAX_SHOWN, printable, shown
 from adaptis_plan.units import fmt_bytes, fmt_time
 
 # when the command started: `plan --time-limit` counts from here, the imports of a fresh process

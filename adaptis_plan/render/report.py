@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adaptis_plan.core import Layout
-from adaptis_plan.render.text import MAX_SHOWN, shown
+from adaptis_plan.text import MAX_SHOWN, shown
 from adaptis_plan.units import fmt_bytes, fmt_time
 
 

@@ -197,7 +197,7 @@ def _imports_of(module: str) -> list[tuple[str, int, bool]]:
 # The data-flow stages of DESIGN.md's diagram, bottom to top: a module may import its own stage
 # and the stages below it, never one above (lazy imports included).
 STAGES = {
-    "core": 0, "errors": 0, "units": 0,
+    "core": 0, "errors": 0, "units": 0, "text": 0,
     "spec": 1,
     "inputs": 2,
     "cost": 3,
