@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from adaptis_plan.spec.base import StrictModel
 from adaptis_plan.spec.limits import (
     MAX_BYTES,
     MAX_GBPS,
@@ -23,8 +24,8 @@ from adaptis_plan.spec.limits import (
 )
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class _Strict(StrictModel):
+    pass
 
 
 class ProfiledModel(_Strict):

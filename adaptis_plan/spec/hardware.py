@@ -14,8 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from adaptis_plan.spec.base import StrictModel
 from adaptis_plan.spec.limits import (
     MAX_BYTES,
     MAX_DEVICES_PER_NODE,
@@ -30,8 +31,8 @@ from adaptis_plan.spec.limits import (
 )
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class _Strict(StrictModel):
+    pass
 
 
 class DeviceTypeSpec(_Strict):

@@ -26,8 +26,9 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from adaptis_plan.spec.base import StrictModel
 from adaptis_plan.spec.limits import (
     MAX_DIM,
     MAX_EXTRA_PARAMETERS,
@@ -102,8 +103,8 @@ def sense_problem(model: ModelSpec) -> str | None:
     return None
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+class _Strict(StrictModel):
+    pass
 
 
 class AttentionSpec(_Strict):

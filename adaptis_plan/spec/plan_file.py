@@ -33,7 +33,6 @@ import re
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -43,6 +42,7 @@ from pydantic import (
     model_validator,
 )
 
+from adaptis_plan.spec.base import StrictModel
 from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.limits import MAX_HEAD_CHUNKS, MAX_LAYERS, MAX_MICROBATCHES, MAX_PP
@@ -56,8 +56,8 @@ _ACTION_RE = re.compile(r"(\d{1,9})([FBIW])(\d{1,9})")
 _OPS = ("F", "B", "I", "W")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+class _Strict(StrictModel):
+    model_config = ConfigDict(frozen=False)
 
 
 class PlanModelRef(_Strict):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from adaptis_plan.spec.base import StrictModel
 from adaptis_plan.spec.limits import (
     MAX_DEVICE_MICROBATCHES,
     MAX_DP,
@@ -27,10 +28,8 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 RecomputeRequest = Literal["none", "selective", "full", "auto"]
 
 
-class TrainingConfig(BaseModel):
+class TrainingConfig(StrictModel):
     """The step being planned. Stored in the plan file under `training`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     num_microbatches: int = Field(ge=1, le=MAX_MICROBATCHES, description="micro-batches per optimizer step")
     micro_batch_size: int = Field(1, ge=1, le=MAX_MICRO_BATCH_SIZE, description="sequences per micro-batch")

@@ -542,3 +542,30 @@ def test_symbolic_link_loops_and_empty_names_are_named_as_such(adaptis, tmp_path
     one_line_error(adaptis("plan", *_opts(hardware=""), "-o", tmp_path / "p.json"), 2, "hardware '': empty")
     line = one_line_error(adaptis("simulate", tmp_path), 2, "a folder, not a plan file")
     assert "file file" not in line
+
+
+@pytest.mark.parametrize(
+    ("where", "edit", "needle"),
+    [
+        ("plan", lambda d: d["training"].update(seq_len=True), "training.seq_len = true"),
+        ("plan", lambda d: d["training"].update(pp=True), "training.pp = true"),
+        ("hardware", lambda d: _device(d).update(peak_bf16_tflops=True), "peak_bf16_tflops = true"),
+        ("costs", lambda d: d["entries"][0].update(f_s=False), "entries[0].f_s = false"),
+    ],
+)
+def test_true_or_false_where_a_number_belongs(
+    adaptis, tmp_path: Path, tiny_plan: Path, where: str, edit, needle: str
+) -> None:
+    """pydantic would read true as 1: a plan of "seq_len": true would be a plan of one token."""
+    if where == "plan":
+        data = json.loads(tiny_plan.read_text())
+        edit(data)
+        r = adaptis("simulate", _write(tmp_path / "plan.json", data))
+    elif where == "hardware":
+        r = adaptis("plan", *_opts(hardware=str(_hw_edit(tmp_path, edit))), *CLASSIC, "-o", tmp_path / "p.json")
+    else:
+        data = tiny_cost_profile()
+        edit(data)
+        r = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(tmp_path / "c.json", data), "-o", tmp_path / "p.json")
+    one_line_error(r, 2, needle, "a number is expected, not true / false")
+    assert not (tmp_path / "p.json").exists()
