@@ -818,8 +818,10 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:  # click's form of a Ctrl-C (KeyboardInterrupt) inside a command
         _interrupted()
-    except click.ClickException as e:
-        e.show()
+    except click.ClickException as e:  # a usage error: one line, as every other bad input
+        ctx = getattr(e, "ctx", None)
+        hint = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
+        click.echo(f"error: {printable(e.format_message()).rstrip('.')}{hint}", err=True)
         sys.exit(2 if e.exit_code == 2 else e.exit_code)
     except AdaptisError as e:
         click.echo(f"error: {printable(str(e))}", err=True)

@@ -569,3 +569,16 @@ def test_true_or_false_where_a_number_belongs(
         r = adaptis("plan", *TINY, *CLASSIC, "--costs", _write(tmp_path / "c.json", data), "-o", tmp_path / "p.json")
     one_line_error(r, 2, needle, "a number is expected, not true / false")
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("plan", "--seed", "-1"), "Invalid value for '--seed'"),
+        (("plna",), "No such command 'plna'"),
+        (("plan", "--model", "tiny-llama"), "Missing option '--hardware'"),
+    ],
+)
+def test_usage_errors_are_one_line_too(adaptis, args: tuple[str, ...], needle: str) -> None:
+    line = one_line_error(adaptis(*args), 2, needle, "--help`")
+    assert "Usage:" not in line

@@ -198,9 +198,8 @@ def _check(r, argv: list[str], out: Path, outdir: Path, case: str) -> None:
     if r.exit_code != 0:
         assert r.stdout == "", detail
         lines = r.stderr.splitlines()
-        usage = any(line.startswith("Error: ") for line in lines)  # click's own usage errors
-        assert usage or (lines and lines[0].startswith("error: ")), detail
-        if not usage and "<-- ERROR" not in r.stderr:
+        assert lines and lines[0].startswith("error: "), detail  # click's usage errors included
+        if "<-- ERROR" not in r.stderr:
             assert len(lines) == 1, detail
         assert leftovers(outdir) == [], detail
         return
