@@ -819,6 +819,9 @@ def main() -> None:
     except click.exceptions.Abort:  # click's form of a Ctrl-C (KeyboardInterrupt) inside a command
         _interrupted()
     except click.ClickException as e:  # a usage error: one line, as every other bad input
+        if "\n" in e.format_message():  # `adaptis` or a group without a command: its help, as asked
+            e.show()
+            sys.exit(2)
         ctx = getattr(e, "ctx", None)
         hint = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
         click.echo(f"error: {printable(e.format_message()).rstrip('.')}{hint}", err=True)

@@ -582,3 +582,9 @@ def test_true_or_false_where_a_number_belongs(
 def test_usage_errors_are_one_line_too(adaptis, args: tuple[str, ...], needle: str) -> None:
     line = one_line_error(adaptis(*args), 2, needle, "--help`")
     assert "Usage:" not in line
+
+
+def test_no_command_shows_the_help_not_an_error_line(adaptis) -> None:
+    r = adaptis()
+    assert r.exit_code == 2 and r.stderr.startswith("Usage: ") and "Commands:" in r.stderr
+    assert "error:" not in r.stderr
