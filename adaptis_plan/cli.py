@@ -352,7 +352,9 @@ def _head_chunks_option(value: str) -> int | None:
     default=5.0,
     show_default=True,
     type=float,
-    help="seconds: sizes the adaptive search's work (same limit, same plan, on any machine) and hard-stops the command",
+    help="seconds: sizes the adaptive search's work (same limit, same plan, on any machine) and hard-stops the"
+    " command; below about 2 s the command's own start-up can leave a slow machine too little time, and the"
+    " search is cut short (it says so): add --no-hard-stop for the same plan every time",
 )
 @click.option(
     "--hard-stop/--no-hard-stop",
