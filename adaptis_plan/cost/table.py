@@ -175,14 +175,7 @@ def _check_entries(profile: CostProfile, model: ModelSpec, source: str) -> None:
     owner: dict[int, int] = {}
     for n, entry in enumerate(profile.entries):
         for index in entry.layers:
-            if index in owner:
-                where = (
-                    f"entries[{n}].layers lists layer {index} twice"
-                    if owner[index] == n
-                    else f"entries[{owner[index]}] and entries[{n}] both list layer {index}"
-                )
-                raise InputError(f"{source}: {where}: each layer has one measured cost; list it once, or {fix}")
-            owner[index] = n
+            _list_once(owner, index, n, "", "layer", source, fix)
         wrong: dict[str, list[int]] = {}
         for index in entry.layers:
             kind = model.layers[index].kind
@@ -195,6 +188,18 @@ def _check_entries(profile: CostProfile, model: ModelSpec, source: str) -> None:
                 f"{source}: entries[{n}].kind = '{entry.kind}': {what} {_spans(indices)} of model '{model.name}'"
                 f" {'is' if len(indices) == 1 else 'are'} of kind '{kind}'; {fix}"
             )
+
+
+def _list_once(owner: dict[int, int], index: int, n: int, at: str, noun: str, source: str, fix: str) -> None:
+    """Record that entry `n` (of `{at}entries`) lists `noun` `index` in `owner`; refuse a second listing."""
+    if index in owner:
+        where = (
+            f"{at}entries[{n}].layers lists {noun} {index} twice"
+            if owner[index] == n
+            else f"{at}entries[{owner[index]}] and {at}entries[{n}] both list {noun} {index}"
+        )
+        raise InputError(f"{source}: {where}: each {noun} has one measured cost; list it once, or {fix}")
+    owner[index] = n
 
 
 def _check_head_chunks(profile: CostProfile, source: str) -> None:
@@ -219,14 +224,7 @@ def _check_head_chunks(profile: CostProfile, source: str) -> None:
                         f"{source}: {at}.entries[{n}].layers = {c}: a head in {hp.num_chunks} chunks has chunks"
                         f" 0..{hp.num_chunks - 1}; {fix}"
                     )
-                if c in owner:
-                    where = (
-                        f"{at}.entries[{n}].layers lists chunk {c} twice"
-                        if owner[c] == n
-                        else f"{at}.entries[{owner[c]}] and {at}.entries[{n}] both list chunk {c}"
-                    )
-                    raise InputError(f"{source}: {where}: each chunk has one measured cost; list it once, or {fix}")
-                owner[c] = n
+                _list_once(owner, c, n, f"{at}.", "chunk", source, fix)
         missing = sorted(set(range(hp.num_chunks)) - owner.keys())
         if missing:
             what = "chunk" if len(missing) == 1 else "chunks"
