@@ -42,17 +42,21 @@ def tiny_cost_profile() -> dict:
         "dtype": "fp32",
         "repeats": 1,
         "measured_at": "2025-01-01T00:00:00",
-        "entries": [
-            {
-                "layers": [r["index"]],
-                "kind": r["kind"],
-                "f_s": r["f_s"],
-                "i_s": r["i_s"],
-                "w_s": r["w_s"],
-                "b_s": r["i_s"] + r["w_s"],
-                "act_bytes": r["act_bytes"],
-                "act_w_bytes": r["act_w_bytes"],
-            }
-            for r in rows
-        ],
+        "entries": [analytic_entry(r) for r in rows],
     }
+
+
+def analytic_entry(row: dict, **override: object) -> dict:
+    """A measured-profile entry (JSON data) with the analytic numbers of one `layer_cost_rows` row:
+    F / I / W seconds, B = I + W (no hot W), its bytes; `override` replaces fields (e.g. layers, kind)."""
+    entry = {
+        "layers": [row["index"]],
+        "kind": row["kind"],
+        "f_s": row["f_s"],
+        "i_s": row["i_s"],
+        "w_s": row["w_s"],
+        "b_s": row["i_s"] + row["w_s"],
+        "act_bytes": row["act_bytes"],
+        "act_w_bytes": row["act_w_bytes"],
+    }
+    return entry | override

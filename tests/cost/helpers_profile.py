@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from helpers_cli import analytic_entry
+
 from adaptis_plan.cost.table import layer_cost_rows
 from adaptis_plan.spec.cost_profile import LayerCostEntry
 from adaptis_plan.spec.hardware import HardwareProfile
@@ -19,16 +21,7 @@ def with_analytic_rest(
     the first rank's device type (B = I + W, no hot W): a table built from it equals the analytic one there."""
     listed = {i for e in measured for i in e.layers}
     rest = [
-        LayerCostEntry(
-            layers=[r["index"]],
-            kind=r["kind"],
-            f_s=r["f_s"],
-            i_s=r["i_s"],
-            w_s=r["w_s"],
-            b_s=r["i_s"] + r["w_s"],
-            act_bytes=r["act_bytes"],
-            act_w_bytes=r["act_w_bytes"],
-        )  # fmt: skip
+        LayerCostEntry(**analytic_entry(r))
         for r in layer_cost_rows(model, hardware, training)
         if r["index"] not in listed
     ]

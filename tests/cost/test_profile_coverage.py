@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_cli import one_line_error, tiny_cost_profile
+from helpers_cli import analytic_entry, one_line_error, tiny_cost_profile
 
 from adaptis_plan.cost.table import build_cost_table, layer_cost_rows
 from adaptis_plan.errors import InputError
@@ -122,19 +122,7 @@ def _chunks(model: ModelSpec, counts: tuple[int, ...]) -> list[dict]:
     for k in counts:
         split = split_head(model, k)
         rows = layer_cost_rows(split, CPU, _training(pp=1))[-k:]
-        entries = [
-            {
-                "layers": [c],
-                "kind": "head",
-                "f_s": r["f_s"],
-                "i_s": r["i_s"],
-                "w_s": r["w_s"],
-                "b_s": r["i_s"] + r["w_s"],
-                "act_bytes": r["act_bytes"],
-                "act_w_bytes": r["act_w_bytes"],
-            }
-            for c, r in enumerate(rows)
-        ]
+        entries = [analytic_entry(r, layers=[c], kind="head") for c, r in enumerate(rows)]
         out.append({"num_chunks": k, "entries": entries})
     return out
 
