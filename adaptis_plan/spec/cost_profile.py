@@ -24,16 +24,12 @@ from adaptis_plan.spec.limits import (
 )
 
 
-class _Strict(StrictModel):
-    pass
-
-
-class ProfiledModel(_Strict):
+class ProfiledModel(StrictModel):
     name: str = Field(description="the profiled model's name, for reading")
     fingerprint: str = Field(description="ModelSpec.fingerprint() of the profiled model")
 
 
-class LayerCostEntry(_Strict):
+class LayerCostEntry(StrictModel):
     """Costs of one distinct layer, shared by every layer index in `layers`."""
 
     layers: list[Annotated[int, Field(ge=0, lt=MAX_LAYERS)]] = Field(
@@ -81,7 +77,7 @@ class LayerCostEntry(_Strict):
         return self.w_s if self.w_hot_s is None else self.w_hot_s
 
 
-class HeadChunkProfile(_Strict):
+class HeadChunkProfile(StrictModel):
     """The model's head split into `num_chunks` vocabulary chunks (`split_head`), measured chunk by chunk."""
 
     num_chunks: int = Field(ge=2, description="vocabulary chunks the head was split into")
@@ -90,7 +86,7 @@ class HeadChunkProfile(_Strict):
     )
 
 
-class MeasuredLink(_Strict):
+class MeasuredLink(StrictModel):
     latency_s: float = Field(ge=0, le=MAX_LATENCY_S, description="one small message, seconds")
     bandwidth_gbps: float = Field(gt=0, le=MAX_GBPS, description="large-message bandwidth, GB/s")
     backend: str = Field(description="torch.distributed backend used")
@@ -107,7 +103,7 @@ class MeasuredLink(_Strict):
     )
 
 
-class CostProfile(_Strict):
+class CostProfile(StrictModel):
     """Per-layer measured costs for one model, device and step shape."""
 
     schema_version: Literal[1] = Field(1, description="version of this file format")

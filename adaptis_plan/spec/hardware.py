@@ -31,11 +31,7 @@ from adaptis_plan.spec.limits import (
 )
 
 
-class _Strict(StrictModel):
-    pass
-
-
-class DeviceTypeSpec(_Strict):
+class DeviceTypeSpec(StrictModel):
     """One accelerator model."""
 
     peak_bf16_tflops: float = Field(
@@ -104,7 +100,7 @@ class DeviceTypeSpec(_Strict):
     )
 
 
-class LinkSpec(_Strict):
+class LinkSpec(StrictModel):
     """A point-to-point path between two pipeline ranks."""
 
     bandwidth_gbps: float = Field(
@@ -131,7 +127,7 @@ class LinkSpec(_Strict):
     p2p_source: str = Field("", description="the published measurements p2p_bandwidth_gbps and p2p_latency_s come from")
 
 
-class DeviceGroupSpec(_Strict):
+class DeviceGroupSpec(StrictModel):
     """A homogeneous block of nodes."""
 
     device_type: str = Field(description="key into device_types")
@@ -139,7 +135,7 @@ class DeviceGroupSpec(_Strict):
     devices_per_node: int = Field(ge=1, le=MAX_DEVICES_PER_NODE, description="accelerators per node")
 
 
-class HardwareProfile(_Strict):
+class HardwareProfile(StrictModel):
     """A cluster: device types, groups of nodes, and the links inside and across nodes."""
 
     name: str = Field(description="profile name: the built-in name, or what plans and reports call this cluster")

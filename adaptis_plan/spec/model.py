@@ -103,11 +103,7 @@ def sense_problem(model: ModelSpec) -> str | None:
     return None
 
 
-class _Strict(StrictModel):
-    pass
-
-
-class AttentionSpec(_Strict):
+class AttentionSpec(StrictModel):
     """Self-attention. `gqa` covers MHA/GQA/MQA; `mla` is DeepSeek's latent attention."""
 
     type: Literal["gqa", "mla"] = Field("gqa", description="attention variant")
@@ -136,7 +132,7 @@ class AttentionSpec(_Strict):
         return self
 
 
-class MlpSpec(_Strict):
+class MlpSpec(StrictModel):
     """Dense feed-forward block."""
 
     activation: Literal["swiglu", "geglu", "gelu", "relu2"] = Field(
@@ -145,7 +141,7 @@ class MlpSpec(_Strict):
     intermediate_size: int = Field(ge=1, le=MAX_DIM, description="inner dimension")
 
 
-class MoeSpec(_Strict):
+class MoeSpec(StrictModel):
     """Mixture of experts: router + top-k routed experts + always-on shared experts."""
 
     num_experts: int = Field(ge=1, le=MAX_DIM, description="routed experts")
@@ -171,7 +167,7 @@ class MoeSpec(_Strict):
 SSD_CHUNK = 256
 
 
-class MambaSpec(_Strict):
+class MambaSpec(StrictModel):
     """Mamba mixer. Version 2 (default): in_proj -> conv1d -> selective scan (SSD) -> gated norm -> out_proj.
 
     Version 1 (Jamba): in_proj -> conv1d -> x_proj (dt_rank + 2N) -> dt_proj -> selective scan
@@ -199,7 +195,7 @@ class MambaSpec(_Strict):
         return self
 
 
-class LayerSpec(_Strict):
+class LayerSpec(StrictModel):
     """One pipeline-able unit of the model."""
 
     kind: LayerKind = Field(description="what the layer is; says which of the sections below it carries")
@@ -232,7 +228,7 @@ class LayerSpec(_Strict):
         return self
 
 
-class ModelSpec(_Strict):
+class ModelSpec(StrictModel):
     """A whole model as the pipeline sees it: embedding, blocks, head, in order."""
 
     name: str = Field(description="model name")
