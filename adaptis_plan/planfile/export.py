@@ -2,7 +2,7 @@
 
 Data flow: plan (layout + per-device programs) -> text / plain lists, written by the CLI
 (`adaptis export --format torch-csv|megatron-layout|torchtitan`). Pure functions over plain
-data: no IO, no torch, no Megatron, no torchtitan. Imports only `core`, `errors` and
+data: no IO, no torch, no Megatron, no torchtitan. Imports only `core`, `errors`, `text` and
 `schedules.targets`.
 
 - `to_torch_csv`: torch.distributed.pipelining's `compute_only` schedule CSV, read by
@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 from adaptis_plan.core import OPS, Action, Layout, Programs
 from adaptis_plan.errors import InputError
+from adaptis_plan.text import printable
 
 # Megatron's layer letters: E embedding, t transformer (any decoder block), m MTP, L loss (+ final norm and head).
 _MEGATRON_TOKEN = {"embedding": "E", "head": "L", "mtp": "m"}
@@ -249,7 +250,7 @@ def _doc_text(text: str) -> str:
     (any other becomes `?`, so nothing can end the docstring or start an escape), at most `_DOC_TEXT_MAX`."""
     if len(text) > _DOC_TEXT_MAX:
         text = text[: _DOC_TEXT_MAX - 3] + "..."
-    return "".join(c if c.isprintable() and c not in '\\"' else "?" for c in text)
+    return printable(text).replace("\\", "?").replace('"', "?")
 
 
 def _shown(value: object) -> str:
