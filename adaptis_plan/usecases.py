@@ -760,10 +760,8 @@ def run_plan_file(
     from adaptis_plan.executor.launch import run_plan
 
     plan, model, judged = load_plan_for_run(plan_path, model_arg)
-    out = run_plan(plan, model, options, trace_path=trace_path, label=plan_path)
     # the prediction is the judge's, as `simulate` gives it: a hand-edited plan's stored figure may be stale
-    out["predicted_step_time_s"] = judged.step_time_s
-    return plan, out
+    return plan, run_plan(plan, model, options, trace_path=trace_path, label=plan_path, predicted_s=judged.step_time_s)
 
 
 @dataclass(frozen=True)

@@ -144,12 +144,19 @@ class PlanJob:
     """One plan to run (with the model it was made for); several run one after another in one launch.
 
     `label` names the plan in messages and in the result's `plan` key (the CLI passes the file's path).
+    `predicted_s`: the step the judge simulates for the plan, reported beside the measured one (None:
+    the plan's stored figure, which a hand-edited plan may have left stale).
     """
 
     plan: PlanFile
     model: ModelSpec
     trace_path: str | Path | None = None
     label: str = "plan"
+    predicted_s: float | None = None
+
+    @property
+    def predicted_step_time_s(self) -> float:
+        return self.plan.predicted.step_time_s if self.predicted_s is None else self.predicted_s
 
 
 class Terminated(AdaptisError):
@@ -169,15 +176,17 @@ def run_plan(
     *,
     trace_path: str | Path | None = None,
     label: str = "plan",
+    predicted_s: float | None = None,
 ) -> dict[str, Any]:
     """Execute `plan` for `warmup + steps` steps; returns the `run` JSON keys of DESIGN.md.
 
     Keys: `steps`, `measured_step_time_s` (median of the steps after warm-up, rank 0's wall
-    time from a barrier to a barrier), `predicted_step_time_s` (the plan's), `step_times_s`,
+    time from a barrier to a barrier), `predicted_step_time_s` (`predicted_s`, else the plan's stored
+    figure), `step_times_s`,
     and with `verify` also `loss_diff`, `max_abs_grad_diff`, `verified` (the first step's loss
     and every gradient against a single-process step; tolerances in `verify.py`).
     """
-    return run_plans([PlanJob(plan, model, trace_path, label)], options)[0]
+    return run_plans([PlanJob(plan, model, trace_path, label, predicted_s)], options)[0]
 
 
 def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[dict[str, Any]]:
@@ -587,7 +596,7 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "steps": options.steps,
         "warmup": options.warmup,
         "measured_step_time_s": statistics.median(times),
-        "predicted_step_time_s": plan.predicted.step_time_s,
+        "predicted_step_time_s": job.predicted_step_time_s,
         "step_times_s": times,
         "device": dev,
         "backend": "nccl" if dev == "cuda" else "gloo",
@@ -602,7 +611,8 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
     if options.verify:
         result.update(_verify(plan, job.model, out, ranks, options.seed, dev, options.dtype))
     if job.trace_path is not None:
-        write_json_atomic(measured_trace(plan, {r: d["timeline"] for r, d in per_rank.items()}), job.trace_path)
+        timelines = {r: d["timeline"] for r, d in per_rank.items()}
+        write_json_atomic(measured_trace(plan, timelines, job.predicted_step_time_s), job.trace_path)
         result["trace"] = str(job.trace_path)
     return result
 
@@ -646,9 +656,10 @@ def _verify(
     }
 
 
-def measured_trace(plan: PlanFile, timelines: dict[int, list]) -> dict[str, Any]:
+def measured_trace(plan: PlanFile, timelines: dict[int, list], predicted_s: float) -> dict[str, Any]:
     """Chrome trace of the last measured step, laid out like the simulator's (`render/trace.py`):
-    one process per device, thread 0 "compute", one `ph: "X"` event per action (µs)."""
+    one process per device, thread 0 "compute", one `ph: "X"` event per action (µs); `predicted_s`
+    is the step the run reports as predicted (`PlanJob.predicted_step_time_s`)."""
     events: list[dict[str, Any]] = []
     for d in sorted(timelines):
         events += [
@@ -678,7 +689,7 @@ def measured_trace(plan: PlanFile, timelines: dict[int, list]) -> dict[str, Any]
             "name": f"measured: {plan.strategy}",
             "measured": True,
             "step_span_s": end,
-            "predicted_step_time_s": plan.predicted.step_time_s,
+            "predicted_step_time_s": predicted_s,
             "num_devices": plan.training.pp,
             "num_stages": len(plan.stages),
             "num_microbatches": plan.training.num_microbatches,

@@ -52,7 +52,7 @@ def test_run_reports_the_judges_prediction_not_a_stale_stored_one(
     tiny_plan: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hand-edited plan (a stage's recompute, which the fingerprints do not cover) keeps its old stored
-    step time; `run` reports what `simulate` gives for it. The launch itself is replaced by its stored figure."""
+    step time; `run` reports what `simulate` gives for it. The launch itself is replaced by the prediction its job carries."""
     import json
 
     import adaptis_plan.executor.launch as launch
@@ -62,7 +62,9 @@ def test_run_reports_the_judges_prediction_not_a_stale_stored_one(
     plan["stages"][0]["recompute"] = "full"
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps(plan))
-    monkeypatch.setattr(launch, "run_plan", lambda p, *a, **k: {"predicted_step_time_s": p.predicted.step_time_s})
+    monkeypatch.setattr(
+        launch, "run_plans", lambda jobs, options: [{"predicted_step_time_s": j.predicted_step_time_s} for j in jobs]
+    )
     _, out = run_plan_file(str(edited), RunOptions(steps=1))
     sim = simulate_plan_file(str(edited))
     assert sim.stored_differs  # the edit changed the simulated step
