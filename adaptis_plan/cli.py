@@ -353,8 +353,9 @@ def _head_chunks_option(value: str) -> int | None:
     show_default=True,
     type=float,
     help="seconds: sizes the adaptive search's work (same limit, same plan, on any machine) and hard-stops the"
-    " command; below about 2 s the command's own start-up can leave a slow machine too little time, and the"
-    " search is cut short (it says so): add --no-hard-stop for the same plan every time",
+    " command; the command's start-up takes about 1 s of it, so below 5 s the search gets what is left, and"
+    " below about 2 s its smallest budget, which a slow machine can still cut short (it says so): add"
+    " --no-hard-stop for the same plan every time",
 )
 @click.option(
     "--hard-stop/--no-hard-stop",

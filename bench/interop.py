@@ -193,7 +193,7 @@ def torchcsv_markdown(quick: bool) -> str:
                 pp=2,
                 num_microbatches=m,
                 seq_len=seq,
-                time_limit_s=2.0,
+                time_limit_s=5.0,
                 target="torch",
             )  # fmt: skip
         )
@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.interop", description=__doc__.splitlines()[0])
     ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {','.join(SECTIONS)}")
     ap.add_argument("--quick", action="store_true", help="the small paper cases only, few rounds")
-    ap.add_argument("--time-limit", type=float, default=2.0, help="search time limit per search, seconds")
+    ap.add_argument("--time-limit", type=float, default=5.0, help="search time limit per search, seconds")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--update", default=None, help="replace the sections in this markdown file (e.g. BENCHMARKS.md)")
     args = ap.parse_args(argv)

@@ -270,7 +270,7 @@ def build_report(
         if name in sections:
             from bench import interop
 
-            made[name] = interop.section(name, cfg.quick, 1.0 if cfg.quick else 2.0, workers, prov.command)
+            made[name] = interop.section(name, cfg.quick, 2.0 if cfg.quick else 5.0, workers, prov.command)
     for name, zb_name in ZB_SECTIONS.items():
         if name in sections:
             from bench import zb

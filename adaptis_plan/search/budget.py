@@ -33,6 +33,11 @@ from dataclasses import dataclass
 #: growing windows reach the device bound on nemotron-h-s 2K (2.16 units stopped 2.9% above it).
 _WINDOW_DTIME_PER_EXTRA_5S = 0.3
 
+#: Seconds of `--time-limit` a command spends before and around the search whatever its budget: measured
+#: 0.85-1.25 s for the -s models at PP 4 on a 2-core machine (`plan --time-limit 0.1 --no-hard-stop`),
+#: 2 s for gemma-l; a limit under 5 s sizes the search's work from what is left (`for_time_limit`).
+START_UP_S = 2.0
+
 
 @dataclass(frozen=True)
 class SearchBudget:
@@ -100,8 +105,14 @@ class SearchBudget:
         four such solves (two head options x two layouts) took most of a 5 s limit, so the
         wall-clock abort fired on a 2-core machine in 16 of the 36 paper-TP cases; with the cap,
         1 of 36, with the same or better plans in 35 of 36 (windows still refine the big ones).
+
+        Below 5 s the work shrinks with the time left after `START_UP_S`, not with the whole limit:
+        the command's start-up (interpreter, imports, the classic baselines, the first CP-SAT solve's
+        set-up) takes about 1 s on a 2-core machine whatever the budget, so scaled with the whole
+        limit a 2-3 s search was cut short on an idle machine (nemotron-h-s 4K, PP 4: at 2 s and 3 s).
         """
-        k = max(float(time_limit_s), 0.1) / 5.0
+        t = max(float(time_limit_s), 0.0)
+        k = t / 5.0 if t >= 5.0 else max(t - START_UP_S, 0.1) / (5.0 - START_UP_S)
         base = cls()
         return dataclasses.replace(
             base,
@@ -111,7 +122,9 @@ class SearchBudget:
             order_window_dtime=base.order_window_dtime * k + _WINDOW_DTIME_PER_EXTRA_5S * max(0.0, k - 1.0),
             # past the default limit, one more layout (the list scheduler's ranking of layouts
             # misses the best one for CP-SAT: nemotron-h-s 2K's V x4 ranked third)
-            order_layouts=base.order_layouts + (1 if k > 1.0 else 0),
+            # below half the default work, one layout fewer: each CP-SAT order solve spends 0.1-0.3 s
+            # presolving and loading whatever its deterministic budget (nemotron-h-s 4K, PP 4, at 3 s)
+            order_layouts=base.order_layouts + (1 if k > 1.0 else 0) - (1 if k < 0.5 else 0),
             partition_dtime=base.partition_dtime * min(k, 4.0),
             packed_samples=int(base.packed_samples * k),
             packed_ranked=max(1, int(base.packed_ranked * k)),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from adaptis_plan.search.budget import Deadline, SearchBudget
+from adaptis_plan.search.budget import START_UP_S, Deadline, SearchBudget
 
 _PLAN = ["--model", "deepseek-s", "--hardware", "h200", "--pp", "4", "--microbatches", "8", "--seq-len", "1024"]
 
@@ -82,11 +82,19 @@ def test_budget_scales_with_the_time_limit_and_rejects_negative_work() -> None:
     assert thirty.schedule_actions == 6 * five.schedule_actions
     # window work: linear up to 5 s, then 0.3 units per layout for each further 5 s
     assert thirty.order_window_dtime == pytest.approx(6 * five.order_window_dtime + 5 * 0.3)
-    assert SearchBudget.for_time_limit(2.5).order_window_dtime == pytest.approx(five.order_window_dtime / 2)
-    # and one more layout past the default limit
+    # below 5 s, the work scales with what the start-up leaves: 3.5 s -> (3.5 - START_UP_S) / (5 - START_UP_S)
+    half = 5.0 - (5.0 - START_UP_S) / 2
+    assert SearchBudget.for_time_limit(half).order_window_dtime == pytest.approx(five.order_window_dtime / 2)
+    assert SearchBudget.for_time_limit(START_UP_S / 2) == SearchBudget.for_time_limit(0.0)  # the floor
+    assert SearchBudget.for_time_limit(5.0 - 1e-9).schedule_actions in (
+        five.schedule_actions - 1,
+        five.schedule_actions,
+    )  # continuous at 5 s
+    # one more order layout past the default limit, one fewer below half its work
     assert (five.order_layouts, thirty.order_layouts) == (2, 3)
+    assert SearchBudget.for_time_limit(half - 0.1).order_layouts == 1
     # the whole-step order model grows with the limit up to twice the default size, no further
-    assert SearchBudget.for_time_limit(2.5).order_full_max_actions == five.order_full_max_actions // 2
+    assert SearchBudget.for_time_limit(half).order_full_max_actions == five.order_full_max_actions // 2
     assert thirty.order_full_max_actions == 2 * five.order_full_max_actions
     assert five.scaled(0.5).schedule_actions == five.schedule_actions // 2
     with pytest.raises(ValueError, match="order_layouts"):
