@@ -137,6 +137,14 @@ def _check_profile(profile: CostProfile, model: ModelSpec, training: TrainingCon
                 f"{source}: {field} = {measured}: the plan asks for {planned};"
                 f" plan with {flag} {measured} or profile again at {field} {planned}"
             )
+    measured = profile.model.head_chunks
+    if measured is not None and measured not in (1, model.num_head_chunks):
+        planned = model.num_head_chunks
+        raise InputError(
+            f"{source}: model.head_chunks = {measured}: the profile measured the head split into {measured} chunks,"
+            f" and this plan's head is {'one layer' if planned == 1 else f'in {planned} chunks'}; plan with"
+            f" --head-chunks {measured}, or profile the model with its head whole (it costs every split)"
+        )
     for n, entry in enumerate(profile.entries):
         for index in entry.layers:
             if index >= model.num_layers:
@@ -315,9 +323,11 @@ def _profile_targets(profile: CostProfile, model: ModelSpec):
     vocabulary (logits GEMM and cross-entropy are linear in it; the chunks' own fixed costs are
     then missed); a profile of the split model applies as measured."""
     k = model.num_head_chunks
-    measured_layers = 1 + max(i for e in profile.entries for i in e.layers)
     unsplit_head = model.num_layers - k
-    chunked = k > 1 and measured_layers == unsplit_head + 1
+    if profile.model.head_chunks is not None:
+        chunked = k > 1 and profile.model.head_chunks == 1
+    else:  # written before profiles recorded their head's chunks: a profile of the unsplit model ends at its head
+        chunked = k > 1 and 1 + max(i for e in profile.entries for i in e.layers) == unsplit_head + 1
     chunks = _head_chunk_entries(profile, model) if chunked else None
     for entry in profile.entries:
         for index in entry.layers:

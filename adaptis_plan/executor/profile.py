@@ -492,7 +492,7 @@ def profile_model(
         chunked = _chunk_profiles(splits, work, measured[len(groups) :])
         threads = torch.get_num_threads()
     return CostProfile(
-        model=ProfiledModel(name=model.name, fingerprint=model.fingerprint()),
+        model=ProfiledModel(name=model.name, fingerprint=model.fingerprint(), head_chunks=model.num_head_chunks),
         device="cpu" if dev.type == "cpu" else f"cuda: {torch.cuda.get_device_name(dev)}",
         torch_version=torch.__version__,
         num_threads=threads,

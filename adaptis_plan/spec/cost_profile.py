@@ -27,6 +27,15 @@ from adaptis_plan.spec.limits import (
 class ProfiledModel(StrictModel):
     name: str = Field(description="the profiled model's name, for reading")
     fingerprint: str = Field(description="ModelSpec.fingerprint() of the profiled model")
+    head_chunks: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LAYERS,
+        description="the profiled model's head chunks (ModelSpec.num_head_chunks; 1 = one head). The"
+        " fingerprint is the same for every split of the head, so this tells a profile of the unsplit model"
+        " (which costs any split) from one of a split model (which costs that split only). Absent in older"
+        " profiles, which are told apart by how many layers they measured",
+    )
 
 
 class LayerCostEntry(StrictModel):

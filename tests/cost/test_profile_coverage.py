@@ -153,6 +153,34 @@ def test_a_profile_of_the_split_model_costs_that_split_only() -> None:
     assert msg.startswith("costs.json: entries: layer 11 of model 'tiny-llama' is not measured")
 
 
+def test_a_split_models_profile_says_so_and_costs_no_other_split() -> None:
+    """`model.head_chunks` (what `adaptis profile` records) tells a profile of a split model from one of the
+    unsplit model: the fingerprint is the same for both, and without it a split model's profile that lost its
+    last chunk read as the unsplit model's, its first chunk spread over the whole head."""
+    model = _tiny()
+    split2 = split_head(model, 2)
+    rows = layer_cost_rows(split2, CPU, _training(pp=1))
+    data = _data()
+    data["model"]["head_chunks"] = 2
+    data["entries"][-1] |= {"layers": [9], "f_s": rows[9]["f_s"]}
+    msg = _refused(data, split2)  # chunk 1 (layer 10) was not measured
+    assert msg.startswith("costs.json: entries: layer 10 of model 'tiny-llama' is not measured")
+    del data["model"]["head_chunks"]  # an older profile: read by its layer count, as the unsplit model's
+    assert _build(data, split2).f_s[0, 9:].sum() == pytest.approx(rows[9]["f_s"])
+    data["model"]["head_chunks"] = 2
+    data["entries"].append(data["entries"][-1] | {"layers": [10], "f_s": rows[10]["f_s"]})
+    assert list(_build(data, split2).f_s[0, 9:]) == [rows[9]["f_s"], rows[10]["f_s"]]
+    for other, head in ((model, "one layer"), (split_head(model, 3), "in 3 chunks")):
+        assert _refused(data, other) == (
+            "costs.json: model.head_chunks = 2: the profile measured the head split into 2 chunks, and this plan's"
+            f" head is {head}; plan with --head-chunks 2, or profile the model with its head whole (it costs every"
+            " split)"
+        )
+    data["model"]["head_chunks"] = 1  # the unsplit model's profile that says so: its head costs every split
+    data["entries"].pop()
+    assert _build(data, split_head(model, 3)).f_s[0, 9:].sum() == pytest.approx(rows[9]["f_s"])
+
+
 def test_bad_head_chunk_profiles_are_refused() -> None:
     model = _tiny()
     fix = "re-run adaptis profile (--head-chunks)"

@@ -53,6 +53,7 @@ def test_profile_groups_identical_layers_and_measures_every_op() -> None:
     assert split.fingerprint() == model.fingerprint()
     chunks = profile_model(split, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, keep=keep)
     assert len(keep) == len(held) + len(chunks.entries)
+    assert (first.model.head_chunks, chunks.model.head_chunks) == (1, 2)  # what tells the two profiles apart
     # measured last layer first, reported in model order, with the same memory
     back = profile_model(model, seq_len=16, micro_batch_size=1, repeats=1, warmup=0, reverse=True)
     assert [e.layers for e in back.entries] == [e.layers for e in prof.entries]
