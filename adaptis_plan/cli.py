@@ -712,7 +712,8 @@ def profile_cmd(
             recompute=recompute,
             head_chunks=chunk_counts,
             reverse=reverse,
-        )
+        ),
+        note=lambda line: click.echo(printable(line), err=True),
     )
     spec, prof = outcome.model, outcome.profile
     write_json_atomic(prof.model_dump(mode="json", exclude_none=True), output)

@@ -42,4 +42,13 @@ def fmt_time(seconds: float, unit: str | None = None, *, suffix: bool = True) ->
     return f"{text} {unit}" if suffix else text
 
 
-__all__ = ["BYTE_UNITS", "TIME_UNITS", "fmt_bytes", "fmt_time"]
+def fmt_duration(seconds: float) -> str:
+    """A wall time a person waits for: '40 s', '12 min', '4.9 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+__all__ = ["BYTE_UNITS", "TIME_UNITS", "fmt_bytes", "fmt_duration", "fmt_time"]

@@ -24,10 +24,13 @@ from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.read import path_kind, read_boundary_file
 from adaptis_plan.spec.training import TrainingConfig
-from adaptis_plan.units import fmt_bytes
+from adaptis_plan.units import fmt_bytes, fmt_duration
 
 if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or a model profiled
+    from collections.abc import Callable
+
     from adaptis_plan.executor.launch import RunOptions
+    from adaptis_plan.executor.profile import ProfileEstimate
 
 if TYPE_CHECKING:
     from adaptis_plan.search.budget import SearchBudget
@@ -793,21 +796,52 @@ class ProfileOutcome:
         return out
 
 
-def profile_for(req: ProfileRequest) -> ProfileOutcome:
+#: `profile_for` says how long a profile will take when its arithmetic alone takes longer than this
+PROFILE_NOTE_S = 60.0
+
+
+def profile_for(req: ProfileRequest, note: Callable[[str], None] | None = None) -> ProfileOutcome:
     """`adaptis profile`: per-layer costs measured on this machine, then (with `runtime`) the gloo link and
-    the executor's time per action (`measure_action_overhead`), which the planner and simulator charge."""
-    from adaptis_plan.executor.profile import measure_link, profile_model, profile_recompute
+    the executor's time per action (`measure_action_overhead`), which the planner and simulator charge.
+
+    Before it starts, `note` hears what the profile asks of the machine when that is a lot
+    (`estimate_profile`): its arithmetic alone over `PROFILE_NOTE_S`, or more memory than is free
+    (a 70B model's layers at seq 4K on a CPU: hours, and more memory than a laptop has)."""
+    from adaptis_plan.executor.profile import estimate_profile, measure_link, profile_model, profile_recompute
     from adaptis_plan.inputs.models.load import load_model
 
     model = load_model(req.model_arg)
     shape = dict(seq_len=req.seq_len, micro_batch_size=req.micro_batch_size, device=req.device, dtype=req.dtype)
     timing = dict(repeats=req.repeats, **({} if req.rounds is None else {"rounds": req.rounds}))
+    if note is not None:
+        for line in profile_notes(model, req, estimate_profile(model, head_chunks=req.head_chunks, **shape, **timing)):
+            note(line)
     profile = profile_model(model, head_chunks=req.head_chunks, reverse=req.reverse, **timing, **shape)
     if req.runtime:
         link = measure_link(host_costs=req.device == "cpu")
         profile = profile.model_copy(update={"link": link, "action_overhead_s": measure_action_overhead()})
     recompute = profile_recompute(model, **timing, **shape) if req.recompute else {}
     return ProfileOutcome(model, profile, recompute)
+
+
+def profile_notes(model: ModelSpec, req: ProfileRequest, est: ProfileEstimate) -> list[str]:
+    """The lines `profile_for` tells before a long or oversized profile."""
+    what = f"profiling {model.name} at seq {req.seq_len} on {req.device}"
+    out = []
+    if est.seconds > PROFILE_NOTE_S:
+        out.append(
+            f"note: {what}: {est.distinct} distinct layers, {est.flops / 1e12:,.1f} TFLOP of arithmetic in all, at"
+            f" least {fmt_duration(est.seconds)} at this device's {est.rate / 1e9:,.0f} GFLOP/s (small layers take"
+            f" longer than their arithmetic); a shorter --seq-len{', --head-chunks none' if req.head_chunks else ''}"
+            " or fewer --repeats shortens it"
+        )
+    if est.free_bytes is not None and est.need_bytes > est.free_bytes:
+        out.append(
+            f"note: {what} needs at least {est.need_bytes / 2**30:,.1f} GiB (every distinct layer's weights, one"
+            f" layer's gradients and activations), and {est.free_bytes / 2**30:,.1f} GiB is free: it will likely run"
+            " out of memory; a shorter --seq-len needs less"
+        )
+    return out
 
 
 def measure_action_overhead(

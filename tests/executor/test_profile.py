@@ -416,3 +416,34 @@ def test_small_body_layers_are_timed_in_a_chain_per_copy(monkeypatch: pytest.Mon
     assert by_kind["decoder"].act_bytes == pytest.approx(
         {e.kind: e for e in alone.entries}["decoder"].act_bytes, rel=0.01
     )
+
+
+def test_a_long_or_oversized_profile_is_announced_before_it_starts() -> None:
+    """`estimate_profile`: the profile's arithmetic and its memory from the analytic model, the device's
+    GEMM rate and free memory measured; `profile_notes` says so when it is long or will not fit."""
+    from adaptis_plan.cost.params import layer_params
+    from adaptis_plan.executor.profile import ProfileEstimate, estimate_profile
+    from adaptis_plan.usecases import PROFILE_NOTE_S, profile_notes
+
+    model = load_model("tiny-llama")
+    est = estimate_profile(model, seq_len=16, micro_batch_size=1, repeats=3)
+    weights = sum(4 * layer_params(model, model.layers[g[0]]).total for g in distinct_layers(model))
+    assert est.distinct == len(distinct_layers(model)) and est.flops > 0 and est.rate > 1e8
+    assert weights < est.need_bytes < 3 * weights  # + the largest layer's gradients and activations
+    assert est.free_bytes is None or est.free_bytes > 0
+    longer = estimate_profile(model, seq_len=16, micro_batch_size=1, repeats=6)
+    assert longer.flops / est.flops == pytest.approx((6 + 3 * 2) / (3 + 3 * 2))  # repeats + 2 warm-ups per round
+    chunks = estimate_profile(model, seq_len=16, micro_batch_size=1, repeats=3, head_chunks=(2, 3))
+    assert chunks.distinct == est.distinct + 5 and chunks.flops > est.flops
+    req = ProfileRequest(model_arg="tiny-llama", seq_len=16)
+    assert profile_notes(model, req, est) == []
+    big = ProfileEstimate(distinct=3, flops=1e15, rate=1e11, need_bytes=40 * 2**30, free_bytes=20 * 2**30)
+    assert big.seconds == 1e4 > PROFILE_NOTE_S
+    assert profile_notes(model, req, big) == [
+        "note: profiling tiny-llama at seq 16 on cpu: 3 distinct layers, 1,000.0 TFLOP of arithmetic in all, at least"
+        " 2.8 h at this device's 100 GFLOP/s (small layers take longer than their arithmetic); a shorter --seq-len or"
+        " fewer --repeats shortens it",
+        "note: profiling tiny-llama at seq 16 on cpu needs at least 40.0 GiB (every distinct layer's weights, one"
+        " layer's gradients and activations), and 20.0 GiB is free: it will likely run out of memory; a shorter"
+        " --seq-len needs less",
+    ]
