@@ -837,7 +837,7 @@ def profile_notes(model: ModelSpec, req: ProfileRequest, est: ProfileEstimate) -
         )
     if est.free_bytes is not None and est.need_bytes > est.free_bytes:
         out.append(
-            f"note: {what} needs at least {est.need_bytes / 2**30:,.1f} GiB (every distinct layer's weights, one"
+            f"note: {what} needs about {est.need_bytes / 2**30:,.1f} GiB (every distinct layer's weights, one"
             f" layer's gradients and activations), and {est.free_bytes / 2**30:,.1f} GiB is free: it will likely run"
             " out of memory; a shorter --seq-len needs less"
         )

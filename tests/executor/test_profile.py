@@ -443,7 +443,7 @@ def test_a_long_or_oversized_profile_is_announced_before_it_starts() -> None:
         "note: profiling tiny-llama at seq 16 on cpu: 3 distinct layers, 1,000.0 TFLOP of arithmetic in all, at least"
         " 2.8 h at this device's 100 GFLOP/s (small layers take longer than their arithmetic); a shorter --seq-len or"
         " fewer --repeats shortens it",
-        "note: profiling tiny-llama at seq 16 on cpu needs at least 40.0 GiB (every distinct layer's weights, one"
+        "note: profiling tiny-llama at seq 16 on cpu needs about 40.0 GiB (every distinct layer's weights, one"
         " layer's gradients and activations), and 20.0 GiB is free: it will likely run out of memory; a shorter"
         " --seq-len needs less",
     ]
