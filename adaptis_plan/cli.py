@@ -44,15 +44,24 @@ def emit_json(data: object) -> None:
     write_stdout(json.dumps(data, indent=1) + "\n")
 
 
+class _ReaderGone(Exception):
+    """Standard output's reader went away (`| head -1`): not an OSError, so that click does not turn it
+    into its own exit 1, which this CLI keeps for bugs (`main` ends the command quietly, exit 141)."""
+
+
+#: the exit status of a command that a closed pipe ends: 128 + SIGPIPE, as a shell reports `yes | head -1`
+EXIT_READER_GONE = 141
+
+
 def write_stdout(text: str) -> None:
-    """`text` on stdout. A reader that went away (`| head`) ends the command quietly, exit 1 (click's
-    handling of a closed pipe); any other failed write (a full disk) is one line, exit 1: the output is
+    """`text` on stdout. A reader that went away (`| head`) ends the command quietly, exit 141, as
+    any Unix filter ends; any other failed write (a full disk) is one line, exit 1: the output is
     incomplete, but not through bad input."""
     try:
         click.echo(text, nl=False)
         sys.stdout.flush()
-    except BrokenPipeError:
-        raise
+    except BrokenPipeError as e:
+        raise _ReaderGone from e
     except OSError as e:
         raise AdaptisError(f"standard output: the write failed ({e.strerror or e}); the output is incomplete") from e
 
@@ -838,6 +847,11 @@ def main() -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         _interrupted()
+    except _ReaderGone:
+        # stdout's pipe is closed: point it at /dev/null, so that the interpreter's last flush at exit
+        # does not fail again and print "Exception ignored ... BrokenPipeError"
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_READER_GONE)
     except Exception:  # a bug, never bad input: exit 1 with the traceback to report
         import traceback
 

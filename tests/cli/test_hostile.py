@@ -364,6 +364,21 @@ def test_a_failed_write_to_stdout_is_one_line_not_a_bug(tiny_plan: Path) -> None
     ]
 
 
+def test_a_reader_that_went_away_ends_the_command_quietly_with_141() -> None:
+    """`adaptis ... --json | head -1`: stdout's pipe closed before the output is written ends the command
+    as any Unix filter ends (128 + SIGPIPE), with nothing on stderr; exit 1 is for bugs."""
+    import os
+
+    cmd = [sys.executable, "-m", "adaptis_plan.cli", "model", "show", "llama-3.1-70b", "--json"]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes
+    try:
+        r = subprocess.run(cmd, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (r.returncode, r.stderr) == (141, "")
+
+
 def test_profile_on_cuda_without_a_gpu_is_bad_input(adaptis, tmp_path: Path) -> None:
     import torch
 
