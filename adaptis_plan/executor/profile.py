@@ -481,8 +481,8 @@ def profile_model(
     per_round = spread_repeats(repeats, rounds)
     with _measuring(device) as dev:
         groups = distinct_layers(model)
-        splits, work = _head_chunk_work(model, head_chunks)
-        items = [(model, g[0], "none") for g in groups] + [(splits[k], g[0], "none") for k, g in work]
+        timed, splits, work = _timed_layers(model, head_chunks)
+        items = [(m, index, "none") for m, index in timed]
         # reversed, the head's chunks come first, so that they too meet other layers in a forward copy
         got = _measure(
             items[::-1] if reverse else items, repeats=repeats, rounds=rounds, warmup=warmup, seq_len=seq_len,
@@ -547,9 +547,9 @@ def estimate_profile(
     from adaptis_plan.spec.training import TrainingConfig
 
     training = TrainingConfig(num_microbatches=1, micro_batch_size=micro_batch_size, seq_len=seq_len, pp=1, dtype=dtype)
-    splits, work = _head_chunk_work(model, head_chunks)
-    items = [(model, g[0]) for g in distinct_layers(model)] + [(splits[k], g[0]) for k, g in work]
-    per_item = sum(spread_repeats(repeats, rounds)) + warmup * len(spread_repeats(repeats, rounds))
+    items, _, _ = _timed_layers(model, head_chunks)
+    per_round = spread_repeats(repeats, rounds)
+    per_item = sum(per_round) + warmup * len(per_round)
     element = torch.empty((), dtype=_DTYPES[dtype]).element_size()
     flops, weights, peak = 0.0, 0.0, 0.0
     for m, index in items:
@@ -589,6 +589,16 @@ def _free_bytes(dev: torch.device) -> float | None:
     except OSError:
         pass
     return None
+
+
+def _timed_layers(
+    model: ModelSpec, head_chunks: tuple[int, ...]
+) -> tuple[list[tuple[ModelSpec, int]], dict[int, ModelSpec], list[tuple[int, list[int]]]]:
+    """What `profile_model` times, in order: (model, layer index) of each distinct layer, then of each
+    distinct head chunk of `_head_chunk_work`, whose (splits, work) come with it."""
+    splits, work = _head_chunk_work(model, head_chunks)
+    items = [(model, g[0]) for g in distinct_layers(model)] + [(splits[k], g[0]) for k, g in work]
+    return items, splits, work
 
 
 def _head_chunk_work(
