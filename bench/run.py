@@ -12,7 +12,8 @@ experiment + the SVG pictures (`bench.charts`) -> the output file, rewritten who
 The section "Real execution (CPU, gloo)" is filled by `bench.real` (`run_bench` + `render`) when
 `bench/real.py` exists, else it says "not run"; when `real` is not among the sections and the
 output file already has that section, it is kept as it was (the CPU runs take minutes), and
-"Does the model match real runs?" quotes its predicted vs measured errors.
+"Does the model match real runs?" quotes its predicted vs measured errors. With `BENCH_REAL_WORK=DIR` in
+the environment that run keeps its work (profiles, plans, each rank's per-round times) in DIR.
 """
 
 from __future__ import annotations
@@ -78,8 +79,12 @@ def real_section(prov: paper.Provenance, quick: bool, results: list | None = Non
     try:
         from bench import real
 
+        # BENCH_REAL_WORK=DIR keeps the run's profiles, plans and per-round measurements there, to study afterwards
+        keep = os.environ.get("BENCH_REAL_WORK")
         res = real.run_bench(
-            real.QUICK if quick else real.FULL, log=lambda m: print(f"[bench.real] {m}", file=sys.stderr, flush=True)
+            real.QUICK if quick else real.FULL,
+            work_dir=Path(keep) if keep else None,
+            log=lambda m: print(f"[bench.real] {m}", file=sys.stderr, flush=True),
         )
         body = real.render(res)
     except Exception as e:  # report the failure in the document, not only on stderr
