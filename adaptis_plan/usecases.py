@@ -860,8 +860,8 @@ def measure_action_overhead(
     differences read 1.1 ms where a quiet machine reads 0-0.05 ms.
 
     (A two-rank probe, its step over its critical path in actions, counts the layers' own
-    dispatch a second time and every hand-off's wake-up: measured here 1.2-2.4 ms per action,
-    where this measures about 0.1 ms; with it, plans of the tiny models were predicted 7-20 %
+    dispatch a second time and every hand-off's wake-up: measured 1.2-2.4 ms per action on a
+    2-core VM, where this measures 0-0.1 ms; with it, plans of the tiny models were predicted 7-20 %
     slow on F / B schedules.)
     """
     from adaptis_plan.executor.launch import RunOptions, run_plan
