@@ -1,7 +1,7 @@
 """Regenerate BENCHMARKS.md (and docs/img/*.svg) from scratch.
 
 Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections papertp,paper,bubbles,seq,ablation,plantime,
-recompute,match,real,replay,targets,torchcsv,zbgrid,zbpaper,zbtime] [--workers 2]` (`make bench` = the full run, about
+recompute,match,real,hostmodes,replay,targets,torchcsv,zbgrid,zbpaper,zbtime] [--workers 2]` (`make bench` = the full run, about
 30-40 minutes on 2 cores; `--quick` a few minutes).
 
 Data flow: `bench.paper.default_config` says which cases each selected section needs ->
@@ -36,8 +36,8 @@ from bench import charts, paper  # noqa: E402
 from bench.common import git_commit, machine  # noqa: E402
 
 SECTIONS = (
-    "papertp", "paper", "bubbles", "seq", "ablation", "plantime", "recompute", "match", "real", "replay", "targets",
-    "torchcsv", "zbgrid", "zbpaper", "zbtime",
+    "papertp", "paper", "bubbles", "seq", "ablation", "plantime", "recompute", "match", "real", "hostmodes", "replay",
+    "targets", "torchcsv", "zbgrid", "zbpaper", "zbtime",
 )  # fmt: skip
 # bench/zb.py's sections (the zero-bubble comparison, the author's profiled costs, planning time and scale)
 ZB_SECTIONS = {"zbgrid": "grid", "zbpaper": "paper", "zbtime": "plantime"}
@@ -61,6 +61,7 @@ HEADINGS = {
     "recompute": "## Memory-bound cases",
     "match": "## Does the model match real runs?",
     "real": REAL_HEADING,
+    "hostmodes": "## How steady is this machine? (CPU)",
     "replay": "## Program order without communication",
     "targets": "## What a target runtime costs",
     "torchcsv": "## The same adaptive plan in torch's runtime and ours",
@@ -267,6 +268,11 @@ def build_report(
         made["match"] = paper.match_section(published_figures(), real_rows, real_note or "Not run yet.", prov)
     if real_text is not None:
         made["real"] = real_text
+    if "hostmodes" in sections:  # bench/host_modes.py: the host's speed, call after call
+        from bench import host_modes
+
+        blocks, calls = (2, 10) if cfg.quick else (6, 40)
+        made["hostmodes"] = host_modes.section(host_modes.measure(blocks, calls), prov.line("hostmodes"))
     if "replay" in sections:  # bench/program_replay.py: each device's program without communication (CPU)
         from bench import program_replay
 

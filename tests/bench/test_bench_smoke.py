@@ -72,10 +72,11 @@ def test_every_section_with_its_reproduce_line(report: tuple[str, Path]) -> None
         "## Ablation",
         "## Planning time vs micro-batches",
         "## Does the model match real runs?",
+        "## How steady is this machine? (CPU)",
     ):
         assert heading in text
     assert text.index("## Paper cases at the paper's tensor parallelism") < text.index("## Paper cases at TP 1")
-    for section in ("papertp", "paper", "bubbles", "seq", "ablation", "plantime", "match"):
+    for section in ("papertp", "paper", "bubbles", "seq", "ablation", "plantime", "match", "hostmodes"):
         assert f"--quick --sections {section}`" in text
     assert re.search(r"commit: `([0-9a-f]{4,}(\+dirty)?|unknown[^`]*)`", text)
     assert "CPUs" in text and "UTC" in text
@@ -225,6 +226,6 @@ def test_sections_not_rerun_are_kept_from_the_previous_report(tmp_path: Path) ->
     assert "Kept from the previous report, not rerun this time (each with its own reproduce line and date):" in text
     assert "ablation, real." in text
     assert (
-        "Sections not run this time: papertp, paper, bubbles, seq, plantime, recompute, replay, targets, torchcsv, zbgrid, zbpaper, zbtime."
+        "Sections not run this time: papertp, paper, bubbles, seq, plantime, recompute, hostmodes, replay, targets, torchcsv, zbgrid, zbpaper, zbtime."
         in text
     )
