@@ -11,8 +11,9 @@ layer: per call, a memory stream (`STREAM_FLOATS` fp32 multiplied in place: read
 memory-bound layer of the real runs). It reports each kernel's fast (10th percentile) and slow
 (90th) call, how closely the layer follows the stream from call to call, and how long the machine
 stays in its slow mode. Blocks alternate between the other core idle and the other core streaming
-memory (a process pinned to it), so the two settings see the same stretch of the host: the second
-measures what two ranks that both move memory cost each other.
+memory (a process pinned to it), so the two settings see about the same stretch of the host: the
+second measures what two ranks that both move memory cost each other, plus the host's own drift
+from block to block.
 
 One process, one intra-op thread, `bench.real.MALLOC_ENV`, pinned to core 0 (where the machine has
 two); the streamer is a numpy process pinned to core 1. Imports torch in the probe process only.
@@ -194,6 +195,7 @@ def section(res: HostModes, reproduce: str) -> str:
     ]
     idle, busy = res.stats[SETTINGS[0]], res.stats[SETTINGS[1]]
     cost = {k: busy[k].median_s / idle[k].median_s for k in KERNELS}
+    lo, hi = min(idle[k].spread for k in KERNELS), max(idle[k].spread for k in KERNELS)
     return "\n".join(
         [
             "## How steady is this machine? (CPU)",
@@ -211,15 +213,14 @@ def section(res: HostModes, reproduce: str) -> str:
             "|---|---|---|---|---|---|",
             *rows,
             "",
-            f"With the other core idle, the layer follows the memory stream call by call (correlation"
-            f" {res.layer_vs_stream:.2f}; the GEMM {res.gemm_vs_stream:.2f}). {res.slow_share:.0%} of the calls"
-            f" found the stream nearer its slow time than its fast one, in stretches of {res.slow_stretch_s:.2f} s"
-            " on average: the host's memory speed changes within a second, with nothing else running in this VM,"
-            " and a memory-bound layer changes with it. A profile (a median of repeats) and a step (a sum over"
-            " hundreds of calls) taken at different moments see different mixes of the two. With the other core"
-            " streaming, the medians move by"
-            f" {', '.join(f'{k} {cost[k] - 1:+.0%}' for k in KERNELS)}: what two ranks that both move memory"
-            " cost each other on this machine.",
+            f"On one core with the other idle, the same call spreads {lo:.2f}-{hi:.2f}x between its fast and slow"
+            f" tenth (the table's last column), with nothing else running in this VM. Call by call the layer's time"
+            f" correlates {res.layer_vs_stream:.2f} with the stream's (the GEMM's {res.gemm_vs_stream:.2f});"
+            f" {res.slow_share:.0%} of the calls found the stream nearer its slow time than its fast one, in"
+            f" stretches of {res.slow_stretch_s:.2f} s on average. A profile (a median of repeats) and a step (a sum"
+            " over hundreds of calls) taken at different moments see different mixes of such calls. With the other"
+            f" core streaming, the medians move by {', '.join(f'{k} {cost[k] - 1:+.0%}' for k in KERNELS)} (blocks"
+            " alternate, so this is the other core's cost plus whatever the host did from block to block).",
             "",
         ]
     )

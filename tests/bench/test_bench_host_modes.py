@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from bench import host_modes as hm
@@ -42,7 +44,7 @@ def test_summarize_finds_the_slow_mode_its_stretches_and_what_the_layer_follows(
     text = hm.section(res, "_Reproduce: `x`_")
     assert text.startswith("## How steady is this machine? (CPU)")
     assert text.count("\n| stream |") == 2 and text.count("\n| layer |") == 2
-    assert "layer +50%" in text and "40% of the calls" in text
+    assert "layer +50%" in text and "40% of the calls" in text and re.search(r"spreads 1\.0\d-2\.00x between", text)
 
 
 @pytest.mark.slow
