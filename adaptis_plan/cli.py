@@ -443,6 +443,8 @@ def plan_cmd(
     from adaptis_plan.planfile.io import write_plan
 
     write_plan(outcome.plan, output)
+    for line in outcome.notes:
+        click.echo(printable(f"note: {line}"), err=True)
     if as_json:
         emit_json(outcome.json_summary())
         if outcome.search_info.get("aborted"):
@@ -484,6 +486,8 @@ def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_p
     from adaptis_plan.usecases import simulate_plan_file
 
     sim = simulate_plan_file(plan_path, model_arg=model_arg, hardware_arg=hardware_arg, costs_path=costs_arg)
+    for line in sim.notes:
+        click.echo(printable(f"note: {line}"), err=True)
     if trace_path:
         from adaptis_plan.planfile.io import write_json_atomic
         from adaptis_plan.render.trace import chrome_trace

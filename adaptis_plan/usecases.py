@@ -24,6 +24,7 @@ from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.read import path_kind, read_boundary_file
 from adaptis_plan.spec.training import TrainingConfig
+from adaptis_plan.text import MAX_SHOWN
 from adaptis_plan.units import fmt_bytes, fmt_duration
 
 if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or a model profiled
@@ -77,6 +78,7 @@ class PlanOutcome:
     search_info: dict = field(default_factory=dict)
     # with a --target other than adaptis: the best plan without the target's restriction
     unrestricted: SimResult | None = None
+    notes: list[str] = field(default_factory=list)  # for stderr: what the user may not have meant (`costs_notes`)
 
     def json_summary(self) -> dict:
         out = {"strategy": self.plan.strategy, **self.result.summary(), "plan_time_s": self.plan_time_s}
@@ -166,6 +168,29 @@ def cost_source(costs_path: str | None) -> str:
     from adaptis_plan.cost.paper import PAPER_COSTS
 
     return "paper" if costs_path == PAPER_COSTS else f"measured profile {Path(costs_path).name}"
+
+
+def costs_notes(profile: CostProfile | str | None, hw: HardwareProfile, source: str) -> list[str]:
+    """Notes (stderr, no error) on a measured profile used with hardware it was plainly not measured on
+    (`cost.table.profile_device_mismatch`): a legitimate stand-in at times, a mix-up more often."""
+    if not isinstance(profile, CostProfile):
+        return []
+    from adaptis_plan.cost.table import profile_device_mismatch
+
+    names = profile_device_mismatch(profile, hw)
+    if not names:
+        return []
+
+    def cut(text: str) -> str:
+        return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
+
+    measured = "layer times and links" if profile.link is not None else "layer times"
+    given = "memory limits" if profile.link is not None else "memory limits and links"
+    return [
+        f"{source}: device = '{cut(profile.device)}', but hardware '{cut(hw.name)}' has {cut(', '.join(names))}:"
+        f" the plan's {measured} come from this profile, its {given} from the hardware; profile on that"
+        " hardware (adaptis profile), or plan with the --hardware the profile was measured on"
+    ]
 
 
 RECOMPUTE_CHOICES = ("none", "selective", "full", "auto")
@@ -361,6 +386,7 @@ def make_plan_for(
         plan_time_s=time.perf_counter() - t0,
         search_info=search_info,
         unrestricted=unrestricted,
+        notes=costs_notes(profile, hw, req.costs_path or "--costs"),
     )
 
 
@@ -659,6 +685,7 @@ class SimOutcome:
     title: str
     stored_differs: bool
     cost_source: str = ""
+    notes: tuple[str, ...] = ()  # for stderr (`costs_notes`)
 
     def json_summary(self) -> dict:
         return {
@@ -683,7 +710,9 @@ def simulate_plan_file(
         f"{plan.model.name} · {plan.strategy} · pp {plan.training.pp} · {plan.training.num_microbatches} mb"
         f" · seq {plan.training.seq_len}"
     )
-    return SimOutcome(plan, layout, programs, result, title, differs, inputs.cost_source)
+    source = inputs.profile_source or f"{plan_path}: costs.profile"
+    notes = tuple(costs_notes(inputs.profile, inputs.hardware, source))
+    return SimOutcome(plan, layout, programs, result, title, differs, inputs.cost_source, notes)
 
 
 EXPORT_FORMATS = ("torch-csv", "megatron-layout", "torchtitan")

@@ -38,6 +38,7 @@ only. Never prints.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -154,6 +155,34 @@ def _check_profile(profile: CostProfile, model: ModelSpec, training: TrainingCon
                 )
     _check_entries(profile, model, source)
     _check_head_chunks(profile, source)
+
+
+#: a device type slower than this (peak bf16 TFLOP/s) is a CPU core (the `cpu` profile says 0.1); every
+#: accelerator a profile describes has tens to thousands
+CPU_CLASS_TFLOPS = 5.0
+#: a device model's token in a profile's `device` or a device type's name: h200, a100, mi300x, l40s
+_MODEL_TOKEN = re.compile(r"(?<![a-z0-9])([a-z]{1,3}\d{2,4}[a-z]?)(?![a-z0-9])")
+
+
+def _model_tokens(text: str) -> set[str]:
+    return set(_MODEL_TOKEN.findall(text.lower()))
+
+
+def profile_device_mismatch(profile: CostProfile, hw: HardwareProfile) -> list[str]:
+    """The hardware's device types that `profile` was plainly not measured on: a CPU profile for an
+    accelerator or the reverse (by the type's peak rate), or another accelerator model (a model token
+    such as `h200` in the profile's `device` that the type's name lacks). Names are free text, so this
+    only says what it can tell; empty when it cannot tell or all agree."""
+    measured = profile.device.strip().lower()
+    on_cpu = measured.startswith("cpu")
+    tokens = _model_tokens(measured)
+    out = []
+    for name, spec in hw.device_types.items():
+        cpu_type = spec.peak_bf16_tflops < CPU_CLASS_TFLOPS
+        other_model = bool(tokens) and bool(_model_tokens(name)) and not tokens & _model_tokens(name)
+        if cpu_type != on_cpu or (not cpu_type and other_model):
+            out.append(name)
+    return out
 
 
 def _short(fingerprint: str) -> str:
