@@ -1,6 +1,6 @@
 """How steady is this machine: the same kernels timed call after call, alone and with the other core streaming memory.
 
-Run: `python -m bench.host_modes [--blocks 6] [--calls 40]` (about 10 s); `bench.run --sections hostmodes`
+Run: `python -m bench.host_modes [--blocks 24] [--calls 10]` (about 10 s); `bench.run --sections hostmodes`
 puts its table in BENCHMARKS.md.
 
 Why: the CPU real runs (`bench.real`) compare a step with a profile of its layers taken minutes, or
@@ -10,10 +10,11 @@ layer: per call, a memory stream (`STREAM_FLOATS` fp32 multiplied in place: read
 (3 x 384^2) and the forward of tiny-nemotron-h's first Mamba-2 block (seq 256, no autograd: a
 memory-bound layer of the real runs). It reports each kernel's fast (10th percentile) and slow
 (90th) call, how closely the layer follows the stream from call to call, and how long the machine
-stays in its slow mode. Blocks alternate between the other core idle and the other core streaming
-memory (a process pinned to it), so the two settings see about the same stretch of the host: the
-second measures what two ranks that both move memory cost each other, plus the host's own drift
-from block to block.
+stays in its slow mode. Blocks of 10 calls alternate between the other core idle and the other core
+streaming memory (a process pinned to it), so the two settings see about the same stretches of the
+host: the second measures what two ranks that both move memory cost each other. (In blocks of 40
+calls the host's own drift from block to block still set the sign: -11..+13% for the layer over
+three runs; in blocks of 10, +7..+23%.)
 
 One process, one intra-op thread, `bench.real.MALLOC_ENV`, pinned to core 0 (where the machine has
 two); the streamer is a numpy process pinned to core 1. Imports torch in the probe process only.
@@ -122,6 +123,7 @@ class HostModes:
     slow_share: float  # share of the idle-setting calls whose stream was nearer its slow than its fast time
     slow_stretch_s: float  # mean length of a run of such calls, in seconds of probe time
     calls: int  # per setting
+    block: int  # calls per block (the settings alternate block by block)
 
 
 def _stats(values: list[float]) -> KernelStats:
@@ -143,7 +145,7 @@ def stretches(slow: list[bool]) -> list[int]:
     return runs
 
 
-def summarize(times: dict[str, dict[str, list[float]]]) -> HostModes:
+def summarize(times: dict[str, dict[str, list[float]]], block: int) -> HostModes:
     idle = times[SETTINGS[0]]
     st = _stats(idle["stream"])
     mid = (st.fast_s + st.slow_s) / 2
@@ -157,10 +159,11 @@ def summarize(times: dict[str, dict[str, list[float]]]) -> HostModes:
         slow_share=sum(slow) / len(slow),
         slow_stretch_s=statistics.fmean(runs) * per_call if runs else 0.0,
         calls=len(idle["stream"]),
+        block=block,
     )
 
 
-def measure(blocks: int = 6, calls: int = 40, timeout_s: float = 300.0) -> HostModes:
+def measure(blocks: int = 24, calls: int = 10, timeout_s: float = 300.0) -> HostModes:
     """Run the probe in a fresh process (one thread, `MALLOC_ENV`) and summarize it."""
     from bench.common import REPO
     from bench.real import worker_env
@@ -182,7 +185,7 @@ def measure(blocks: int = 6, calls: int = 40, timeout_s: float = 300.0) -> HostM
         if proc.returncode != 0 or not out.exists():
             tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
             raise RuntimeError(f"the host probe failed: {tail[0]}")
-        return summarize(json.loads(out.read_text()))
+        return summarize(json.loads(out.read_text()), calls)
 
 
 def section(res: HostModes, reproduce: str) -> str:
@@ -206,8 +209,8 @@ def section(res: HostModes, reproduce: str) -> str:
             f" stream ({STREAM_FLOATS * 4 // 10**6} MB read and written), a GEMM (3 x 384^2) and the forward of"
             " tiny-nemotron-h's first Mamba-2 block (seq 256, no autograd: a memory-bound layer of the real"
             " runs). Blocks of"
-            f" calls alternate between the other core idle and the other core streaming memory; {res.calls} calls"
-            " per setting. Fast = 10th percentile of the calls, slow = 90th.",
+            f" {res.block} calls alternate between the other core idle and the other core streaming memory;"
+            f" {res.calls} calls per setting. Fast = 10th percentile of the calls, slow = 90th.",
             "",
             "| kernel | setting | fast ms | median ms | slow ms | slow / fast |",
             "|---|---|---|---|---|---|",
@@ -228,8 +231,8 @@ def section(res: HostModes, reproduce: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.host_modes", description=__doc__.splitlines()[0])
-    ap.add_argument("--blocks", type=int, default=6, help="blocks of calls, the settings alternating")
-    ap.add_argument("--calls", type=int, default=40, help="calls per block")
+    ap.add_argument("--blocks", type=int, default=24, help="blocks of calls, the settings alternating")
+    ap.add_argument("--calls", type=int, default=10, help="calls per block")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)  # internal: run the probe, write here
     args = ap.parse_args(argv)
     if args.blocks < 2 or args.calls < 10:

@@ -271,7 +271,7 @@ def build_report(
     if "hostmodes" in sections:  # bench/host_modes.py: the host's speed, call after call
         from bench import host_modes
 
-        blocks, calls = (2, 10) if cfg.quick else (6, 40)
+        blocks, calls = (4, 10) if cfg.quick else (24, 10)
         made["hostmodes"] = host_modes.section(host_modes.measure(blocks, calls), prov.line("hostmodes"))
     if "replay" in sections:  # bench/program_replay.py: each device's program without communication (CPU)
         from bench import program_replay

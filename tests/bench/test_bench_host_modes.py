@@ -29,7 +29,7 @@ def _times(stream: list[float]) -> dict[str, dict[str, list[float]]]:
 def test_summarize_finds_the_slow_mode_its_stretches_and_what_the_layer_follows() -> None:
     # 20 calls: fast 1 ms, slow 2 ms, in runs of 4 slow calls every 10
     stream = [2e-3 if i % 10 < 4 else 1e-3 for i in range(20)]
-    res = hm.summarize(_times(stream))
+    res = hm.summarize(_times(stream), 10)
     idle = res.stats[hm.SETTINGS[0]]
     assert idle["stream"].fast_s == pytest.approx(1e-3)
     assert idle["stream"].slow_s == pytest.approx(2e-3)
@@ -43,6 +43,7 @@ def test_summarize_finds_the_slow_mode_its_stretches_and_what_the_layer_follows(
     assert busy["layer"].median_s / idle["layer"].median_s == pytest.approx(1.5)
     text = hm.section(res, "_Reproduce: `x`_")
     assert text.startswith("## How steady is this machine? (CPU)")
+    assert "Blocks of 10 calls alternate" in text and "20 calls per setting" in text
     assert text.count("\n| stream |") == 2 and text.count("\n| layer |") == 2
     assert "layer +50%" in text and "40% of the calls" in text and re.search(r"spreads 1\.0\d-2\.00x between", text)
 
