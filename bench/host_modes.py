@@ -12,9 +12,9 @@ memory-bound layer of the real runs). It reports each kernel's fast (10th percen
 (90th) call, how closely the layer follows the stream from call to call, and how long the machine
 stays in its slow mode. Blocks of 10 calls alternate between the other core idle and the other core
 streaming memory (a process pinned to it), so the two settings see about the same stretches of the
-host: the second measures what two ranks that both move memory cost each other. (In blocks of 40
-calls the host's own drift from block to block still set the sign: -11..+13% for the layer over
-three runs; in blocks of 10, +7..+23%.)
+host: the second measures what two ranks that both move memory cost each other. (The layer's cost read
+-11..+13% over three runs in blocks of 40 calls, where the host's own drift set the sign, and
+0..+23% over four runs in blocks of 10.)
 
 One process, one intra-op thread, `bench.real.MALLOC_ENV`, pinned to core 0 (where the machine has
 two); the streamer is a numpy process pinned to core 1. Imports torch in the probe process only.
