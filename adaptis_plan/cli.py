@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -36,8 +37,37 @@ def console():
     if _STDERR is None:
         from rich.console import Console
 
-        _STDERR = Console(stderr=True, highlight=False)
+        _STDERR = Console(file=_StderrWriter(), highlight=False)
     return _STDERR
+
+
+class _StderrWriter:
+    """sys.stderr (looked up at each call, as rich's own stderr console does), where a reader that went
+    away (`adaptis simulate P 2>&1 | head -3`: the reports go to stderr) raises `_ReaderGone`, not
+    click's exit 1 for a broken pipe."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stderr.write(text)
+        except BrokenPipeError as e:
+            raise _ReaderGone from e
+
+    def flush(self) -> None:
+        try:
+            sys.stderr.flush()
+        except BrokenPipeError as e:
+            raise _ReaderGone from e
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - isatty, fileno, encoding: as stderr's
+        return getattr(sys.stderr, name)
+
+
+def note(line: str) -> None:
+    """One `note:` line on stderr (printable); a reader that went away ends the command as on stdout."""
+    try:
+        click.echo(printable(f"note: {line}"), err=True)
+    except BrokenPipeError as e:
+        raise _ReaderGone from e
 
 
 def emit_json(data: object) -> None:
@@ -45,12 +75,24 @@ def emit_json(data: object) -> None:
 
 
 class _ReaderGone(Exception):
-    """Standard output's reader went away (`| head -1`): not an OSError, so that click does not turn it
+    """Standard output's or error's reader went away (`| head -1`): not an OSError, so that click does not turn it
     into its own exit 1, which this CLI keeps for bugs (`main` ends the command quietly, exit 141)."""
 
 
 #: the exit status of a command that a closed pipe ends: 128 + SIGPIPE, as a shell reports `yes | head -1`
 EXIT_READER_GONE = 141
+
+
+def _reader_gone(fd: int) -> bool:
+    """Whether `fd` is a pipe whose reader went away: poll reports an error on its write end."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # not pollable here: say nothing is gone
+        return False
 
 
 def write_stdout(text: str) -> None:
@@ -443,10 +485,11 @@ def plan_cmd(
     from adaptis_plan.planfile.io import write_plan
 
     write_plan(outcome.plan, output)
-    for line in outcome.notes:
-        click.echo(printable(f"note: {line}"), err=True)
     if as_json:
         emit_json(outcome.json_summary())
+    for line in outcome.notes:  # after the outputs: a closed stderr must not cost the JSON or the plan file
+        note(line)
+    if as_json:
         if outcome.search_info.get("aborted"):
             console().print(
                 f"note: --time-limit cut the search short ({outcome.search_info.get('abort_phase')}): the plan can"
@@ -486,8 +529,6 @@ def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_p
     from adaptis_plan.usecases import simulate_plan_file
 
     sim = simulate_plan_file(plan_path, model_arg=model_arg, hardware_arg=hardware_arg, costs_path=costs_arg)
-    for line in sim.notes:
-        click.echo(printable(f"note: {line}"), err=True)
     if trace_path:
         from adaptis_plan.planfile.io import write_json_atomic
         from adaptis_plan.render.trace import chrome_trace
@@ -499,6 +540,9 @@ def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_p
         _write_text_atomic(svg_path, timeline_svg(sim.result, sim.programs, sim.layout, sim.title))
     if as_json:
         emit_json(sim.json_summary())
+    for line in sim.notes:  # after the outputs: a closed stderr must not cost the JSON or the files
+        note(line)
+    if as_json:
         return
     from adaptis_plan.render.report import print_simulation_report
 
@@ -825,6 +869,15 @@ def _interrupted() -> None:
     os._exit(130)
 
 
+def _quiet_exit_reader_gone() -> NoReturn:
+    """End with 141, after pointing stdout and stderr, whichever lost its reader, at /dev/null: the
+    interpreter's last flush at exit must not fail again and print "Exception ignored ... BrokenPipeError"."""
+    for fd in (1, 2):
+        if _reader_gone(fd):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    sys.exit(EXIT_READER_GONE)
+
+
 def main() -> None:
     """Console entry point: the one place user errors become messages and exit codes."""
     global _STARTED
@@ -852,10 +905,7 @@ def main() -> None:
     except KeyboardInterrupt:
         _interrupted()
     except _ReaderGone:
-        # stdout's pipe is closed: point it at /dev/null, so that the interpreter's last flush at exit
-        # does not fail again and print "Exception ignored ... BrokenPipeError"
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(EXIT_READER_GONE)
+        _quiet_exit_reader_gone()
     except Exception:  # a bug, never bad input: exit 1 with the traceback to report
         import traceback
 

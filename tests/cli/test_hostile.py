@@ -379,6 +379,25 @@ def test_a_reader_that_went_away_ends_the_command_quietly_with_141() -> None:
     assert (r.returncode, r.stderr) == (141, "")
 
 
+def test_a_reader_of_the_report_that_went_away_ends_the_command_quietly_with_141(tiny_plan: Path) -> None:
+    """`adaptis simulate P 2>&1 | head -3`: the human reports go to stderr, and a closed stderr ends the
+    command as a closed stdout does (141, nothing said); with --json, stdout still gets its JSON."""
+    import os
+
+    for args, json_out in ((["simulate", str(tiny_plan)], False), (["simulate", str(tiny_plan), "--json"], True)):
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            cmd = [sys.executable, "-m", "adaptis_plan.cli", *args]
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=write, text=True, timeout=120)
+        finally:
+            os.close(write)
+        if json_out:  # nothing to say on stderr: the command ends normally with its JSON
+            assert r.returncode == 0 and "step_time_s" in json.loads(r.stdout)
+        else:
+            assert (r.returncode, r.stdout) == (141, "")
+
+
 def test_profile_on_cuda_without_a_gpu_is_bad_input(adaptis, tmp_path: Path) -> None:
     import torch
 

@@ -69,3 +69,24 @@ def test_plan_and_simulate_print_the_note_and_still_plan(adaptis, tmp_path: Path
     assert s.exit_code == 0 and "note:" not in s.stderr, s.stderr
     r = adaptis("plan", *TINY, "--hardware", "cpu", "--costs", costs, "-o", plan, "--json")
     assert r.exit_code == 0 and "note:" not in r.stderr, r.stderr
+
+
+def test_with_stderr_closed_the_json_and_the_plan_come_first(tmp_path: Path) -> None:
+    """The note goes out after the outputs: a reader of stderr that went away ends the command (141)
+    only once the JSON is on stdout and the plan file is written."""
+    import os
+    import subprocess
+    import sys
+
+    costs = tmp_path / "measured.json"
+    costs.write_text(json.dumps(tiny_cost_profile()))
+    plan = tmp_path / "p.json"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        cmd = [sys.executable, "-m", "adaptis_plan.cli", "plan", *TINY, "--hardware", "h200", "--costs", str(costs)]
+        r = subprocess.run([*cmd, "-o", str(plan), "--json"], stdout=subprocess.PIPE, stderr=write, text=True)
+    finally:
+        os.close(write)
+    assert r.returncode == 141
+    assert json.loads(r.stdout)["strategy"] == "1F1B" and plan.exists()
