@@ -878,6 +878,15 @@ def _quiet_exit_reader_gone() -> NoReturn:
     sys.exit(EXIT_READER_GONE)
 
 
+def _say_error(*lines: str) -> None:
+    """The error's lines on stderr; with nobody reading stderr any more, nothing (the exit code still
+    says what happened: 2 bad input, 3 no fit)."""
+    try:
+        click.echo("\n".join(lines), err=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # the interpreter's last flush must not fail again
+
+
 def main() -> None:
     """Console entry point: the one place user errors become messages and exit codes."""
     global _STARTED
@@ -894,13 +903,11 @@ def main() -> None:
             sys.exit(2)
         ctx = getattr(e, "ctx", None)
         hint = f"; see `{ctx.command_path} --help`" if ctx is not None else ""
-        click.echo(f"error: {printable(e.format_message()).rstrip('.')}{hint}", err=True)
+        _say_error(f"error: {printable(e.format_message()).rstrip('.')}{hint}")
         sys.exit(2 if e.exit_code == 2 else e.exit_code)
     except AdaptisError as e:
-        click.echo(f"error: {printable(str(e))}", err=True)
         grid = getattr(e, "grid", "")
-        if grid:
-            click.echo("\n".join(printable(line) for line in grid.splitlines()), err=True)
+        _say_error(f"error: {printable(str(e))}", *(printable(line) for line in grid.splitlines()))
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         _interrupted()

@@ -381,10 +381,12 @@ def test_a_reader_that_went_away_ends_the_command_quietly_with_141() -> None:
 
 def test_a_reader_of_the_report_that_went_away_ends_the_command_quietly_with_141(tiny_plan: Path) -> None:
     """`adaptis simulate P 2>&1 | head -3`: the human reports go to stderr, and a closed stderr ends the
-    command as a closed stdout does (141, nothing said); with --json, stdout still gets its JSON."""
+    command as a closed stdout does (141, nothing said); with --json, stdout still gets its JSON; bad
+    input keeps its exit code 2 with nobody to read its error line."""
     import os
 
-    for args, json_out in ((["simulate", str(tiny_plan)], False), (["simulate", str(tiny_plan), "--json"], True)):
+    bad = (["simulate", str(tiny_plan.parent / "missing.json")], None)
+    for args, json_out in ((["simulate", str(tiny_plan)], False), (["simulate", str(tiny_plan), "--json"], True), bad):
         read, write = os.pipe()
         os.close(read)
         try:
@@ -392,7 +394,9 @@ def test_a_reader_of_the_report_that_went_away_ends_the_command_quietly_with_141
             r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=write, text=True, timeout=120)
         finally:
             os.close(write)
-        if json_out:  # nothing to say on stderr: the command ends normally with its JSON
+        if json_out is None:
+            assert (r.returncode, r.stdout) == (2, "")
+        elif json_out:  # nothing to say on stderr: the command ends normally with its JSON
             assert r.returncode == 0 and "step_time_s" in json.loads(r.stdout)
         else:
             assert (r.returncode, r.stdout) == (141, "")
