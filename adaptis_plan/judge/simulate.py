@@ -29,6 +29,11 @@ from adaptis_plan.core import OPS, CostTable, Layout, Programs
 from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.semantics import Replay, StageCosts, check_programs, replay, stage_costs
 
+#: what a device's peak may exceed its limit by and still fit: float rounding, not memory. The list
+#: scheduler gives the oldest micro-batch this much room (`search.listsched`), so what it admits, the
+#: judge calls fitting (a peak of 6.375000000000001 against a limit of 6.375 did not, before)
+MEM_SLACK = 1e-9
+
 _F, _B, _I, _W = (OPS.index(o) for o in ("F", "B", "I", "W"))
 
 
@@ -51,7 +56,8 @@ class SimResult:
     `times[d][k]` is (start_s, end_s) of `programs[d][k]`. `memory_timeline[d]` is a list of
     (time_s, bytes) points of a step function (bytes in use from that time on), starting at
     (0, static bytes). `transfers` lists cross-device messages only. `fits_memory` is true when
-    every device's peak is within `mem_limit_bytes`; `overflow_bytes[d]` = max(0, peak - limit).
+    every device's peak is within `mem_limit_bytes` (up to `MEM_SLACK`); `overflow_bytes[d]` = peak - limit
+    beyond that slack, else 0.
     """
 
     step_time_s: float
@@ -132,7 +138,7 @@ def _assemble(layout: Layout, costs: CostTable, sc: StageCosts, run: Replay, m: 
         peaks.append(float(max(static[d], level.max())) if hi > lo else static[d])
         timelines.append([(0.0, static[d]), *zip(when[lo:hi].tolist(), level.tolist(), strict=True)])
     limits = [float(x) for x in costs.mem_limit_bytes[:num_devices]]
-    overflow = [max(0.0, p - lim) for p, lim in zip(peaks, limits, strict=True)]
+    overflow = [p - lim if p - lim > MEM_SLACK else 0.0 for p, lim in zip(peaks, limits, strict=True)]
 
     xfer = np.array([x for lst in run.xfer_starts for x in lst], dtype=float)
     idx = np.flatnonzero(xfer >= 0.0)

@@ -47,13 +47,14 @@ from dataclasses import dataclass
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs
 from adaptis_plan.judge.semantics import stage_costs
+from adaptis_plan.judge.simulate import MEM_SLACK
 
 #: `w_lookahead` values: no lookahead, wait for known gradient arrivals, or for any known input.
 W_LOOKAHEAD = ("none", "backward", "all")
 #: `f_order` values: which of a device's stages runs its forward first, among ready forwards.
 F_ORDERS = ("mb-depth", "mb-breadth", "stage-depth")
 
-_EPS = 1e-9
+_EPS = MEM_SLACK  # the oldest micro-batch's rounding room, the judge's own slack
 
 
 @dataclass(frozen=True)

@@ -587,3 +587,18 @@ def test_subset_sum_bound_sees_a_stack_of_equal_blocks() -> None:
     mean = sizes.sum() / 8
     assert _subset_sum_bound(sizes, 8) == pytest.approx(5 * 0.8245, rel=1e-7)
     assert _subset_sum_bound(sizes, 8) > 1.05 * mean > _packing_bound(sizes, 8)
+
+
+def test_a_peak_over_its_limit_by_rounding_fits_and_by_more_does_not():
+    """`MEM_SLACK`: float rounding on a peak (the list scheduler's sums give the oldest micro-batch that
+    room) is not an overflow; anything past it is, and is reported in full."""
+    from adaptis_plan.judge.simulate import MEM_SLACK
+
+    layout = Layout((0, 1, 2), (0, 1), 2)
+    programs = [[Action(0, "F", 0), Action(0, "B", 0)], [Action(1, "F", 0), Action(1, "B", 0)]]
+    peak = simulate(layout, uniform_costs(2, 2, act=0.1 + 0.2), programs, 1).peak_memory_bytes[0]
+    assert peak == 0.1 + 0.2 != 0.3  # 0.30000000000000004
+    fits = simulate(layout, uniform_costs(2, 2, act=0.1 + 0.2, mem_limit=0.3), programs, 1)
+    assert fits.fits_memory and fits.overflow_bytes == [0.0, 0.0]
+    over = simulate(layout, uniform_costs(2, 2, act=0.3 + 2 * MEM_SLACK, mem_limit=0.3), programs, 1)
+    assert not over.fits_memory and over.overflow_bytes[0] == pytest.approx(2 * MEM_SLACK)
