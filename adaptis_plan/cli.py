@@ -62,12 +62,15 @@ class _StderrWriter:
         return getattr(sys.stderr, name)
 
 
+def say(line: str) -> None:
+    """One line on stderr (printable), through `_StderrWriter`: a reader that went away ends the command
+    as on stdout."""
+    click.echo(printable(line), file=_StderrWriter())
+
+
 def note(line: str) -> None:
-    """One `note:` line on stderr (printable); a reader that went away ends the command as on stdout."""
-    try:
-        click.echo(printable(f"note: {line}"), err=True)
-    except BrokenPipeError as e:
-        raise _ReaderGone from e
+    """One `note:` line on stderr (`say`)."""
+    say(f"note: {line}")
 
 
 def emit_json(data: object) -> None:
@@ -770,7 +773,7 @@ def profile_cmd(
             head_chunks=chunk_counts,
             reverse=reverse,
         ),
-        note=lambda line: click.echo(printable(line), err=True),
+        note=say,  # its lines say `note:` themselves
     )
     spec, prof = outcome.model, outcome.profile
     write_json_atomic(prof.model_dump(mode="json", exclude_none=True), output)
