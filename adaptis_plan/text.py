@@ -31,9 +31,11 @@ def markup_escaped(text: str) -> str:
     return text + "\\" * trailing
 
 
+def cut(text: str, limit: int = MAX_SHOWN) -> str:
+    """`text` cut to `limit` characters, the last one an ellipsis when anything was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def shown(value: object, limit: int = MAX_SHOWN) -> str:
     """`value` as report text: unprintable characters as '?', cut to `limit` characters, rich markup escaped."""
-    text = printable(str(value))
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return markup_escaped(text)
+    return markup_escaped(cut(printable(str(value)), limit))

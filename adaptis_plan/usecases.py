@@ -24,7 +24,7 @@ from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.read import path_kind, read_boundary_file
 from adaptis_plan.spec.training import TrainingConfig
-from adaptis_plan.text import MAX_SHOWN
+from adaptis_plan.text import cut
 from adaptis_plan.units import fmt_bytes, fmt_duration
 
 if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or a model profiled
@@ -180,9 +180,6 @@ def costs_notes(profile: CostProfile | str | None, hw: HardwareProfile, source: 
     names = profile_device_mismatch(profile, hw)
     if not names:
         return []
-
-    def cut(text: str) -> str:
-        return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
 
     measured = "layer times and links" if profile.link is not None else "layer times"
     given = "memory limits" if profile.link is not None else "memory limits and links"

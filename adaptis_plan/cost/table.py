@@ -179,7 +179,8 @@ def profile_device_mismatch(profile: CostProfile, hw: HardwareProfile) -> list[s
     out = []
     for name, spec in hw.device_types.items():
         cpu_type = spec.peak_bf16_tflops < CPU_CLASS_TFLOPS
-        other_model = bool(tokens) and bool(_model_tokens(name)) and not tokens & _model_tokens(name)
+        named = _model_tokens(name)
+        other_model = bool(tokens) and bool(named) and not tokens & named
         if cpu_type != on_cpu or (not cpu_type and other_model):
             out.append(name)
     return out
