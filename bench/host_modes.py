@@ -37,14 +37,19 @@ KERNELS = ("stream", "gemm", "layer")
 SETTINGS = ("other core idle", "other core streaming")
 
 
+def _pin(core: int) -> None:
+    """This process on `core` alone, where the machine has more than one and the OS can pin."""
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(0, {core})
+
+
 def _streamer(flag) -> None:  # noqa: ANN001 - a multiprocessing Event
     """Child process: stream memory on core 1 while `flag` is set."""
     import time
 
     import numpy as np
 
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {1})
+    _pin(1)
     a = np.ones(STREAM_FLOATS, dtype=np.float32)
     while True:
         if flag.is_set():
@@ -63,8 +68,7 @@ def _probe(blocks: int, calls: int, out: str) -> None:
     from adaptis_plan.executor.layers import Block
     from adaptis_plan.inputs.models.load import load_model
 
-    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        os.sched_setaffinity(0, {0})
+    _pin(0)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = load_model("tiny-nemotron-h")
