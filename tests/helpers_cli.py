@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -15,6 +18,19 @@ def one_line_error(r, code: int, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+def run_reader_gone(closed: str, *args: str | Path) -> subprocess.CompletedProcess:
+    """`adaptis ARGS` in a fresh process whose `closed` stream ("stdout" or "stderr") is a pipe with its
+    reader already gone (`| head` that has exited); the other stream is captured as text."""
+    read, write = os.pipe()
+    os.close(read)
+    other = "stderr" if closed == "stdout" else "stdout"
+    cmd = [sys.executable, "-m", "adaptis_plan.cli", *map(str, args)]
+    try:
+        return subprocess.run(cmd, **{closed: write, other: subprocess.PIPE}, text=True, timeout=120)
+    finally:
+        os.close(write)
 
 
 def leftovers(folder: Path) -> list[str]:

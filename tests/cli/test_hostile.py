@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_cli import leftovers, one_line_error, tiny_cost_profile
+from helpers_cli import leftovers, one_line_error, run_reader_gone, tiny_cost_profile
 from helpers_common import default_sigint
 
 from adaptis_plan.inputs.models.load import load_model
@@ -367,15 +367,7 @@ def test_a_failed_write_to_stdout_is_one_line_not_a_bug(tiny_plan: Path) -> None
 def test_a_reader_that_went_away_ends_the_command_quietly_with_141() -> None:
     """`adaptis ... --json | head -1`: stdout's pipe closed before the output is written ends the command
     as any Unix filter ends (128 + SIGPIPE), with nothing on stderr; exit 1 is for bugs."""
-    import os
-
-    cmd = [sys.executable, "-m", "adaptis_plan.cli", "model", "show", "llama-3.1-70b", "--json"]
-    read, write = os.pipe()
-    os.close(read)  # the reader is gone before the command writes
-    try:
-        r = subprocess.run(cmd, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
-    finally:
-        os.close(write)
+    r = run_reader_gone("stdout", "model", "show", "llama-3.1-70b", "--json")
     assert (r.returncode, r.stderr) == (141, "")
 
 
@@ -383,17 +375,9 @@ def test_a_reader_of_the_report_that_went_away_ends_the_command_quietly_with_141
     """`adaptis simulate P 2>&1 | head -3`: the human reports go to stderr, and a closed stderr ends the
     command as a closed stdout does (141, nothing said); with --json, stdout still gets its JSON; bad
     input keeps its exit code 2 with nobody to read its error line."""
-    import os
-
     bad = (["simulate", str(tiny_plan.parent / "missing.json")], None)
     for args, json_out in ((["simulate", str(tiny_plan)], False), (["simulate", str(tiny_plan), "--json"], True), bad):
-        read, write = os.pipe()
-        os.close(read)
-        try:
-            cmd = [sys.executable, "-m", "adaptis_plan.cli", *args]
-            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=write, text=True, timeout=120)
-        finally:
-            os.close(write)
+        r = run_reader_gone("stderr", *args)
         if json_out is None:
             assert (r.returncode, r.stdout) == (2, "")
         elif json_out:  # nothing to say on stderr: the command ends normally with its JSON

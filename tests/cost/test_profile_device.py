@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_cli import tiny_cost_profile
+from helpers_cli import run_reader_gone, tiny_cost_profile
 
 from adaptis_plan.cost.table import profile_device_mismatch
 from adaptis_plan.inputs.hardware import load_hardware
@@ -74,19 +74,9 @@ def test_plan_and_simulate_print_the_note_and_still_plan(adaptis, tmp_path: Path
 def test_with_stderr_closed_the_json_and_the_plan_come_first(tmp_path: Path) -> None:
     """The note goes out after the outputs: a reader of stderr that went away ends the command (141)
     only once the JSON is on stdout and the plan file is written."""
-    import os
-    import subprocess
-    import sys
-
     costs = tmp_path / "measured.json"
     costs.write_text(json.dumps(tiny_cost_profile()))
     plan = tmp_path / "p.json"
-    read, write = os.pipe()
-    os.close(read)
-    try:
-        cmd = [sys.executable, "-m", "adaptis_plan.cli", "plan", *TINY, "--hardware", "h200", "--costs", str(costs)]
-        r = subprocess.run([*cmd, "-o", str(plan), "--json"], stdout=subprocess.PIPE, stderr=write, text=True)
-    finally:
-        os.close(write)
+    r = run_reader_gone("stderr", "plan", *TINY, "--hardware", "h200", "--costs", costs, "-o", plan, "--json")
     assert r.returncode == 141
     assert json.loads(r.stdout)["strategy"] == "1F1B" and plan.exists()
