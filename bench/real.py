@@ -21,10 +21,12 @@ Data flow, per tiny model (`ModelCase`):
    decoder block's I its measured forward once more and keeps only the block's input);
    our executor runs it with the recomputation for real (torch's runtime does not run it);
    When adaptive splits the head into vocabulary chunks, the split model is profiled too (after
-   the launch, step 3: nothing stands between the planning profile and the launch) and the
+   the launches, step 3: nothing stands between the planning profile and the launches) and the
    adaptive plan re-simulated with it (a diagnostic column: the planner itself costs the
    chunks from the chunks the planning profile measured);
-3. one torchrun launch (`bench.torch_runtime`, 2 ranks, gloo, one thread each) builds torch's
+3. torchrun launches (`bench.torch_runtime`, 2 ranks, gloo, one thread each; `launches` per model, the
+   measured rounds split among them; all models are profiled and planned first, and both the profiling
+   sessions and the launches go round the models: `SPREAD_WHY`); each builds torch's
    schedule classes over the classic plans' own stages (the split and stage-to-rank map are
    the plan's, checked against torch's loop / V mapping) and our `RankRuntime` on every plan,
    and steps them in alternating rounds (A B ... B A), so noise hits all alike; one more item of
@@ -32,7 +34,8 @@ Data flow, per tiny model (`ModelCase`):
    repeats per round (`InRunProfile`): each plan is also simulated with that in-launch profile,
    once per kept round with that round's profile (paired with the round's step) and once with
    each layer's median over the rounds;
-4. medians of the measured rounds -> per-model tables and the three targets below.
+4. the launches' rounds merged (`merge_launches`); medians of the measured rounds -> per-model tables
+   and the three targets below.
 Imports `adaptis_plan` (planning, plan IO, the executor's link measurement), and `bench.run` /
 `bench.paper` for the provenance line (torch is imported with `executor.profile`); everything
 measured runs in subprocesses: `adaptis profile`, the link probe, and the ranks, which run
@@ -81,6 +84,14 @@ TARGET_SPEEDUP_MODEL = "tiny-gemma"
 TARGET_ERROR = 0.15  # |predicted - measured| / measured, planning-time profile
 TARGET_ERROR_IN_RUN = 0.10  # the same, each plan simulated with its layers profiled inside the launch
 LOSS_TOL = 1e-5
+#: why each model's profiling sessions and launches are spread over the run, going round the models
+SPREAD_WHY = (
+    "this host's speed moves in phases that last minutes, and memory-bound layers (tiny-nemotron-h's"
+    ' Mamba-2 blocks) move most (section "How steady is this machine, over minutes? (CPU)":'
+    " `python -m bench.host_drift`); a profile taken in one phase and steps run in another differ by"
+    " the phase, so each model's profiling sessions, and its measured rounds, are spread over the run,"
+    " going round the models, as the rounds of one launch go round the plans (A B … B A)"
+)
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,10 @@ class RealConfig:
     time_limit_s: float = 5.0  # adaptive search
     profile_repeats: int = 7
     profile_procs: int = PP  # concurrent profiler processes (as many as ranks: the same contention)
-    profile_sessions: int = 3  # planning profiles taken one after another, their per-layer median planned with
+    # planning profiles of each model, their per-layer median planned with; the sessions go round the models
+    profile_sessions: int = 3
+    # launches per model, the measured rounds split among them; they go round the models (`SPREAD_WHY`)
+    launches: int = 2
     link_samples: int = 3  # gloo link measurements (median); 0 = keep the `cpu` profile's guess
     seed: int = 0
     timeout_s: float = 600.0  # one torchrun launch
@@ -133,6 +147,7 @@ QUICK = RealConfig(
     time_limit_s=1.0,
     profile_repeats=3,
     profile_sessions=1,
+    launches=1,
     link_samples=3,
     label="quick",
 )
@@ -465,17 +480,33 @@ _TIMES = ("f_s", "i_s", "w_s", "w_hot_s", "b_s")
 def _quiet_profile(
     model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path, sessions: int = 1
 ) -> tuple[dict, float]:
-    """`profile` `sessions` times, each after waiting for a quiet machine; each layer's times are the
-    median over the sessions, so a slowdown of the whole host that lasts one session (invisible in the
-    other processes' share of the CPU: a planning profile of tiny-gemma once ran 1.6x slow with them at
-    1%) does not move it. A single session is taken once more when other jobs took over 1.5 x
-    `quiet_share` of the machine meanwhile (the quieter one is kept; none when `quiet_wait_s` is 0).
-    Returns (profile, the largest others' share of the sessions kept)."""
+    """`_quiet_profiles` of one model."""
+    return _quiet_profiles([(model_arg, case, out)], cfg, sessions)[0]
+
+
+def _quiet_profiles(
+    items: Sequence[tuple[str | Path, ModelCase, Path]], cfg: RealConfig, sessions: int = 1
+) -> list[tuple[dict, float]]:
+    """`profile` each (model, case, out) `sessions` times, each session after waiting for a quiet
+    machine; the sessions go round the models (model 1, 2, ..., 1, 2, ...), so each model's sessions
+    spread over the whole profiling phase. Each layer's times are the median over the model's
+    sessions, so a slowdown of the whole host that lasts one session (invisible in the other
+    processes' share of the CPU: a planning profile of tiny-gemma once ran 1.6x slow with them at 1%)
+    does not move it, and a phase of the host that lasts minutes (`SPREAD_WHY`) meets every model's
+    profile alike. A single session is taken once more when other jobs took over 1.5 x `quiet_share`
+    of the machine meanwhile (the quieter one is kept; none when `quiet_wait_s` is 0).
+    Returns per item (profile, the largest others' share of the sessions kept)."""
     retry = cfg.quiet_wait_s > 0 and sessions <= 1
-    kept = [_quiet_session(model_arg, case, cfg, out, retry) for _ in range(max(1, sessions))]
-    merged = kept[0][0] if len(kept) == 1 else combine_profiles([p for p, _ in kept], statistics.median)
-    out.write_text(json.dumps(merged, indent=1))
-    return merged, max(share for _, share in kept)
+    kept: list[list[tuple[dict, float]]] = [[] for _ in items]
+    for _ in range(max(1, sessions)):
+        for got, (model_arg, case, out) in zip(kept, items, strict=True):
+            got.append(_quiet_session(model_arg, case, cfg, out, retry))
+    results = []
+    for got, (_, _, out) in zip(kept, items, strict=True):
+        merged = got[0][0] if len(got) == 1 else combine_profiles([p for p, _ in got], statistics.median)
+        out.write_text(json.dumps(merged, indent=1))
+        results.append((merged, max(share for _, share in got)))
+    return results
 
 
 def _quiet_session(
@@ -571,11 +602,19 @@ def _profile_with_link(
     model_arg: str | Path, case: ModelCase, cfg: RealConfig, link: dict | None, out: Path, sessions: int = 1
 ) -> tuple[dict, float]:
     """`_quiet_profile` with the measured gloo link added (what planning and re-simulation read)."""
-    measured, share = _quiet_profile(model_arg, case, cfg, out, sessions)
+    return _profiles_with_link([(model_arg, case, out)], cfg, link, sessions)[0]
+
+
+def _profiles_with_link(
+    items: Sequence[tuple[str | Path, ModelCase, Path]], cfg: RealConfig, link: dict | None, sessions: int = 1
+) -> list[tuple[dict, float]]:
+    """`_quiet_profiles` with the measured gloo link added to each."""
+    got = _quiet_profiles(items, cfg, sessions)
     if link is not None:
-        measured["link"] = link
-        out.write_text(json.dumps(measured, indent=1))
-    return measured, share
+        for (measured, _), (_, _, out) in zip(got, items, strict=True):
+            measured["link"] = link
+            out.write_text(json.dumps(measured, indent=1))
+    return got
 
 
 def _in_run_profiles(ranks: Sequence[dict], planning: dict, work: Path, rnd: int | None = None) -> list[Path]:
@@ -625,20 +664,36 @@ def _launch(config_path: Path, out: Path, cfg: RealConfig) -> None:
         raise RuntimeError(f"torchrun failed (exit {proc.returncode}): {tail[0]}")
 
 
-def run_model(
-    case: ModelCase, cfg: RealConfig, link: dict | None, work: Path, log: Callable[[str], None]
-) -> ModelResult:
-    """Profile, plan, and run one model (steps 1-4 of the module docstring)."""
+@dataclass
+class _Prepared:
+    """One model profiled and planned, its launches still to come (`run_bench` interleaves them with the
+    other models')."""
+
+    case: ModelCase
+    work: Path
+    model: object  # ModelSpec
+    measured: dict  # the planning profile
+    profile_noise: float  # others' share of the machine while profiling
+    plans: dict[str, tuple]  # run name -> (PlanOutcome, planning seconds)
+    plan_paths: dict[str, Path]
+    split_spec: Path | None  # the split-head model, when the adaptive plan splits the head
+    config: dict  # `bench.torch_runtime`'s, less the rounds
+    wall_s: float = 0.0  # seconds spent on this model so far
+    outs: list[Path] = field(default_factory=list)  # one results folder per launch
+    after: dict[str, float] = field(default_factory=dict)  # each plan re-simulated with the after-run profile
+
+
+def prepare_model(
+    case: ModelCase, cfg: RealConfig, work: Path, measured: dict, profile_noise: float, log: Callable[[str], None]
+) -> _Prepared:
+    """Plan one model with its planning profile (step 2 of the module docstring)."""
     from adaptis_plan.inputs.models.load import load_model
 
     t0 = time.perf_counter()
-    work.mkdir(parents=True, exist_ok=True)
     model = load_model(case.model)
     profile_path = work / "profile.json"
-    measured, profile_noise = _profile_with_link(case.model, case, cfg, link, profile_path, cfg.profile_sessions)
     model_path = work / "model.json"
     model_path.write_text(model.model_dump_json())
-    log(f"{case.model}: profiled in {time.perf_counter() - t0:.1f} s")
 
     plans = {}
     runs = []
@@ -659,33 +714,93 @@ def run_model(
     log(
         f"{case.model}: planned ({', '.join(f'{s} {o.plan.predicted.step_time_s * 1e3:.0f} ms' for s, (o, _) in plans.items())})"
     )
-
     config = {
         "model": str(model_path),
         "runs": runs,
         "warmup": cfg.warmup,
-        "rounds": cfg.rounds,
         "seed": cfg.seed,
         "timeout_s": 120.0,
         "record_actions": True,  # every action's span, for `bench.actions`
         # each plan's layers profiled inside the launch, between the steps (a split head as its chunks)
         "profile_models": [str(model_path)] + ([str(split_spec)] if split_spec is not None else []),
     }
-    config_path = work / "config.json"
-    config_path.write_text(json.dumps(config, indent=1))
-    out = work / "out"
+    return _Prepared(
+        case=case,
+        work=work,
+        model=model,
+        measured=measured,
+        profile_noise=profile_noise,
+        plans=plans,
+        plan_paths={**{s: work / f"plan-{s}.json" for s in STRATEGIES}, RECOMPUTE: rc_path},
+        split_spec=split_spec,
+        config=config,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def part_rounds(rounds: int, parts: int) -> list[int]:
+    """`rounds` measured rounds over `parts` launches, as evenly as they go (the first ones one more)."""
+    return [rounds // parts + (1 if k < rounds % parts else 0) for k in range(parts)]
+
+
+def launch_part(prep: _Prepared, cfg: RealConfig, rounds: int, log: Callable[[str], None]) -> None:
+    """One torchrun launch of every run of `prep`, `cfg.warmup` + `rounds` rounds (step 3)."""
+    t0 = time.perf_counter()
+    k = len(prep.outs)
+    config_path = prep.work / f"config.part{k}.json"
+    config_path.write_text(json.dumps({**prep.config, "rounds": rounds}, indent=1))
+    out = prep.work / f"out.part{k}"
     shutil.rmtree(out, ignore_errors=True)
     wait_quiet(cfg.quiet_wait_s, cfg.quiet_share)
     t1 = time.perf_counter()
     _launch(config_path, out, cfg)
-    log(f"{case.model}: {len(runs)} runs x {cfg.warmup + cfg.rounds} rounds in {time.perf_counter() - t1:.1f} s")
-    after_path = work / "profile-after.json"
-    measured_after, _ = _profile_with_link(case.model, case, cfg, link, after_path)
-    after = _resimulate({s: work / f"plan-{s}.json" for s in STRATEGIES}, after_path)
-    after.update(_resimulate({RECOMPUTE: rc_path}, after_path))
+    prep.outs.append(out)
+    log(
+        f"{prep.case.model}: launch {k + 1}, {len(prep.config['runs'])} runs x {cfg.warmup + rounds} rounds"
+        f" in {time.perf_counter() - t1:.1f} s"
+    )
+    prep.wall_s += time.perf_counter() - t0
+
+
+def after_profile(prep: _Prepared, cfg: RealConfig, link: dict | None) -> None:
+    """A second profile right after the model's last launch, and every plan re-simulated with it."""
+    t0 = time.perf_counter()
+    after_path = prep.work / "profile-after.json"
+    _profile_with_link(prep.case.model, prep.case, cfg, link, after_path)
+    prep.after = _resimulate(prep.plan_paths, after_path)
+    prep.wall_s += time.perf_counter() - t0
+
+
+def merge_launches(parts: Sequence[dict]) -> dict:
+    """One rank's results (`bench.torch_runtime`'s rank JSON) of several launches -> one, rounds in launch
+    order: every per-round list concatenated (losses and warm-up times with each launch's warm-up), and
+    the in-launch profile again each field's median over all the measured rounds' own medians."""
+    if len(parts) == 1:
+        return parts[0]
+    merged = dict(parts[0])
+    for key in ("step_times_s", "warmup_times_s", "minor_faults", "losses", "busy_s", "stage_busy_s", "action_spans_s"):
+        merged[key] = {name: [v for p in parts for v in p[key][name]] for name in parts[0][key]}
+    for key in ("others_share", "profile_rounds"):
+        merged[key] = [v for p in parts for v in p[key]]
+    merged["profiles"] = [
+        {
+            **combine_profiles([r[k] for r in merged["profile_rounds"]], statistics.median),
+            "repeats": sum(p["profiles"][k]["repeats"] for p in parts),
+            "rounds": sum(p["profiles"][k]["rounds"] for p in parts),
+        }
+        for k in range(len(parts[0]["profiles"]))
+    ]
+    return merged
+
+
+def finish_model(prep: _Prepared, cfg: RealConfig, link: dict | None) -> ModelResult:
+    """Step 4 for one launched model: the rounds of its launches -> its results."""
+    t0 = time.perf_counter()
+    case, work, measured, plans = prep.case, prep.work, prep.measured, prep.plans
+    after, plan_paths = prep.after, prep.plan_paths
+    split_spec = prep.split_spec
     chunked = _resimulate_with_chunks(split_spec, case, cfg, link, work) if split_spec is not None else {}
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(PP)]
-    plan_paths = {**{s: work / f"plan-{s}.json" for s in STRATEGIES}, RECOMPUTE: rc_path}
+    ranks = [merge_launches([json.loads((out / f"rank{r}.json").read_text()) for out in prep.outs]) for r in range(PP)]
 
     def in_run_predictions(profiles: list[Path]) -> dict[str, float]:
         return {
@@ -697,11 +812,10 @@ def run_model(
     in_run_pred = in_run_predictions(in_run_paths)
 
     def losses(name: str) -> list[float]:
-        vals = [
+        return [
             next(v for v in (d["losses"][name][i] for d in ranks) if v is not None)
-            for i in range(cfg.warmup + cfg.rounds)
+            for i in range(len(ranks[0]["losses"][name]))
         ]
-        return vals
 
     shares = ranks[0]["others_share"]
     keep = kept_rounds(shares, cfg.quiet_share)
@@ -763,11 +877,11 @@ def run_model(
         case=case,
         plans=results,
         profile=measured,
-        wall_s=time.perf_counter() - t0,
+        wall_s=prep.wall_s + time.perf_counter() - t0,
         torch_version=ranks[0]["torch_version"],
         num_threads=ranks[0]["num_threads"],
-        layer_kinds=[layer.kind for layer in model.layers],
-        profile_others_share=profile_noise,
+        layer_kinds=[layer.kind for layer in prep.model.layers],
+        profile_others_share=prep.profile_noise,
         round_others_share=shares,
         kept=keep,
         host_speed=host_speed(json.loads(in_run_paths[0].read_text()), measured),
@@ -805,7 +919,34 @@ def run_bench(
             from bench import link_busy
 
             busy = link_busy.measure()
-        models = [run_model(c, cfg, link, work_dir / c.model, log) for c in cfg.cases]
+        works = [work_dir / c.model for c in cfg.cases]
+        for w in works:
+            w.mkdir(parents=True, exist_ok=True)
+        t1 = time.perf_counter()
+        profiled = _profiles_with_link(
+            [(c.model, c, w / "profile.json") for c, w in zip(cfg.cases, works, strict=True)],
+            cfg,
+            link,
+            cfg.profile_sessions,
+        )
+        log(f"profiled {len(works)} model(s) in {time.perf_counter() - t1:.1f} s")
+        share_s = (time.perf_counter() - t1) / max(len(works), 1)
+        preps = [
+            prepare_model(c, cfg, w, measured, noise, log)
+            for c, w, (measured, noise) in zip(cfg.cases, works, profiled, strict=True)
+        ]
+        # the launches go round the models (A B C D A B C D): a phase of the host that lasts minutes
+        # meets each model's rounds in several places (`SPREAD_WHY`)
+        parts = part_rounds(cfg.rounds, max(1, min(cfg.launches, cfg.rounds)))
+        for k, rounds in enumerate(parts):
+            for prep in preps:
+                launch_part(prep, cfg, rounds, log)
+                if k == len(parts) - 1:
+                    after_profile(prep, cfg, link)
+        models = []
+        for prep in preps:
+            prep.wall_s += share_s
+            models.append(finish_model(prep, cfg, link))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -1097,11 +1238,20 @@ def render(res: RealResults) -> str:
             else ""
         )
         + "; plans made with it (`make_plan_for`, hardware `cpu`, classic strategies on the uniform partition);"
-        " then one torchrun launch (`bench/torch_runtime.py`) that builds torch.distributed.pipelining's own"
+        + (
+            f" then {len(part_rounds(cfg.rounds, min(cfg.launches, cfg.rounds)))} torchrun launches per model"
+            " (all models' profiles first, their sessions going round the models, then the launches, going round"
+            f" the models likewise: {SPREAD_WHY}); each launch (`bench/torch_runtime.py`) builds"
+            if min(cfg.launches, cfg.rounds) > 1
+            else " then one torchrun launch (`bench/torch_runtime.py`) that builds"
+        )
+        + " torch.distributed.pipelining's own"
         " `ScheduleGPipe` / `Schedule1F1B` / `ScheduleInterleaved1F1B` / `ScheduleZBVZeroBubble` over the"
         " plan's own stages (identical split and stage-to-rank map, checked) and adaptis' executor on the same"
         " plans plus the adaptive plan, every layer from `build_layer` with the same seed, and steps them in"
-        f" alternating rounds (A B … B A), {cfg.warmup} warm-up + {cfg.rounds} measured. Step time = rank 0's"
+        f" alternating rounds (A B … B A), {cfg.warmup} warm-up + "
+        + " + ".join(str(r) for r in part_rounds(cfg.rounds, max(1, min(cfg.launches, cfg.rounds))))
+        + " measured. Step time = rank 0's"
         " wall time barrier to barrier; figures are medians of the measured rounds. Error ="
         " (predicted − measured) / measured, negative = the prediction is optimistic.",
         "",

@@ -32,10 +32,11 @@ pytestmark = pytest.mark.slow  # profiles and one torchrun launch: minutes on 2 
 SMOKE = real.RealConfig(
     cases=(real.ModelCase("tiny-llama", 32, 2),),
     warmup=1,
-    rounds=1,
+    rounds=2,
     time_limit_s=0.5,
     profile_repeats=1,
     profile_sessions=2,  # the planning profile is a median of sessions (one more session: seconds here)
+    launches=2,  # the rounds over two launches, merged
     link_samples=1,
     timeout_s=240.0,
     quiet_wait_s=0.0,  # CI shares the machine with the other tests: measure, do not wait
@@ -62,8 +63,10 @@ def test_every_action_span_is_recorded_and_replays_to_the_measured_step(results:
     from bench import actions
 
     case = SMOKE.cases[0].model
-    out = work / case / "out"
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    outs = sorted((work / case).glob("out.part*"))
+    assert len(outs) == SMOKE.launches
+    ranks = [real.merge_launches([json.loads((o / f"rank{r}.json").read_text()) for o in outs]) for r in range(2)]
+    assert [len(rank["action_spans_s"]["ours:1F1B"]) for rank in ranks] == [SMOKE.rounds] * 2
     for strategy in real.STRATEGIES:
         run, plan = f"ours:{strategy}", str(work / case / f"plan-{strategy}.json")
         programs = simulate_plan_file(plan).programs
@@ -82,7 +85,7 @@ def test_same_loss_in_both_runtimes_on_the_first_step(results: real.RealResults)
     (m,) = results.models
     for strategy in real.CLASSIC:
         p = m.plans[strategy]
-        assert p.torch_losses is not None and len(p.torch_losses) == SMOKE.warmup + SMOKE.rounds
+        assert p.torch_losses is not None and len(p.torch_losses) == SMOKE.launches * SMOKE.warmup + SMOKE.rounds
         assert abs(p.ours_losses[0] - p.torch_losses[0]) <= real.LOSS_TOL, strategy
         assert 0 < p.ours_losses[0] < 20  # a cross-entropy over an 8K vocabulary, not garbage
 
@@ -223,3 +226,63 @@ def test_the_planning_profile_is_the_per_layer_median_of_its_sessions(
     assert cfg.profile_sessions == 3
     assert got["entries"] == [{"f_s": 1.1, "i_s": 2 * 1.1, "w_s": 3 * 1.1, "b_s": 5 * 1.1}]
     assert json.loads((tmp_path / "p.json").read_text()) == got and 0.0 <= share <= 1.0
+
+
+def test_rounds_split_evenly_over_the_launches() -> None:
+    assert real.part_rounds(21, 2) == [11, 10]
+    assert real.part_rounds(3, 3) == [1, 1, 1]
+    assert real.part_rounds(5, 1) == [5]
+    assert sum(real.part_rounds(22, 4)) == 22
+
+
+def test_launches_merge_round_by_round_and_the_in_launch_profile_is_the_median_of_all_rounds() -> None:
+    def rank(times: list[float], fs: list[float], warm: float) -> dict:
+        per_round = {"ours:1F1B": times}
+        return {
+            "rank": 0,
+            "warmup": 1,
+            "step_times_s": per_round,
+            "warmup_times_s": {"ours:1F1B": [warm]},
+            "minor_faults": {"ours:1F1B": [0] * len(times)},
+            "losses": {"ours:1F1B": [warm, *times]},
+            "busy_s": per_round,
+            "stage_busy_s": per_round,
+            "action_spans_s": per_round,
+            "others_share": [0.01] * len(times),
+            "profiles": [
+                {
+                    "entries": [{"f_s": sorted(fs)[len(fs) // 2]}],
+                    "head_chunks": [],
+                    "repeats": 3 * len(fs),
+                    "rounds": len(fs),
+                }
+            ],
+            "profile_rounds": [[{"entries": [{"f_s": f}], "head_chunks": []}] for f in fs],
+        }
+
+    a, b = rank([1.0, 2.0], [1.0, 1.0], 9.0), rank([3.0], [5.0], 8.0)
+    got = real.merge_launches([a, b])
+    assert got["step_times_s"] == {"ours:1F1B": [1.0, 2.0, 3.0]}
+    assert got["warmup_times_s"] == {"ours:1F1B": [9.0, 8.0]}
+    assert got["losses"] == {"ours:1F1B": [9.0, 1.0, 2.0, 8.0, 3.0]}
+    assert got["others_share"] == [0.01] * 3 and len(got["profile_rounds"]) == 3
+    assert got["profiles"][0]["entries"] == [{"f_s": 1.0}]  # median of 1, 1, 5
+    assert (got["profiles"][0]["repeats"], got["profiles"][0]["rounds"]) == (9, 3)
+    assert real.merge_launches([a]) is a
+
+
+def test_profiling_sessions_go_round_the_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Model 1, model 2, model 1, model 2, ...: each model's sessions spread over the profiling phase."""
+    order: list[str] = []
+
+    def one(model_arg, case, cfg, out):  # noqa: ANN001, ANN202
+        order.append(str(model_arg))
+        return {"entries": [{"f_s": float(len(order))}], "head_chunks": []}
+
+    monkeypatch.setattr(real, "profile", one)
+    monkeypatch.setattr(real, "wait_quiet", lambda *a: 0.0)
+    cfg = real.RealConfig(cases=(), quiet_wait_s=0.0)
+    items = [(m, real.ModelCase(m, 16, 2), tmp_path / f"{m}.json") for m in ("a", "b")]
+    got = real._quiet_profiles(items, cfg, 3)
+    assert order == ["a", "b", "a", "b", "a", "b"]
+    assert [g[0]["entries"][0]["f_s"] for g in got] == [3.0, 4.0]  # medians of (1, 3, 5) and (2, 4, 6)
