@@ -1,8 +1,8 @@
 """Regenerate BENCHMARKS.md (and docs/img/*.svg) from scratch.
 
 Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections papertp,paper,bubbles,seq,ablation,plantime,
-recompute,match,real,hostmodes,replay,targets,torchcsv,zbgrid,zbpaper,zbtime] [--workers 2]` (`make bench` = the full run, about
-30-40 minutes on 2 cores; `--quick` a few minutes).
+recompute,match,real,hostmodes,hostdrift,replay,targets,torchcsv,zbgrid,zbpaper,zbtime] [--workers 2]` (`make bench` = the
+full run, about 40-50 minutes on 2 cores; `--quick` a few minutes).
 
 Data flow: `bench.paper.default_config` says which cases each selected section needs ->
 `bench.paper.run_tasks` runs every distinct case once, in a process pool (results keyed by case,
@@ -36,7 +36,8 @@ from bench import charts, paper  # noqa: E402
 from bench.common import git_commit, machine  # noqa: E402
 
 SECTIONS = (
-    "papertp", "paper", "bubbles", "seq", "ablation", "plantime", "recompute", "match", "real", "hostmodes", "replay",
+    "papertp", "paper", "bubbles", "seq", "ablation", "plantime", "recompute", "match", "real", "hostmodes", "hostdrift",
+    "replay",
     "targets", "torchcsv", "zbgrid", "zbpaper", "zbtime",
 )  # fmt: skip
 # bench/zb.py's sections (the zero-bubble comparison, the author's profiled costs, planning time and scale)
@@ -62,6 +63,7 @@ HEADINGS = {
     "match": "## Does the model match real runs?",
     "real": REAL_HEADING,
     "hostmodes": "## How steady is this machine? (CPU)",
+    "hostdrift": "## How steady is this machine, over minutes? (CPU)",
     "replay": "## Program order without communication",
     "targets": "## What a target runtime costs",
     "torchcsv": "## The same adaptive plan in torch's runtime and ours",
@@ -273,6 +275,11 @@ def build_report(
 
         blocks, calls = (4, 10) if cfg.quick else (24, 10)
         made["hostmodes"] = host_modes.section(host_modes.measure(blocks, calls), prov.line("hostmodes"))
+    if "hostdrift" in sections:  # bench/host_drift.py: the host's speed, over minutes
+        from bench import host_drift
+
+        minutes, window = (1.0, 10.0) if cfg.quick else (10.0, 30.0)
+        made["hostdrift"] = host_drift.section(host_drift.measure(minutes * 60, window), prov.line("hostdrift"))
     if "replay" in sections:  # bench/program_replay.py: each device's program without communication (CPU)
         from bench import program_replay
 

@@ -226,6 +226,6 @@ def test_sections_not_rerun_are_kept_from_the_previous_report(tmp_path: Path) ->
     assert "Kept from the previous report, not rerun this time (each with its own reproduce line and date):" in text
     assert "ablation, real." in text
     assert (
-        "Sections not run this time: papertp, paper, bubbles, seq, plantime, recompute, hostmodes, replay, targets, torchcsv, zbgrid, zbpaper, zbtime."
+        "Sections not run this time: papertp, paper, bubbles, seq, plantime, recompute, hostmodes, hostdrift, replay, targets, torchcsv, zbgrid, zbpaper, zbtime."
         in text
     )
