@@ -14,7 +14,11 @@ both cores, over its median for the whole probe, is the host's speed for that ke
 The report gives, per kernel: the spread of those window speeds, their correlation from one window to
 the next, how long the host stays on one side of its median window (a phase), and how much a mean over 1, 3
 and 5 consecutive minutes still varies (if phases last minutes, averaging one stretch of time removes
-little of them; spreading the samples over the whole run does).
+little of them; spreading the samples over the whole run does). How long the phases last changes
+from run to run: on 2026-12-04 a 15-minute run of this probe found phases of about 2 minutes (window
+speeds 0.91-1.28 for the Mamba-2 block; 5-minute means still varying 57% as much as 1-minute ones,
+against 45% for independent minutes), and the 10-minute run committed to BENCHMARKS.md an hour later
+phases of about 40 s (31%).
 
 Imports torch in the probe processes only.
 """
@@ -179,14 +183,24 @@ def measure(seconds: float = 600.0, window_s: float = 30.0) -> HostDrift:
 
 
 def _averaging(k: KernelDrift) -> str:
-    """A sentence: how much a longer stretch of consecutive time averages the kernel's phases away."""
+    """Sentences: how much a longer stretch of consecutive time averages the kernel's phases away, and
+    what that means for a profile and steps taken at different times."""
     if 1 not in k.sd_by_minutes or max(k.sd_by_minutes) == 1:
         return ""
     longest = max(k.sd_by_minutes)
     ratio = k.sd_by_minutes[longest] / k.sd_by_minutes[1] if k.sd_by_minutes[1] > 0 else 1.0
+    independent = longest**-0.5
+    lasting = ratio > independent
     return (
         f" For the Mamba-2 block a mean over {longest} consecutive minutes still varies {ratio:.0%} as much as a"
-        f" one-minute mean (minutes independent of each other would give {longest**-0.5:.0%})."
+        f" one-minute mean (minutes independent of each other would give {independent:.0%}):"
+        + (
+            " its phases outlast a minute, so a profile taken in one stretch of minutes and steps run in another"
+            " differ by the phase each met, however many repeats each takes."
+            if lasting
+            else " here a few consecutive minutes average the phases away; how long they last changes from run to"
+            " run of this probe (module docstring)."
+        )
     )
 
 
@@ -224,10 +238,9 @@ def section(res: HostDrift, reproduce: str) -> str:
             f" here, all kernels together, the memory-bound Mamba-2 block most (window speeds"
             f" {min(mamba.speeds):.2f}-{max(mamba.speeds):.2f}, the GEMM {min(gemm.speeds):.2f}-{max(gemm.speeds):.2f})."
             + _averaging(mamba)
-            + " A profile taken in one stretch of time and steps run in another differ by the phase each met,"
-            ' however many repeats each takes. That is why the real runs (section "Real execution") spread each'
-            " model's profiling sessions"
-            " and its measured rounds over the whole run, going round the models.",
+            + ' The real runs (section "Real execution") spread each model\'s profiling sessions and its measured'
+            " rounds over the whole run, going round the models, so that either way the host meets every model"
+            " alike.",
             "",
         ]
     )

@@ -86,11 +86,11 @@ TARGET_ERROR_IN_RUN = 0.10  # the same, each plan simulated with its layers prof
 LOSS_TOL = 1e-5
 #: why each model's profiling sessions and launches are spread over the run, going round the models
 SPREAD_WHY = (
-    "this host's speed moves in phases that last minutes, and memory-bound layers (tiny-nemotron-h's"
-    ' Mamba-2 blocks) move most (section "How steady is this machine, over minutes? (CPU)":'
-    " `python -m bench.host_drift`); a profile taken in one phase and steps run in another differ by"
-    " the phase, so each model's profiling sessions, and its measured rounds, are spread over the run,"
-    " going round the models, as the rounds of one launch go round the plans (A B … B A)"
+    "this host's speed moves from second to second and from minute to minute, memory-bound layers"
+    ' (tiny-nemotron-h\'s Mamba-2 blocks) most (sections "How steady is this machine?" and "... over'
+    ' minutes?"); a profile taken in one stretch of time and steps run in another differ by whatever the host'
+    " did in between, so each model's profiling sessions, and its measured rounds, are spread over the whole"
+    " run, going round the models, as the rounds of one launch go round the plans (A B … B A)"
 )
 
 
