@@ -190,17 +190,21 @@ def _averaging(k: KernelDrift) -> str:
     longest = max(k.sd_by_minutes)
     ratio = k.sd_by_minutes[longest] / k.sd_by_minutes[1] if k.sd_by_minutes[1] > 0 else 1.0
     independent = longest**-0.5
-    lasting = ratio > independent
-    return (
-        f" For the Mamba-2 block a mean over {longest} consecutive minutes still varies {ratio:.0%} as much as a"
-        f" one-minute mean (minutes independent of each other would give {independent:.0%}):"
-        + (
+    if ratio > 1.1 * independent:
+        what = (
             " its phases outlast a minute, so a profile taken in one stretch of minutes and steps run in another"
             " differ by the phase each met, however many repeats each takes."
-            if lasting
-            else " here a few consecutive minutes average the phases away; how long they last changes from run to"
+        )
+    elif ratio < independent / 1.1:
+        what = (
+            " here a few consecutive minutes average the phases away; how long they last changes from run to"
             " run of this probe (module docstring)."
         )
+    else:
+        what = " about as minutes independent of each other would: here the phases last about a minute."
+    return (
+        f" For the Mamba-2 block a mean over {longest} consecutive minutes still varies {ratio:.0%} as much as a"
+        f" one-minute mean (minutes independent of each other would give {independent:.0%}):" + what
     )
 
 

@@ -51,7 +51,17 @@ def test_summarize_finds_the_phases_and_how_little_averaging_removes() -> None:
     text = hd.section(res, "_Reproduce: `x`_")
     assert text.startswith(hd.HEADING)
     assert "| mamba | " in text and "| 180 |" in text and "for 12 minutes" in text
-    assert "a mean over 5 consecutive minutes still varies" in text
+    assert "a mean over 5 consecutive minutes still varies 19% as much" in text  # 3-minute phases, 6-minute period
+
+
+def test_the_averaging_sentence_follows_the_measured_ratio() -> None:
+    def drift(sd1: float, sd5: float) -> hd.KernelDrift:
+        return hd.KernelDrift(10.0, [1.0, 1.1], 0.0, 30.0, {1: sd1, 3: (sd1 + sd5) / 2, 5: sd5})
+
+    assert "outlast a minute" in hd._averaging(drift(0.10, 0.08))
+    assert "average the phases away" in hd._averaging(drift(0.10, 0.03))
+    assert "last about a minute" in hd._averaging(drift(0.10, 0.045))
+    assert hd._averaging(hd.KernelDrift(10.0, [1.0], 0.0, 30.0, {})) == ""
 
 
 @pytest.mark.slow
