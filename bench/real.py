@@ -131,6 +131,11 @@ class RealConfig:
     quiet_share: float = 0.10  # rounds where other processes took more of the machine are dropped
     label: str = "full"
 
+    @property
+    def launch_rounds(self) -> list[int]:
+        """Measured rounds per launch of a model: `rounds` over `launches` (at most one launch per round)."""
+        return part_rounds(self.rounds, max(1, min(self.launches, self.rounds)))
+
 
 FULL = RealConfig(
     cases=(
@@ -477,13 +482,6 @@ def combine_profiles(copies: Sequence[dict], reduce: Callable[[Iterable[float]],
 _TIMES = ("f_s", "i_s", "w_s", "w_hot_s", "b_s")
 
 
-def _quiet_profile(
-    model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path, sessions: int = 1
-) -> tuple[dict, float]:
-    """`_quiet_profiles` of one model."""
-    return _quiet_profiles([(model_arg, case, out)], cfg, sessions)[0]
-
-
 def _quiet_profiles(
     items: Sequence[tuple[str | Path, ModelCase, Path]], cfg: RealConfig, sessions: int = 1
 ) -> list[tuple[dict, float]]:
@@ -601,7 +599,7 @@ def _resimulate_with_chunks(spec: Path, case: ModelCase, cfg: RealConfig, link: 
 def _profile_with_link(
     model_arg: str | Path, case: ModelCase, cfg: RealConfig, link: dict | None, out: Path, sessions: int = 1
 ) -> tuple[dict, float]:
-    """`_quiet_profile` with the measured gloo link added (what planning and re-simulation read)."""
+    """`_profiles_with_link` of one model (what planning and re-simulation read)."""
     return _profiles_with_link([(model_arg, case, out)], cfg, link, sessions)[0]
 
 
@@ -937,7 +935,7 @@ def run_bench(
         ]
         # the launches go round the models (A B C D A B C D): a phase of the host that lasts minutes
         # meets each model's rounds in several places (`SPREAD_WHY`)
-        parts = part_rounds(cfg.rounds, max(1, min(cfg.launches, cfg.rounds)))
+        parts = cfg.launch_rounds
         for k, rounds in enumerate(parts):
             for prep in preps:
                 launch_part(prep, cfg, rounds, log)
@@ -1239,10 +1237,10 @@ def render(res: RealResults) -> str:
         )
         + "; plans made with it (`make_plan_for`, hardware `cpu`, classic strategies on the uniform partition);"
         + (
-            f" then {len(part_rounds(cfg.rounds, min(cfg.launches, cfg.rounds)))} torchrun launches per model"
+            f" then {len(cfg.launch_rounds)} torchrun launches per model"
             " (all models' profiles first, their sessions going round the models, then the launches, going round"
             f" the models likewise: {SPREAD_WHY}); each launch (`bench/torch_runtime.py`) builds"
-            if min(cfg.launches, cfg.rounds) > 1
+            if len(cfg.launch_rounds) > 1
             else " then one torchrun launch (`bench/torch_runtime.py`) that builds"
         )
         + " torch.distributed.pipelining's own"
@@ -1250,7 +1248,7 @@ def render(res: RealResults) -> str:
         " plan's own stages (identical split and stage-to-rank map, checked) and adaptis' executor on the same"
         " plans plus the adaptive plan, every layer from `build_layer` with the same seed, and steps them in"
         f" alternating rounds (A B … B A), {cfg.warmup} warm-up + "
-        + " + ".join(str(r) for r in part_rounds(cfg.rounds, max(1, min(cfg.launches, cfg.rounds))))
+        + " + ".join(str(r) for r in cfg.launch_rounds)
         + " measured. Step time = rank 0's"
         " wall time barrier to barrier; figures are medians of the measured rounds. Error ="
         " (predicted − measured) / measured, negative = the prediction is optimistic.",

@@ -37,8 +37,7 @@ from bench.common import git_commit, machine  # noqa: E402
 
 SECTIONS = (
     "papertp", "paper", "bubbles", "seq", "ablation", "plantime", "recompute", "match", "real", "hostmodes", "hostdrift",
-    "replay",
-    "targets", "torchcsv", "zbgrid", "zbpaper", "zbtime",
+    "replay", "targets", "torchcsv", "zbgrid", "zbpaper", "zbtime",
 )  # fmt: skip
 # bench/zb.py's sections (the zero-bubble comparison, the author's profiled costs, planning time and scale)
 ZB_SECTIONS = {"zbgrid": "grid", "zbpaper": "paper", "zbtime": "plantime"}

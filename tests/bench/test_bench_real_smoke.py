@@ -222,7 +222,9 @@ def test_the_planning_profile_is_the_per_layer_median_of_its_sessions(
     monkeypatch.setattr(real, "profile", one)
     monkeypatch.setattr(real, "wait_quiet", lambda *a: 0.0)
     cfg = real.RealConfig(cases=(), quiet_wait_s=0.0)
-    got, share = real._quiet_profile("m", real.ModelCase("m", 16, 2), cfg, tmp_path / "p.json", cfg.profile_sessions)
+    ((got, share),) = real._quiet_profiles(
+        [("m", real.ModelCase("m", 16, 2), tmp_path / "p.json")], cfg, cfg.profile_sessions
+    )
     assert cfg.profile_sessions == 3
     assert got["entries"] == [{"f_s": 1.1, "i_s": 2 * 1.1, "w_s": 3 * 1.1, "b_s": 5 * 1.1}]
     assert json.loads((tmp_path / "p.json").read_text()) == got and 0.0 <= share <= 1.0
@@ -230,6 +232,8 @@ def test_the_planning_profile_is_the_per_layer_median_of_its_sessions(
 
 def test_rounds_split_evenly_over_the_launches() -> None:
     assert real.part_rounds(21, 2) == [11, 10]
+    assert real.FULL.launch_rounds == [11, 10] and real.QUICK.launch_rounds == [real.QUICK.rounds]
+    assert real.RealConfig(cases=(), rounds=1, launches=2).launch_rounds == [1]
     assert real.part_rounds(3, 3) == [1, 1, 1]
     assert real.part_rounds(5, 1) == [5]
     assert sum(real.part_rounds(22, 4)) == 22
