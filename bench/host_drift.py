@@ -34,7 +34,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.host_modes import _pin
+from bench.host_modes import _pin, probe_block
 
 KERNELS = ("mamba", "attention", "mlp", "gemm")
 HEADING = "## How steady is this machine, over minutes? (CPU)"
@@ -46,7 +46,6 @@ def _probe(core: int, seconds: float, out: str) -> None:
 
     import torch
 
-    from adaptis_plan.executor.layers import Block
     from adaptis_plan.inputs.models.load import load_model
 
     _pin(core)
@@ -54,13 +53,7 @@ def _probe(core: int, seconds: float, out: str) -> None:
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
     model = load_model("tiny-nemotron-h")
-    blocks = {}
-    for kind in KERNELS[:3]:
-        block = Block(model, next(x for x in model.layers if x.kind == kind))
-        for p in block.parameters():
-            if p.dim() > 1:
-                torch.nn.init.normal_(p, std=0.02)
-        blocks[kind] = block
+    blocks = {kind: probe_block(model, kind) for kind in KERNELS[:3]}
     x = torch.randn(1, 256, model.hidden_size, requires_grad=True)
     a, b = torch.randn(384, 384), torch.randn(384, 384)
     calls: list[tuple[float, str, float]] = []

@@ -43,6 +43,19 @@ def _pin(core: int) -> None:
         os.sched_setaffinity(0, {core})
 
 
+def probe_block(model, kind: str):  # noqa: ANN001, ANN201 - a ModelSpec -> an executor Block (torch: lazy)
+    """`model`'s first decoder-side layer of `kind` as the executor builds it, weights drawn N(0, 0.02)."""
+    import torch
+
+    from adaptis_plan.executor.layers import Block
+
+    block = Block(model, next(x for x in model.layers if x.kind == kind))
+    for p in block.parameters():
+        if p.dim() > 1:
+            torch.nn.init.normal_(p, std=0.02)
+    return block
+
+
 def _streamer(flag) -> None:  # noqa: ANN001 - a multiprocessing Event
     """Child process: stream memory on core 1 while `flag` is set."""
     import time
@@ -65,17 +78,13 @@ def _probe(blocks: int, calls: int, out: str) -> None:
 
     import torch
 
-    from adaptis_plan.executor.layers import Block
     from adaptis_plan.inputs.models.load import load_model
 
     _pin(0)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = load_model("tiny-nemotron-h")
-    layer = Block(model, next(x for x in model.layers if x.kind == "mamba"))
-    for p in layer.parameters():
-        if p.dim() > 1:
-            torch.nn.init.normal_(p, std=0.02)
+    layer = probe_block(model, "mamba")
     x = torch.randn(1, 256, model.hidden_size)
     a, b = torch.randn(384, 384), torch.randn(384, 384)
     s = torch.ones(STREAM_FLOATS)
