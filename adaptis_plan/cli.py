@@ -877,8 +877,13 @@ def _quiet_exit_reader_gone() -> NoReturn:
     interpreter's last flush at exit must not fail again and print "Exception ignored ... BrokenPipeError"."""
     for fd in (1, 2):
         if _reader_gone(fd):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+            _to_devnull(fd)
     sys.exit(EXIT_READER_GONE)
+
+
+def _to_devnull(fd: int) -> None:
+    """Point `fd`, whose reader went away, at /dev/null: the interpreter's last flush must not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
 
 
 def _say_error(*lines: str) -> None:
@@ -887,7 +892,7 @@ def _say_error(*lines: str) -> None:
     try:
         click.echo("\n".join(lines), err=True)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # the interpreter's last flush must not fail again
+        _to_devnull(2)
 
 
 def main() -> None:
