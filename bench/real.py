@@ -279,6 +279,7 @@ class ModelResult:
     wall_s: float
     torch_version: str = ""
     num_threads: int = 1
+    cpu_cores: list[int | None] = field(default_factory=list)  # per rank, the core it was pinned to
     layer_kinds: list[str] = field(default_factory=list)
     profile_others_share: float = 0.0  # other processes' share of the machine while profiling
     round_others_share: list[float] = field(default_factory=list)  # per measured round
@@ -878,6 +879,7 @@ def finish_model(prep: _Prepared, cfg: RealConfig, link: dict | None) -> ModelRe
         wall_s=prep.wall_s + time.perf_counter() - t0,
         torch_version=ranks[0]["torch_version"],
         num_threads=ranks[0]["num_threads"],
+        cpu_cores=[r.get("cpu_core") for r in ranks],
         layer_kinds=[layer.kind for layer in prep.model.layers],
         profile_others_share=prep.profile_noise,
         round_others_share=shares,
@@ -1198,6 +1200,14 @@ def _pct_or_dash(v: float | None) -> str:
     return "–" if v is None else f"{v * 100:+.0f}%"
 
 
+def _pinning(models: Sequence[ModelResult]) -> str:
+    """How the ranks sat on the cores, from what they reported (`executor.cpu.pin_core`)."""
+    cores = {tuple(m.cpu_cores) for m in models}
+    if len(cores) == 1 and (only := next(iter(cores))) and None not in only and len(set(only)) == len(only):
+        return f"each rank pinned to a core of its own (cores {', '.join(map(str, only))}; the profiler's one process unpinned)"
+    return "ranks not pinned to cores one each (`ADAPTIS_CPU_PIN=0`, more ranks than cores, or the cores changed)"
+
+
 def render(res: RealResults) -> str:
     """The section body (bench/run.py adds the heading and its reproduce line)."""
     cfg = res.config
@@ -1206,8 +1216,9 @@ def render(res: RealResults) -> str:
         f"Measured {res.date} in {res.wall_s:.0f} s wall time ({cfg.label} configuration), torch"
         f" {m0.torch_version if m0 else '?'}, gloo, PP={PP}: 2 ranks on this machine's {os.cpu_count()} cores, one"
         f" intra-op thread per rank (`torch.set_num_threads({m0.num_threads if m0 else 1})`, OMP_NUM_THREADS=1)"
-        " and denormal floats flushed to zero (`executor.cpu`, both runtimes and the profiler);"
-        f" fp32, no optimizer step timed; glibc malloc "
+        " and denormal floats flushed to zero (`executor.cpu`, both runtimes and the profiler); "
+        + _pinning(res.models)
+        + "; fp32, no optimizer step timed; glibc malloc "
         + (
             "keeps freed memory (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647`, see `MALLOC_ENV`)"
             " in the profiling process and both ranks."

@@ -74,7 +74,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from adaptis_plan.executor import layers as L
-from adaptis_plan.executor.cpu import enter_cpu_rank
+from adaptis_plan.executor.cpu import enter_cpu_rank, local_position, pinned_core
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.profile import profile_model
@@ -429,6 +429,7 @@ def run(cfg: dict, out: Path) -> None:
             # per measured round, per model: this rank's profile of that round alone (paired with its steps)
             "profile_rounds": in_run.rounds[warmup:] if in_run is not None else [],
             "num_threads": torch.get_num_threads(),
+            "cpu_core": pinned_core(),
             "torch_version": torch.__version__,
         },
     )
@@ -441,7 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     rank = int(os.environ.get("RANK", "0"))
     try:
         cfg = json.loads(Path(args.config).read_text())
-        enter_cpu_rank()
+        enter_cpu_rank(*local_position())  # as the executor's ranks: one core each, before gloo starts
         dist.init_process_group("gloo", timeout=timedelta(seconds=float(cfg.get("timeout_s", 120.0))))
         run(cfg, out)
         dist.barrier()

@@ -607,6 +607,8 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "losses": losses,
         # this node's projection GEMMs in the last step; forward includes what recomputation reran
         "gemm_flops": {k: sum(d["gemm_flops"][k] for d in per_rank.values()) for k in first["gemm_flops"]},
+        # per rank of this node, the core it was pinned to (CPU ranks that fit one per core; `executor.cpu`)
+        "cpu_cores": [per_rank[r].get("cpu_core") for r in ranks],
     }
     if options.verify:
         result.update(_verify(plan, job.model, out, ranks, options.seed, dev, options.dtype))

@@ -772,7 +772,7 @@ def _host_busy(rank: int, sizes: tuple[int, ...]) -> list[float]:
 def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int, host_costs: bool) -> None:
     import torch.distributed as dist
 
-    enter_cpu_rank()
+    enter_cpu_rank(rank, 2)  # one core per end, as the ranks of a launch
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=2, rank=rank)
     peer = 1 - rank
     small = torch.zeros(1)

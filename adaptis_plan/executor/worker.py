@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from adaptis_plan.executor.cpu import enter_cpu_rank
+from adaptis_plan.executor.cpu import enter_cpu_rank, local_position, pinned_core
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.lowering import P2P_ORDERS, lower
 from adaptis_plan.executor.processes import start_lifeline
@@ -162,6 +162,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
             "losses": losses,
             "timeline": [list(a) for a in timeline],
             "gemm_flops": flops,
+            "cpu_core": pinned_core(),
         },
     )
 
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
             warm_up_pairs(dist.get_world_size(), rank, device)
         else:
             device = torch.device("cpu")
-            enter_cpu_rank()
+            enter_cpu_rank(*local_position())  # pinned one rank per core, before gloo starts its threads
             dist.init_process_group("gloo", timeout=timeout)
         for job in jobs:
             job_out = out / job["name"]

@@ -11,6 +11,7 @@ same loss (within 1e-5) on the first step.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import sys
@@ -25,6 +26,7 @@ if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not an installed
 
 pytest.importorskip("torch.distributed.pipelining")
 
+from adaptis_plan.executor.cpu import PIN_ENV  # noqa: E402
 from bench import real  # noqa: E402
 
 pytestmark = pytest.mark.slow  # profiles and one torchrun launch: minutes on 2 loaded cores
@@ -104,6 +106,10 @@ def test_torch_runs_the_plans_own_split(results: real.RealResults) -> None:
 @pytest.mark.slow
 def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) -> None:
     text = real.render(results)
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) >= 2 and os.environ.get(PIN_ENV) != "0":  # the runtime's ranks, one core each
+        assert results.models[0].cpu_cores == usable[:2]
+        assert f"each rank pinned to a core of its own (cores {usable[0]}, {usable[1]};" in text
     targets = _table_after(text, "### Targets")
     judged = [r for r in targets if r[3] != "context"]
     # ours / torch, prediction with the planning profile, prediction with the layers as run, the

@@ -6,6 +6,7 @@ Run: `pytest tests/executor/test_launch.py`.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from helpers_executor import (
 
 from adaptis_plan.core import Action, Layout
 from adaptis_plan.errors import AdaptisError, InputError
+from adaptis_plan.executor.cpu import PIN_ENV
 from adaptis_plan.executor.launch import RunOptions, run_plan, run_plans
 from adaptis_plan.executor.verify import compare
 from adaptis_plan.planfile.io import read_plan
@@ -127,6 +129,8 @@ def test_run_reports_median_step_time_and_trains(plans: dict, tmp_path: Path) ->
     assert r["predicted_step_time_s"] == 0.05 and "verified" not in r
     assert len(r["losses"]) == 4 and r["losses"][0] != r["losses"][1]
     assert (tmp_path / "t.json").is_file()
+    usable = sorted(os.sched_getaffinity(0))  # each rank pinned to a core of its own when they fit
+    assert r["cpu_cores"] == (usable[:2] if len(usable) >= 2 and os.environ.get(PIN_ENV) != "0" else [None, None])
 
 
 @pytest.mark.slow
