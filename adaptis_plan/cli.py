@@ -641,7 +641,12 @@ def run_cmd(
     rdzv_endpoint,
     master_port,
 ) -> None:
-    """Execute PLAN for real under torchrun (gloo on CPU, NCCL on GPUs)."""
+    """Execute PLAN for real under torchrun (gloo on CPU, NCCL on GPUs).
+
+    On CPU each rank runs one intra-op thread and, when this node's ranks fit one per core, is
+    pinned to a core of its own (`cpu_cores` in --json); set ADAPTIS_CPU_PIN=0 to leave placement
+    to the OS, for example when several runs share one machine.
+    """
     from adaptis_plan.spec.limits import MAX_NODES
 
     _check_positive(steps=steps, timeout=timeout_s, nnodes=nnodes, master_port=master_port)
