@@ -20,18 +20,22 @@ flushes them on CPU only when told to (`torch.set_flush_denormal`). A flushed de
 reference step flushes them too.
 
 One core each (`pin_core`): when several local processes compute side by side (the ranks of a
-launch, `LOCAL_RANK` of `LOCAL_WORLD_SIZE`; the two ends of the profiler's link probe) and they are
-no more than the cores this process may use, process k is pinned to the k-th of them, before it
-starts gloo, so gloo's threads share its core too. Unpinned, the kernel moves a rank between
-cores and now and then runs both ranks' threads on one, and a layer inside a stage ran well over
-its time alone: on the 2-core CPU bench (`bench.real`, tiny-nemotron-h and tiny-gemma, 6 rounds,
-one launch each way), the median F span of a stage over its layers' in-launch profile went from
-+26 % to +5 % (tiny-nemotron-h 1F1B, stage 0) and from +40 % to -4 % (tiny-gemma 1F1B, stage 1)
-pinned, and the mean |error| of the 12 plans' predicted step times from about 5.6 % to 2.8 %. A
-single process (the profiler, a one-process reference step) is not pinned: it has no neighbour to
-keep apart, and pinned it could not leave a core another job is using. `ADAPTIS_CPU_PIN=0` in the
-environment turns pinning off (for example when several launches share one machine, which would
-otherwise pin their rank 0s to the same core).
+launch, `LOCAL_RANK` of `LOCAL_WORLD_SIZE`; the two ends of the profiler's link probe; the bench's
+concurrent profile copies) and they are no more than the cores this process may use, process k is
+pinned to the k-th of them, before it starts gloo, so gloo's threads share its core too. Why: a
+rank's placement is then fixed and known (`run --json` reports it as `cpu_cores`), as CPU
+training launchers commonly bind ranks to cores, and the OS can no longer run both ranks' threads
+on one core for a while. What it did to the predictions, measured on the 2-core CPU bench
+(`python -m bench.run --out BENCHMARKS.md --sections real,match`, 24 plans, fp32, PP 2): a short
+A/B (tiny-nemotron-h and tiny-gemma, 6 rounds, one launch each way) moved the mean |error| of the
+12 plans' in-launch predictions from about 5.6 % to 2.8 %, but two full runs a session apart
+(run 25 unpinned, run 26 pinned; the host is a shared VM whose speed moves by 10-40 % over
+minutes) did not confirm it: in-launch mean |error| 3.7 % vs 4.6 %, worst 11.4 % vs 10.2 %;
+planning-profile mean 9.1 % vs 7.6 %, worst 19.8 % vs 24.8 %. So pinning is no proven accuracy
+gain; it is kept for the fixed, reported placement. A single process (the profiler, a one-process
+reference step) is not pinned: it has no neighbour to keep apart, and pinned it could not leave a
+core another job is using. `ADAPTIS_CPU_PIN=0` in the environment turns pinning off (for example
+when several launches share one machine, which would otherwise pin their rank 0s to the same core).
 """
 
 from __future__ import annotations
@@ -54,17 +58,25 @@ def _flush_denormals(on: bool) -> None:
     _flushing = on
 
 
-def pin_core(index: int, of: int) -> int | None:
-    """Pin this process, and the threads it starts from now on, to the `index`-th of the cores it may
-    use, when it is one of `of` > 1 local processes computing side by side and they fit one per core;
-    returns the core, or None where it stays unpinned (module docstring)."""
+def core_for(index: int, of: int) -> int | None:
+    """The core local process `index` of `of` computing side by side is pinned to (the `index`-th
+    of the cores this process may use), or None where it stays unpinned: a lone process, more
+    processes than cores, `ADAPTIS_CPU_PIN=0`, or an OS that cannot pin (module docstring)."""
     if of < 2 or os.environ.get(PIN_ENV, "1").strip() == "0" or not hasattr(os, "sched_setaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
     if of > len(cores) or not 0 <= index < of:
         return None
-    os.sched_setaffinity(0, {cores[index]})
     return cores[index]
+
+
+def pin_core(index: int, of: int) -> int | None:
+    """Pin this process, and the threads it starts from now on, to `core_for(index, of)`; returns
+    that core, or None where it stays unpinned."""
+    core = core_for(index, of)
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+    return core
 
 
 def pinned_core() -> int | None:
