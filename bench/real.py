@@ -437,10 +437,15 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
     ranks. Every second copy walks the layers last to first (`--reverse`), as the in-launch
     profile's second rank does: no two copies time the same layer at once (a large-vocabulary
     head on both cores shares the memory bandwidth that only one rank uses for it in a pipeline).
-    The copies' F / I / W / B seconds are averaged per layer.
+    Copy k is pinned to the core local rank k is pinned to (`executor.cpu.core_for`), so the profile
+    and the ranks run on the same cores in the same way. The copies' F / I / W / B seconds are
+    averaged per layer.
     """
+    from adaptis_plan.executor.cpu import core_for
+
     procs, outs = [], []
     for k in range(cfg.profile_procs):
+        core = core_for(k, cfg.profile_procs)
         path = out.with_name(f"{out.stem}.proc{k}.json")
         cmd = [
             sys.executable, "-m", "adaptis_plan.cli", "profile", "--model", str(model_arg), "--device", "cpu",
@@ -448,8 +453,11 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
             "--repeats", str(cfg.profile_repeats), "-o", str(path), *(["--reverse"] if k % 2 else []),
         ]  # fmt: skip
         procs.append(
-            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(cfg), cwd=REPO)
-        )
+            subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(cfg), cwd=REPO,
+                preexec_fn=None if core is None else lambda core=core: os.sched_setaffinity(0, {core}),
+            )
+        )  # fmt: skip
         outs.append(path)
     wait_all(procs, 600, f"adaptis profile --model {model_arg}")
     merged = average_profiles([json.loads(path.read_text()) for path in outs])
@@ -1204,7 +1212,7 @@ def _pinning(models: Sequence[ModelResult]) -> str:
     """How the ranks sat on the cores, from what they reported (`executor.cpu.pin_core`)."""
     cores = {tuple(m.cpu_cores) for m in models}
     if len(cores) == 1 and (only := next(iter(cores))) and None not in only and len(set(only)) == len(only):
-        return f"each rank pinned to a core of its own (cores {', '.join(map(str, only))}; the profiler's one process unpinned)"
+        return f"each rank pinned to a core of its own (cores {', '.join(map(str, only))}; the planning profile's copies likewise, copy k on rank k's core)"
     return "ranks not pinned to cores one each (`ADAPTIS_CPU_PIN=0`, more ranks than cores, or the cores changed)"
 
 
