@@ -127,6 +127,9 @@ class CostTable:
     transfer_host_s_per_byte: float = 0.0
     w_hot_s: np.ndarray | None = None  # W right after its own I (class docstring); None: w_s
     b_fused_s: np.ndarray | None = None  # a fused B as measured (class docstring); None: I + w_hot
+    # how much one action's time varies about its cost, as the sd of log seconds (a measured profile's
+    # `time_spread`); the judge's expected step time charges it (`judge.simulate.expected_step`); 0: none
+    time_spread: float = 0.0
 
     def stage_op_seconds(self, device: int, lo: int, hi: int) -> dict[str, float]:
         """F / I / W / B seconds of the layers [lo, hi) as one stage on `device`, each op

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InfeasibleError, InputError
-from adaptis_plan.judge.simulate import SimResult, simulate
+from adaptis_plan.judge.simulate import SimResult, simulate, with_expected
 from adaptis_plan.planfile.io import check_model_matches, make_plan, plan_layout, plan_programs, read_plan
 from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.hardware import HardwareProfile
@@ -350,8 +350,12 @@ def make_plan_for(
         search_info["target"] = target.name
         if unrestricted is not None:
             search_info["unrestricted"] = {"step_time_s": unrestricted.step_time_s, **unrestricted_info}
-    result = (
-        best.result if best.result is not None else simulate(best.layout, costs, best.programs, req.num_microbatches)
+    result = with_expected(
+        best.layout,
+        costs,
+        best.programs,
+        req.num_microbatches,
+        best.result or simulate(best.layout, costs, best.programs, req.num_microbatches),
     )
     if not result.fits_memory:
         raise InfeasibleError(_memory_message(result, model, training, strategy, costs, rc_info))
@@ -656,7 +660,13 @@ def judge_plan(inputs: PlanInputs) -> SimResult:
     never finish is refused (DeadlockError naming the file, with the device x step grid)."""
     plan = inputs.plan
     try:
-        return simulate(plan_layout(plan), inputs.cost_table(), plan_programs(plan), plan.training.num_microbatches)
+        layout, costs, programs, m = (
+            plan_layout(plan),
+            inputs.cost_table(),
+            plan_programs(plan),
+            plan.training.num_microbatches,
+        )
+        return with_expected(layout, costs, programs, m, simulate(layout, costs, programs, m))
     except InputError as e:
         from adaptis_plan.errors import located
 

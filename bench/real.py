@@ -15,7 +15,8 @@ Data flow, per tiny model (`ModelCase`):
    `<work>/<model>/profile.json`;
 2. plan with it (`usecases.make_plan_for`, hardware `cpu`, `costs_path` = that profile): the
    classic `GPipe`, `1F1B`, `Interleaved1F1B`, `ZBVZeroBubble` on the uniform partition, and
-   `adaptive`; `plan.predicted.step_time_s` is adaptis' simulation with the measured profile.
+   `adaptive`; `plan.predicted.expected_step_time_s` is adaptis' simulation with the measured profile,
+   each action's time varying as the profile measured (`predictions`; `step_time_s` without that).
    Plus `1F1B+recompute`: 1F1B on the uniform partition with every stage marked for full
    recomputation, planned with the same profile (`--recompute full`: the cost table charges each
    decoder block's I its measured forward once more and keeps only the block's input);
@@ -184,6 +185,10 @@ class PlanRun:
     #: chunks): each layer's median over the rounds; then per kept round, with that round's profile alone
     predicted_in_run_s: float | None = None
     predicted_in_run_rounds_s: list[float] = field(default_factory=list)
+    #: the step with every action at its cost (no variation charged; `predictions`): the planning profile's,
+    #: and per kept round the in-launch one's (None / empty: the same as the prediction)
+    predicted_fixed_s: float | None = None
+    predicted_in_run_rounds_fixed_s: list[float] = field(default_factory=list)
     #: "F3" (op letter, stage) -> summed simulated action spans; the same measured, per kept round
     predicted_stage_busy_s: dict[str, float] = field(default_factory=dict)
     ours_stage_busy_s: list[dict[str, float]] = field(default_factory=list)
@@ -223,6 +228,15 @@ class PlanRun:
         if not self.predicted_in_run_rounds_s:
             return []
         return [(p - m) / m for p, m in zip(self.predicted_in_run_rounds_s, self.ours_s, strict=True)]
+
+    @property
+    def fixed_errors(self) -> tuple[float, float | None]:
+        """(`error`, `in_run_error`) with every action at its cost (`predicted_fixed_s`): what the prediction
+        would miss without the variation the profiles measured."""
+        fixed = self.predicted_s if self.predicted_fixed_s is None else self.predicted_fixed_s
+        rounds = self.predicted_in_run_rounds_fixed_s or self.predicted_in_run_rounds_s
+        paired = [(p - m) / m for p, m in zip(rounds, self.ours_s, strict=True)]
+        return (fixed - self.ours) / self.ours, (statistics.median(paired) if paired else self.in_run_error)
 
     @property
     def in_run_median_error(self) -> float | None:
@@ -473,8 +487,10 @@ def average_profiles(copies: Sequence[dict]) -> dict:
 
 def combine_profiles(copies: Sequence[dict], reduce: Callable[[Iterable[float]], float]) -> dict:
     """Profiles (CostProfile JSON) of one model -> one: the first, with each layer's F / I / W / B
-    seconds (the head's chunk entries too) replaced by `reduce` over all of them."""
+    seconds (the head's chunk entries too) and the `time_spread` replaced by `reduce` over all of them."""
     merged = json.loads(json.dumps(copies[0]))
+    if all(c.get("time_spread") is not None for c in copies):
+        merged["time_spread"] = reduce(c["time_spread"] for c in copies)
     for n, entry in enumerate(merged["entries"]):
         for key in _TIMES:
             if entry.get(key) is not None:
@@ -602,7 +618,7 @@ def _resimulate_with_chunks(spec: Path, case: ModelCase, cfg: RealConfig, link: 
     path = work / "profile-chunks.json"
     _profile_with_link(spec, case, cfg, link, path)
     outcome = simulate_plan_file(str(work / "plan-adaptive.json"), costs_path=str(path))
-    return {"adaptive": outcome.result.step_time_s}
+    return {"adaptive": predictions(outcome.result)[0]}
 
 
 def _profile_with_link(
@@ -644,12 +660,19 @@ def _in_run_profiles(ranks: Sequence[dict], planning: dict, work: Path, rnd: int
     return paths
 
 
-def _resimulate(plan_paths: dict[str, Path], profile_path: Path) -> dict[str, float]:
-    """Each plan's step time simulated with another profile of the same model and shape."""
+def predictions(result) -> tuple[float, float]:  # noqa: ANN001 - a judge.simulate.SimResult
+    """(the prediction, the step with every action at its cost): the prediction is the expected step time
+    when the profile measured how op times vary (`judge.simulate.expected_step`), else the step time."""
+    fixed = result.step_time_s
+    return (fixed if result.expected_step_time_s is None else result.expected_step_time_s), fixed
+
+
+def _resimulate(plan_paths: dict[str, Path], profile_path: Path) -> dict[str, tuple[float, float]]:
+    """Each plan's `predictions` simulated with another profile of the same model and shape."""
     from adaptis_plan.usecases import simulate_plan_file
 
     return {
-        s: simulate_plan_file(str(p), costs_path=str(profile_path)).result.step_time_s for s, p in plan_paths.items()
+        s: predictions(simulate_plan_file(str(p), costs_path=str(profile_path)).result) for s, p in plan_paths.items()
     }
 
 
@@ -809,7 +832,7 @@ def finish_model(prep: _Prepared, cfg: RealConfig, link: dict | None) -> ModelRe
     chunked = _resimulate_with_chunks(split_spec, case, cfg, link, work) if split_spec is not None else {}
     ranks = [merge_launches([json.loads((out / f"rank{r}.json").read_text()) for out in prep.outs]) for r in range(PP)]
 
-    def in_run_predictions(profiles: list[Path]) -> dict[str, float]:
+    def in_run_predictions(profiles: list[Path]) -> dict[str, tuple[float, float]]:
         return {
             s: _resimulate({s: path}, profiles[1 if plans[s][0].plan.model.head_chunks > 1 else 0])[s]
             for s, path in plan_paths.items()
@@ -859,7 +882,8 @@ def finish_model(prep: _Prepared, cfg: RealConfig, link: dict | None) -> ModelRe
         pr = PlanRun(
             strategy=strategy,
             stages=bounds,
-            predicted_s=plan.predicted.step_time_s,
+            predicted_s=plan.predicted.expected_step_time_s or plan.predicted.step_time_s,
+            predicted_fixed_s=plan.predicted.step_time_s,
             predicted_busy_s=pred_busy,
             ours_s=kept(ranks[0]["step_times_s"][ours]),
             ours_busy_s=kept(busy),
@@ -869,9 +893,10 @@ def finish_model(prep: _Prepared, cfg: RealConfig, link: dict | None) -> ModelRe
             plan_time_s=plan_time,
             num_actions=[len(dev.actions) for dev in plan.devices],
             predicted_chunks_s=chunked.get(strategy),
-            predicted_after_s=after[strategy],
-            predicted_in_run_s=in_run_pred[strategy],
-            predicted_in_run_rounds_s=[r[strategy] for r in in_run_rounds],
+            predicted_after_s=after[strategy][0],
+            predicted_in_run_s=in_run_pred[strategy][0],
+            predicted_in_run_rounds_s=[r[strategy][0] for r in in_run_rounds],
+            predicted_in_run_rounds_fixed_s=[r[strategy][1] for r in in_run_rounds],
             predicted_stage_busy_s=pred_stage,
             ours_stage_busy_s=kept(stage_busy),
             page_faults=kept(faults),
@@ -1139,6 +1164,7 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
                 why2,
             )
         )
+    rows.append(_variation_row(res))
     rows.append(_recompute_row(res))
     rows.append(
         (
@@ -1150,6 +1176,35 @@ def targets(res: RealResults) -> list[tuple[str, str, str, bool | None, str]]:
         )
     )
     return rows
+
+
+def _variation_row(res: RealResults) -> tuple[str, str, str, bool | None, str]:
+    """Context: the two error rows above with every action at its cost, no variation charged."""
+    runs = [(m, p) for m in res.models for s, p in m.plans.items() if s != RECOMPUTE]
+    plan_w = max(runs, key=lambda mp: abs(mp[1].fixed_errors[0]))
+    in_runs = [(m, p) for m, p in runs if p.fixed_errors[1] is not None]
+    in_w = max(in_runs, key=lambda mp: abs(mp[1].fixed_errors[1] or 0.0)) if in_runs else None
+    spreads = ", ".join(
+        f"{m.case.model} {m.profile['time_spread']:.3f}" for m in res.models if m.profile.get("time_spread") is not None
+    )
+    return (
+        "context: the two rows above with every action at its cost (no variation charged)",
+        f"plan-time {_pct(plan_w[1].fixed_errors[0])} ({plan_w[0].case.model} {plan_w[1].strategy})"
+        + (
+            f"; in-launch {_pct(in_w[1].fixed_errors[1] or 0.0)} ({in_w[0].case.model} {in_w[1].strategy})"
+            if in_w
+            else ""
+        ),
+        "",
+        None,
+        "the predictions above are the plans' expected step times: each action's time varied about its cost as"
+        " the profile measured op times vary from repeat to repeat within a round (sd of log time, planning"
+        f" profiles: {spreads or 'none measured'}), median of the simulator's replays"
+        " (`judge.simulate.expected_step`); here the step with no variation, as the search sees it. The"
+        " variation moved each plan's planning-profile error by (with minus without): classic plans"
+        f" {_range(p.error - p.fixed_errors[0] for _, p in runs if p.strategy in CLASSIC)}, adaptive plans"
+        f" {_range(p.error - p.fixed_errors[0] for _, p in runs if p.strategy == 'adaptive')}",
+    )
 
 
 def _recompute_row(res: RealResults) -> tuple[str, str, str, bool, str]:
@@ -1420,8 +1475,10 @@ def render(res: RealResults) -> str:
         " the weight gradient our deferrable linear would hand it (see `bench/torch_runtime.py`)."
     )
     lines.append(
-        "- predicted: the plan's `predicted.step_time_s`, i.e. `adaptis simulate` with the profile measured"
-        " above. The profiler times each distinct layer's F, I, W as a pipeline stage runs them, with two"
+        "- predicted: the plan's `predicted.expected_step_time_s` (its `step_time_s` when the profile measured no"
+        " variation), i.e. `adaptis simulate` with the profile measured above: the median step of replays in"
+        " which each action's time varies about its cost as the profile's op times varied within a round"
+        " (`time_spread`; the Targets table's context row gives the errors without it). The profiler times each distinct layer's F, I, W as a pipeline stage runs them, with two"
         " other micro-batches' graphs alive, each backward that of the oldest and each W timed twice: after a"
         " later micro-batch's I, as a split-backward schedule defers it, and right after its own I; the"
         " simulator charges a W that the plan puts right after its own I the second, and a fused B what the"

@@ -520,6 +520,7 @@ def build_cost_table(
         transfer_host_s_per_byte=float(host[1]),
         w_hot_s=w_hot_s,
         b_fused_s=b_fused_s,
+        time_spread=float(profile.time_spread or 0.0) if profile is not None else 0.0,
     )
 
 

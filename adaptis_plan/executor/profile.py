@@ -55,6 +55,10 @@ by about 1.5-2 ms per tiny-llama stage forward, which a one-process stage forwar
 held reproduced. With the steady state, the in-launch errors (tiny-llama, tiny-nemotron-h) of the
 classic plans went from -2% to -14% to -6.8% to +0.7%, the adaptive plans' from -14% to -23%
 to -6% to -11%.
+How much the op times vary within a round is kept too (`CostProfile.time_spread`, `_Spread`): the
+standard deviation of log seconds about each (layer, op, round)'s own mean, pooled over all of them,
+so the host's drift from round to round does not count, only the repeat-to-repeat variation that
+a pipeline's hand-offs pay (`judge.simulate.expected_step`).
 A body layer whose weights fit the rank's cache (`cache_bytes`) is timed in a chain of copies, each
 with its own weights, that fill twice the cache (`stage_copies`), and its times and bytes are the
 chain's per copy: in a stage of several layers each op finds the layer's weights evicted by the
@@ -426,10 +430,30 @@ def spread_repeats(repeats: int, rounds: int) -> list[int]:
     return [repeats // rounds + (r >= rounds - repeats % rounds) for r in range(rounds)]
 
 
+class _Spread:
+    """The within-round variation of op times (`CostProfile.time_spread`): the pooled standard deviation
+    of log seconds about each (item, op, round) sample's own mean, over the degrees of freedom."""
+
+    def __init__(self) -> None:
+        self.squares, self.dof = 0.0, 0
+
+    def add(self, seconds: list[float]) -> None:
+        logs = [math.log(t) for t in seconds if t > 0]
+        if len(logs) >= 2:
+            mean = statistics.fmean(logs)
+            self.squares += sum((x - mean) ** 2 for x in logs)
+            self.dof += len(logs) - 1
+
+    @property
+    def sigma(self) -> float | None:
+        return math.sqrt(self.squares / self.dof) if self.dof else None
+
+
 def _measure(
     items: list[tuple[ModelSpec, int, str]], *, repeats: int, rounds: int, warmup: int, **setup: object
-) -> list[LayerCostEntry]:
-    """The entry of each (model, layer index, recompute mode) of `items`, measured in rounds.
+) -> tuple[list[LayerCostEntry], float | None]:
+    """The entry of each (model, layer index, recompute mode) of `items`, measured in rounds, and the
+    op times' spread within a round (`_Spread`; None with one repeat per round).
 
     Each round times every item's three passes, in `items`' order, `spread_repeats(repeats,
     rounds)` repeats each (after `warmup` in every pass); each field is the median of the item's
@@ -437,13 +461,15 @@ def _measure(
     reaches it, and stays built until the last (`setup`: `_LayerTimer`'s other arguments)."""
     timers: list[_LayerTimer] = []
     pooled: list[dict[str, list[float]]] = [{op: [] for op in _OPS} for _ in items]
+    spread = _Spread()
     for r, n in enumerate(spread_repeats(repeats, rounds)):
         for k, (model, index, mode) in enumerate(items):
             if r == 0:
                 timers.append(_LayerTimer(model, index, recompute=mode, **setup))  # type: ignore[arg-type]
             for op, got in timers[k].time(n, warmup).items():
                 pooled[k][op] += got
-    return [t.entry(p) for t, p in zip(timers, pooled, strict=True)]
+                spread.add(got)
+    return [t.entry(p) for t, p in zip(timers, pooled, strict=True)], spread.sigma
 
 
 def profile_model(
@@ -484,7 +510,7 @@ def profile_model(
         timed, splits, work = _timed_layers(model, head_chunks)
         items = [(m, index, "none") for m, index in timed]
         # reversed, the head's chunks come first, so that they too meet other layers in a forward copy
-        got = _measure(
+        got, spread = _measure(
             items[::-1] if reverse else items, repeats=repeats, rounds=rounds, warmup=warmup, seq_len=seq_len,
             micro_batch_size=micro_batch_size, device=dev, dtype=_DTYPES[dtype], seed=seed, keep=keep,
         )  # fmt: skip
@@ -505,6 +531,7 @@ def profile_model(
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         entries=entries,
         head_chunks=chunked,
+        time_spread=spread,
     )
 
 
@@ -655,7 +682,7 @@ def profile_recompute(
     """
     with _measuring(device) as dev:
         work = [(mode, g) for mode in modes for g in distinct_layers(model) if _changes(model, g[0], mode)]
-        got = _measure(
+        got, _ = _measure(
             [(model, g[0], mode) for mode, g in work], repeats=repeats, rounds=rounds, warmup=warmup,
             seq_len=seq_len, micro_batch_size=micro_batch_size, device=dev, dtype=_DTYPES[dtype], seed=seed,
         )  # fmt: skip

@@ -15,12 +15,14 @@ a plan's figures need on top:
   recomputed stage's W inputs outweigh what F kept); W frees `act_w_bytes` at its end; B frees
   `act_bytes` at its end;
 - the cross-device transfers (when each took its link and arrived);
-- the lower bound (`judge.bound`).
+- the lower bound (`judge.bound`);
+- with costs that carry a measured `time_spread`, the expected step time (`expected_step`: replays
+  with every action's time varied about its cost), for the final verdict on a plan only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -74,6 +76,9 @@ class SimResult:
     mem_limit_bytes: list[float] = field(default_factory=list)
     static_bytes: list[float] = field(default_factory=list)
     num_microbatches: int = 0
+    # the median step when each action's time varies as the costs say (`expected_step`); None: not
+    # computed, or costs without variation
+    expected_step_time_s: float | None = None
 
     @property
     def num_devices(self) -> int:
@@ -83,6 +88,7 @@ class SimResult:
         """The JSON-ready keys that `plan --json` / `simulate --json` carry."""
         return {
             "step_time_s": self.step_time_s,
+            "expected_step_time_s": self.expected_step_time_s,
             "bubble_ratio": self.bubble_ratio,
             "bubble_ratio_per_device": list(self.bubble_ratio_per_device),
             "peak_memory_bytes": list(self.peak_memory_bytes),
@@ -107,6 +113,52 @@ def simulate(layout: Layout, costs: CostTable, programs: Programs, num_microbatc
         w_hot=sc.w_hot,
     )
     return _assemble(layout, costs, sc, run, num_microbatches)
+
+
+#: replays behind an expected step time (`expected_step`), fewer for a long program (`EXPECTED_ACTIONS`)
+EXPECTED_SAMPLES = 64
+#: at most this many actions replayed for one expected step time (and at least 8 replays)
+EXPECTED_ACTIONS = 400_000
+
+
+def expected_step(
+    layout: Layout, costs: CostTable, programs: Programs, num_microbatches: int, result: SimResult, *, seed: int = 0
+) -> float | None:
+    """The median step time of `programs` when each action's time varies about what `result` charged
+    it, as a measured profile says one op's time varies within a round (`costs.time_spread` = sigma):
+    each replay draws every action's seconds independently as its cost x exp(sigma z), z standard
+    normal (so each action's median stays its cost), P2P as simulated; `EXPECTED_SAMPLES` replays
+    from a fixed `seed`, so the same inputs give the same figure. None when sigma is 0.
+
+    Why: with every action at its median, a plan whose devices hand work to each other with no
+    slack waits for nobody; with times that vary, each hand-off waits for the later of two, and the
+    step grows (a tight, balanced plan more than a slack one). On the 2-core CPU bench, replaying
+    each round's measured action spans instead of each action's median over the rounds added 3-24
+    ms to the adaptive plans' steps (`bench.actions`)."""
+    sigma = costs.time_spread
+    if sigma <= 0:
+        return None
+    flat = check_programs(layout, programs, num_microbatches)
+    sc = stage_costs(layout, costs)
+    base = np.array([t1 - t0 for row in result.times for t0, t1 in row], dtype=float)
+    samples = max(8, min(EXPECTED_SAMPLES, EXPECTED_ACTIONS // max(1, base.size)))
+    rng = np.random.default_rng(seed)
+    steps = []
+    for _ in range(samples):
+        run = replay(
+            layout, programs, num_microbatches, None, (sc.p2p_act, sc.p2p_grad), (sc.occ_act, sc.occ_grad),
+            flat=flat, action_durations=base * np.exp(sigma * rng.standard_normal(base.size)),
+        )  # fmt: skip
+        steps.append(max((row[-1] for row in run.ends if row), default=0.0))
+    return float(np.median(steps))
+
+
+def with_expected(
+    layout: Layout, costs: CostTable, programs: Programs, num_microbatches: int, result: SimResult
+) -> SimResult:
+    """`result` with its `expected_step_time_s` (`expected_step`): for the final verdict on a plan,
+    not for the search's many candidates."""
+    return replace(result, expected_step_time_s=expected_step(layout, costs, programs, num_microbatches, result))
 
 
 def _assemble(layout: Layout, costs: CostTable, sc: StageCosts, run: Replay, m: int) -> SimResult:

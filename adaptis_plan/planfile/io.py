@@ -309,6 +309,7 @@ def make_plan(
     ]
     predicted = Predicted(
         step_time_s=result.step_time_s,
+        expected_step_time_s=result.expected_step_time_s,
         bubble_ratio=float(result.bubble_ratio),
         bubble_ratio_per_device=[float(x) for x in result.bubble_ratio_per_device],
         peak_memory_bytes=[float(x) for x in result.peak_memory_bytes],

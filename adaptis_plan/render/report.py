@@ -6,6 +6,8 @@ console. Presentation only: every number comes from the simulator's result.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from rich.console import Console
 from rich.table import Table
@@ -13,6 +15,19 @@ from rich.table import Table
 from adaptis_plan.core import Layout
 from adaptis_plan.text import MAX_SHOWN, shown
 from adaptis_plan.units import fmt_bytes, fmt_time
+
+if TYPE_CHECKING:
+    from adaptis_plan.judge.simulate import SimResult
+
+
+def expected_line(r: SimResult) -> str | None:
+    """The expected step time under the profile's measured variation (`judge.simulate.expected_step`), if any."""
+    if r.expected_step_time_s is None:
+        return None
+    return (
+        f"expected step, each action's time varying as the profile measured (`time_spread`):"
+        f" {_ms(r.expected_step_time_s)} ms ({r.expected_step_time_s / r.step_time_s - 1:+.1%})."
+    )
 
 
 def _gib(n: float) -> str:
@@ -85,6 +100,8 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         f"lower bound {_ms(r.lower_bound_s)} ms; this plan is {gap:.1%} above it."
         f" planned in {outcome.plan_time_s:.2f} s."
     )
+    if (line := expected_line(r)) is not None:
+        console.print(line)
     if outcome.unrestricted is not None:
         u = outcome.unrestricted
         console.print(
@@ -223,6 +240,8 @@ def print_simulation_report(
         f"step {_ms(r.step_time_s)} ms, mean bubble {r.bubble_ratio:.1%}, lower bound"
         f" {_ms(r.lower_bound_s)} ms ({gap:.1%} above), fits memory: {r.fits_memory}"
     )
+    if (line := expected_line(r)) is not None:
+        console.print(line)
     if sim.stored_differs:
         console.print(
             f"[yellow]note:[/] the plan file says {_ms(sim.plan.predicted.step_time_s)} ms; re-simulated"

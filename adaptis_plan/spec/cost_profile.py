@@ -147,6 +147,15 @@ class CostProfile(StrictModel):
         le=MAX_LATENCY_S,
         description="measured host time of the pipeline runtime per action (dispatch, P2P posting), if any",
     )
+    time_spread: float | None = Field(
+        None,
+        ge=0,
+        le=5,
+        description="how much one op's time varies from one repeat to the next within a round: the standard"
+        " deviation of log seconds about each (layer, op, round)'s own mean, pooled over all of them; the"
+        " simulator's expected step time varies every action's time by this much (absent or 0: no variation"
+        " charged)",
+    )
     head_chunks: list[HeadChunkProfile] = Field(
         default_factory=list,
         description="the head also measured split into vocabulary chunks (the chunks' own costs, which are not"

@@ -295,6 +295,12 @@ class Predicted(_Strict):
     """The simulator's verdict on the plan when it was made (`simulate` recomputes it, never trusts it)."""
 
     step_time_s: float = Field(ge=0, description="the latest end_s: one step's predicted time")
+    expected_step_time_s: float | None = Field(
+        None,
+        ge=0,
+        description="the median step time when every action's time varies as the measured profile's"
+        " `time_spread` says (`judge.simulate.expected_step`); absent: costs without measured variation",
+    )
     bubble_ratio: float = Field(0.0, ge=0, le=1, description="mean over devices")
     bubble_ratio_per_device: list[float] = Field(description="idle share of the step per device (0..1)")
     peak_memory_bytes: list[float] = Field(description="peak memory per device, bytes")

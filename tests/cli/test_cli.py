@@ -509,3 +509,25 @@ def test_head_chunks_bad_values(adaptis, tmp_path: Path) -> None:
     r = adaptis("plan", "--model", "gemma-7b", *base, "--head-chunks", "2", "-o", tmp_path / "b.json")
     assert r.exit_code == 2 and "ties its embeddings" in r.stderr
     assert not (tmp_path / "b.json").exists()
+
+
+def test_a_profile_with_measured_variation_gives_an_expected_step(adaptis, tmp_path: Path) -> None:
+    from helpers_cli import tiny_cost_profile
+
+    plain, varied = tmp_path / "plain.json", tmp_path / "varied.json"
+    plain.write_text(json.dumps(tiny_cost_profile()))
+    varied.write_text(json.dumps(tiny_cost_profile() | {"time_spread": 0.2}))
+    r = adaptis("plan", *TINY, *FAST, "--strategy", "1F1B", "--costs", plain, "-o", tmp_path / "a.json", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["expected_step_time_s"] is None
+    assert "expected_step_time_s" not in load(tmp_path / "a.json")["predicted"]
+    r = adaptis("plan", *TINY, *FAST, "--strategy", "1F1B", "--costs", varied, "-o", tmp_path / "b.json", "--json")
+    assert r.exit_code == 0, r.stderr
+    out, plan = r.json(), load(tmp_path / "b.json")
+    assert out["expected_step_time_s"] > out["step_time_s"]  # 1F1B's hand-offs wait for the later of two
+    assert plan["predicted"]["expected_step_time_s"] == out["expected_step_time_s"]
+    s = adaptis("simulate", tmp_path / "b.json", "--json")
+    assert s.exit_code == 0, s.stderr
+    assert s.json()["expected_step_time_s"] == pytest.approx(out["expected_step_time_s"], rel=1e-12)
+    s = adaptis("simulate", tmp_path / "b.json")
+    assert s.exit_code == 0 and "expected step" in s.stderr, s.stderr

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers_executor import (
     tiny_family,
@@ -260,9 +262,21 @@ def test_a_profile_in_rounds_pools_every_rounds_repeats(monkeypatch: pytest.Monk
         for k, field in enumerate(("f_s", "i_s", "w_s", "w_hot_s", "b_s")):
             assert getattr(e, field) == pytest.approx((100 + 10 * k) * 1e-3), (e.layers, field)
         assert e.act_bytes > 0
+    # the spread is the variation within a round only (the 100 ms from one round to the next is drift):
+    # sd of log ms about each (layer, op, round)'s mean, pooled over 1 + 2 degrees of freedom per layer and op
+    squares = sum(
+        float(np.sum((np.log(v) - np.log(v).mean()) ** 2))
+        for k in range(len(prof._OPS))
+        for v in (np.array([10.0 * k, 1 + 10.0 * k]), 100 + 10.0 * k + np.arange(3.0))
+        if v.min() > 0
+    )
+    dof = sum(1 + 2 if k else 2 for k in range(len(prof._OPS)))  # op 0's round 0 has a 0 ms sample, left out
+    assert got.time_spread == pytest.approx(math.sqrt(squares / dof))
+    assert got.time_spread < 0.1
     # never more rounds than repeats: each round times every op at least once
     calls.clear()
-    assert profile_model(model, seq_len=16, micro_batch_size=1, repeats=2, rounds=5, warmup=0).rounds == 2
+    one_each = profile_model(model, seq_len=16, micro_batch_size=1, repeats=2, rounds=5, warmup=0)
+    assert one_each.rounds == 2 and one_each.time_spread is None  # one repeat per round: no spread within one
     assert calls == [(g[0], 1) for _ in range(2) for g in groups]
     with pytest.raises(AdaptisError, match="rounds"):
         profile_model(model, seq_len=16, micro_batch_size=1, repeats=2, rounds=0)

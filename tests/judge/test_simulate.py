@@ -602,3 +602,44 @@ def test_a_peak_over_its_limit_by_rounding_fits_and_by_more_does_not():
     assert fits.fits_memory and fits.overflow_bytes == [0.0, 0.0]
     over = simulate(layout, uniform_costs(2, 2, act=0.3 + 2 * MEM_SLACK, mem_limit=0.3), programs, 1)
     assert not over.fits_memory and over.overflow_bytes[0] == pytest.approx(2 * MEM_SLACK)
+
+
+# --- expected step time under measured variation (`expected_step`) ---------------------------------
+
+
+def _expected(costs: CostTable, layout: Layout, programs: Programs, m: int) -> tuple[float, float | None]:
+    from adaptis_plan.judge.simulate import with_expected
+
+    res = with_expected(layout, costs, programs, m, simulate(layout, costs, programs, m))
+    return res.step_time_s, res.expected_step_time_s
+
+
+def test_no_measured_variation_means_no_expected_step() -> None:
+    costs = uniform_costs(2, 2)
+    assert _expected(costs, straight(2), one_f_one_b(2, 4), 4)[1] is None
+    assert "expected_step_time_s" in simulate(straight(2), costs, one_f_one_b(2, 4), 4).summary()
+
+
+def test_expected_step_is_reproducible_and_grows_with_the_spread() -> None:
+    layout, programs = straight(2), one_f_one_b(2, 8)
+    small = dataclasses.replace(uniform_costs(2, 2), time_spread=0.05)
+    large = dataclasses.replace(uniform_costs(2, 2), time_spread=0.3)
+    step, e_small = _expected(small, layout, programs, 8)
+    assert e_small is not None and e_small == _expected(small, layout, programs, 8)[1]  # a fixed seed
+    _, e_large = _expected(large, layout, programs, 8)
+    assert e_large is not None and step < e_small < e_large
+
+
+def test_hand_offs_without_slack_pay_the_variation_a_lone_device_does_not() -> None:
+    # one device running everything: each action's median stays its cost, so the step's median grows
+    # only by the skew of a sum (a few %); two devices in lockstep wait for the later of two at every hand-off
+    spread, m = 0.3, 8
+    lone = dataclasses.replace(uniform_costs(2, 1), time_spread=spread)
+    lone_layout = Layout((0, 1, 2), (0, 0), 1)
+    lone_prog = [[Action(0, "F", mb) for mb in range(m)] + [Action(1, "F", mb) for mb in range(m)]
+                 + [Action(s, "B", mb) for s in (1, 0) for mb in range(m)]]  # fmt: skip
+    step1, exp1 = _expected(lone, lone_layout, lone_prog, m)
+    pair = dataclasses.replace(uniform_costs(2, 2), time_spread=spread)
+    step2, exp2 = _expected(pair, straight(2), one_f_one_b(2, m), m)
+    assert exp1 is not None and exp2 is not None
+    assert exp2 / step2 - 1 > 2 * (exp1 / step1 - 1) > 0
