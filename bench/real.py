@@ -1189,9 +1189,9 @@ def _variation_row(res: RealResults) -> tuple[str, str, str, bool | None, str]:
     )
     return (
         "context: the two rows above with every action at its cost (no variation charged)",
-        f"plan-time {_pct(plan_w[1].fixed_errors[0])} ({plan_w[0].case.model} {plan_w[1].strategy})"
+        f"{_pct(plan_w[1].fixed_errors[0])} ({plan_w[0].case.model} {plan_w[1].strategy}, plan-time profile)"
         + (
-            f"; in-launch {_pct(in_w[1].fixed_errors[1] or 0.0)} ({in_w[0].case.model} {in_w[1].strategy})"
+            f"; {_pct(in_w[1].fixed_errors[1] or 0.0)} ({in_w[0].case.model} {in_w[1].strategy}, in-launch)"
             if in_w
             else ""
         ),
