@@ -681,6 +681,11 @@ def run_cmd(
     c.print(
         f"[bold]{shown(plan.strategy)}[/] on {plan.training.pp} ranks: measured step {fmt_time(out['measured_step_time_s'], 'ms')}"
         f" (median of {out['steps']}), predicted {fmt_time(out['predicted_step_time_s'], 'ms')}"
+        + (
+            ""
+            if out.get("expected_step_time_s") is None
+            else f" (expected {fmt_time(out['expected_step_time_s'], 'ms')} with the profile's measured variation)"
+        )
     )
     recomputed = [f"{st.stage}: {st.recompute}" for st in plan.stages if st.recompute != "none"]
     if recomputed:

@@ -800,7 +800,15 @@ def run_plan_file(
 
     plan, model, judged = load_plan_for_run(plan_path, model_arg)
     # the prediction is the judge's, as `simulate` gives it: a hand-edited plan's stored figure may be stale
-    return plan, run_plan(plan, model, options, trace_path=trace_path, label=plan_path, predicted_s=judged.step_time_s)
+    return plan, run_plan(
+        plan,
+        model,
+        options,
+        trace_path=trace_path,
+        label=plan_path,
+        predicted_s=judged.step_time_s,
+        expected_s=judged.expected_step_time_s,
+    )
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,8 @@ class PlanJob:
 
     `label` names the plan in messages and in the result's `plan` key (the CLI passes the file's path).
     `predicted_s`: the step the judge simulates for the plan, reported beside the measured one (None:
-    the plan's stored figure, which a hand-edited plan may have left stale).
+    the plan's stored figure, which a hand-edited plan may have left stale); `expected_s` likewise its
+    expected step under the profile's measured variation (`judge.simulate.expected_step`; None: none).
     """
 
     plan: PlanFile
@@ -153,10 +154,15 @@ class PlanJob:
     trace_path: str | Path | None = None
     label: str = "plan"
     predicted_s: float | None = None
+    expected_s: float | None = None
 
     @property
     def predicted_step_time_s(self) -> float:
         return self.plan.predicted.step_time_s if self.predicted_s is None else self.predicted_s
+
+    @property
+    def expected_step_time_s(self) -> float | None:
+        return self.plan.predicted.expected_step_time_s if self.predicted_s is None else self.expected_s
 
 
 class Terminated(AdaptisError):
@@ -177,16 +183,17 @@ def run_plan(
     trace_path: str | Path | None = None,
     label: str = "plan",
     predicted_s: float | None = None,
+    expected_s: float | None = None,
 ) -> dict[str, Any]:
     """Execute `plan` for `warmup + steps` steps; returns the `run` JSON keys of DESIGN.md.
 
     Keys: `steps`, `measured_step_time_s` (median of the steps after warm-up, rank 0's wall
     time from a barrier to a barrier), `predicted_step_time_s` (`predicted_s`, else the plan's stored
-    figure), `step_times_s`,
+    figure), `expected_step_time_s` (`expected_s`, likewise; None without measured variation), `step_times_s`,
     and with `verify` also `loss_diff`, `max_abs_grad_diff`, `verified` (the first step's loss
     and every gradient against a single-process step; tolerances in `verify.py`).
     """
-    return run_plans([PlanJob(plan, model, trace_path, label, predicted_s)], options)[0]
+    return run_plans([PlanJob(plan, model, trace_path, label, predicted_s, expected_s)], options)[0]
 
 
 def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[dict[str, Any]]:
@@ -597,6 +604,7 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "warmup": options.warmup,
         "measured_step_time_s": statistics.median(times),
         "predicted_step_time_s": job.predicted_step_time_s,
+        "expected_step_time_s": job.expected_step_time_s,
         "step_times_s": times,
         "device": dev,
         "backend": "nccl" if dev == "cuda" else "gloo",

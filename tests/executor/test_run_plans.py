@@ -69,3 +69,34 @@ def test_run_reports_the_judges_prediction_not_a_stale_stored_one(
     sim = simulate_plan_file(str(edited))
     assert sim.stored_differs  # the edit changed the simulated step
     assert out["predicted_step_time_s"] == pytest.approx(sim.result.step_time_s)
+
+
+def test_run_reports_the_expected_step_of_a_plan_made_with_measured_variation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a profile that measured how op times vary, `run` reports the judge's expected step beside its step."""
+    import json
+
+    from helpers_cli import tiny_cost_profile
+
+    import adaptis_plan.executor.launch as launch
+    from adaptis_plan.usecases import run_plan_file, simulate_plan_file
+
+    costs, plan = tmp_path / "costs.json", tmp_path / "plan.json"
+    costs.write_text(json.dumps(tiny_cost_profile() | {"time_spread": 0.1}))
+    req = PlanRequest(
+        "tiny-llama", "cpu", pp=2, num_microbatches=4, seq_len=128, strategy="1F1B", costs_path=str(costs)
+    )
+    write_plan(make_plan_for(req).plan, plan)
+    monkeypatch.setattr(
+        launch,
+        "run_plans",
+        lambda jobs, options: [
+            {"predicted_step_time_s": j.predicted_step_time_s, "expected_step_time_s": j.expected_step_time_s}
+            for j in jobs
+        ],
+    )
+    _, out = run_plan_file(str(plan), RunOptions(steps=1))
+    sim = simulate_plan_file(str(plan)).result
+    assert sim.expected_step_time_s is not None and sim.expected_step_time_s > sim.step_time_s
+    assert out == {"predicted_step_time_s": sim.step_time_s, "expected_step_time_s": sim.expected_step_time_s}
