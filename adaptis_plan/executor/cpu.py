@@ -31,8 +31,10 @@ A/B (tiny-nemotron-h and tiny-gemma, 6 rounds, one launch each way) moved the me
 12 plans' in-launch predictions from about 5.6 % to 2.8 %, but two full runs a session apart
 (run 25 unpinned, run 26 pinned; the host is a shared VM whose speed moves by 10-40 % over
 minutes) did not confirm it: in-launch mean |error| 3.7 % vs 4.6 %, worst 11.4 % vs 10.2 %;
-planning-profile mean 9.1 % vs 7.6 %, worst 19.8 % vs 24.8 %. So pinning is no proven accuracy
-gain; it is kept for the fixed, reported placement. A single process (the profiler, a one-process
+planning-profile mean 9.1 % vs 7.6 %, worst 19.8 % vs 24.8 %. On another VM (Intel, runs 27 and 28,
+pinned, the planning profile's copies too) the in-launch mean |error| was 3.3 % and 2.7 %, with no
+unpinned run there to compare. So pinning is no proven accuracy gain; it is kept for the fixed,
+reported placement. A single process (the profiler, a one-process
 reference step) is not pinned: it has no neighbour to keep apart, and pinned it could not leave a
 core another job is using. `ADAPTIS_CPU_PIN=0` in the environment turns pinning off (for example
 when several launches share one machine, which would otherwise pin their rank 0s to the same core).
