@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import shutil
@@ -225,9 +226,11 @@ class PlanRun:
     @property
     def in_run_round_errors(self) -> list[float]:
         """Each kept round's error with that round's in-launch profile (empty without per-round profiles)."""
-        if not self.predicted_in_run_rounds_s:
-            return []
-        return [(p - m) / m for p, m in zip(self.predicted_in_run_rounds_s, self.ours_s, strict=True)]
+        return self._round_errors(self.predicted_in_run_rounds_s)
+
+    def _round_errors(self, predicted: list[float]) -> list[float]:
+        """Each kept round's (prediction - step) / step, paired by round (empty without predictions)."""
+        return [(p - m) / m for p, m in zip(predicted, self.ours_s, strict=True)] if predicted else []
 
     @property
     def fixed_errors(self) -> tuple[float, float | None]:
@@ -235,7 +238,7 @@ class PlanRun:
         would miss without the variation the profiles measured."""
         fixed = self.predicted_s if self.predicted_fixed_s is None else self.predicted_fixed_s
         rounds = self.predicted_in_run_rounds_fixed_s or self.predicted_in_run_rounds_s
-        paired = [(p - m) / m for p, m in zip(rounds, self.ours_s, strict=True)]
+        paired = self._round_errors(rounds)
         return (fixed - self.ours) / self.ours, (statistics.median(paired) if paired else self.in_run_error)
 
     @property
@@ -451,15 +454,14 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
     ranks. Every second copy walks the layers last to first (`--reverse`), as the in-launch
     profile's second rank does: no two copies time the same layer at once (a large-vocabulary
     head on both cores shares the memory bandwidth that only one rank uses for it in a pipeline).
-    Copy k is pinned to the core local rank k is pinned to (`executor.cpu.core_for`), so the profile
-    and the ranks run on the same cores in the same way. The copies' F / I / W / B seconds are
+    Copy k is pinned as local rank k is (`executor.cpu.pin_core`, in the copy before it starts), so the
+    profile and the ranks run on the same cores in the same way. The copies' F / I / W / B seconds are
     averaged per layer.
     """
-    from adaptis_plan.executor.cpu import core_for
+    from adaptis_plan.executor.cpu import pin_core
 
     procs, outs = [], []
     for k in range(cfg.profile_procs):
-        core = core_for(k, cfg.profile_procs)
         path = out.with_name(f"{out.stem}.proc{k}.json")
         cmd = [
             sys.executable, "-m", "adaptis_plan.cli", "profile", "--model", str(model_arg), "--device", "cpu",
@@ -469,7 +471,7 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
         procs.append(
             subprocess.Popen(
                 cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(cfg), cwd=REPO,
-                preexec_fn=None if core is None else lambda core=core: os.sched_setaffinity(0, {core}),
+                preexec_fn=functools.partial(pin_core, k, cfg.profile_procs),
             )
         )  # fmt: skip
         outs.append(path)
@@ -660,7 +662,7 @@ def _in_run_profiles(ranks: Sequence[dict], planning: dict, work: Path, rnd: int
     return paths
 
 
-def predictions(result) -> tuple[float, float]:  # noqa: ANN001 - a judge.simulate.SimResult
+def predictions(result) -> tuple[float, float]:  # noqa: ANN001 - a SimResult, or a plan file's `predicted`
     """(the prediction, the step with every action at its cost): the prediction is the expected step time
     when the profile measured how op times vary (`judge.simulate.expected_step`), else the step time."""
     fixed = result.step_time_s
@@ -862,6 +864,7 @@ def finish_model(prep: _Prepared, cfg: RealConfig, link: dict | None) -> ModelRe
     results = {}
     for strategy, (outcome, plan_time) in plans.items():
         plan = outcome.plan
+        predicted, fixed = predictions(plan.predicted)
         bounds = [(s.layers[0], s.layers[1], s.device) for s in plan.stages]
         pred_busy = []
         pred_stage: dict[str, float] = {}
@@ -882,8 +885,8 @@ def finish_model(prep: _Prepared, cfg: RealConfig, link: dict | None) -> ModelRe
         pr = PlanRun(
             strategy=strategy,
             stages=bounds,
-            predicted_s=plan.predicted.expected_step_time_s or plan.predicted.step_time_s,
-            predicted_fixed_s=plan.predicted.step_time_s,
+            predicted_s=predicted,
+            predicted_fixed_s=fixed,
             predicted_busy_s=pred_busy,
             ours_s=kept(ranks[0]["step_times_s"][ours]),
             ours_busy_s=kept(busy),

@@ -60,25 +60,18 @@ def _flush_denormals(on: bool) -> None:
     _flushing = on
 
 
-def core_for(index: int, of: int) -> int | None:
-    """The core local process `index` of `of` computing side by side is pinned to (the `index`-th
-    of the cores this process may use), or None where it stays unpinned: a lone process, more
-    processes than cores, `ADAPTIS_CPU_PIN=0`, or an OS that cannot pin (module docstring)."""
+def pin_core(index: int, of: int) -> int | None:
+    """Pin this process, and the threads it starts from now on, to the `index`-th of the cores it may
+    use, when it is one of `of` > 1 local processes computing side by side and they fit one per core;
+    returns the core, or None where it stays unpinned: a lone process, more processes than cores,
+    `ADAPTIS_CPU_PIN=0`, or an OS that cannot pin (module docstring)."""
     if of < 2 or os.environ.get(PIN_ENV, "1").strip() == "0" or not hasattr(os, "sched_setaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
     if of > len(cores) or not 0 <= index < of:
         return None
+    os.sched_setaffinity(0, {cores[index]})
     return cores[index]
-
-
-def pin_core(index: int, of: int) -> int | None:
-    """Pin this process, and the threads it starts from now on, to `core_for(index, of)`; returns
-    that core, or None where it stays unpinned."""
-    core = core_for(index, of)
-    if core is not None:
-        os.sched_setaffinity(0, {core})
-    return core
 
 
 def pinned_core() -> int | None:
