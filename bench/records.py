@@ -131,3 +131,70 @@ def reproduce_line(rec: Mapping[str, Any]) -> str:
     commit = f"`{p['commit']}`" if p["clean"] else f"`{p['commit']}` **with uncommitted changes (not reproducible)**"
     wall = f" · wall time {p['wall_s']:g} s" if p.get("wall_s") is not None else ""
     return f"_Reproduce: `{p['command']}` at commit {commit} · machine: {p['machine']} · date: {p['date']}{wall}_"
+
+
+# ----------------------------------------------------------------------------- dataclasses <-> plain JSON
+
+
+def to_json(obj: Any) -> Any:
+    """Plain JSON of a suite's result objects: dataclasses as dicts of their fields, tuples as lists,
+    dict keys as strings; floats and everything else as they are (non-finite floats as strings)."""
+    import dataclasses
+    import math
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): to_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_json(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    if hasattr(obj, "item"):  # numpy scalars
+        return to_json(obj.item())
+    raise TypeError(f"{type(obj).__name__} is not a plain result: give its suite a JSON form for it")
+
+
+def from_json(tp: Any, data: Any) -> Any:
+    """The inverse of `to_json` for type `tp` (a dataclass, or a typing form of one): nested dataclasses,
+    tuples, lists, dicts (keys converted back to int where the annotation says int), optionals."""
+    import dataclasses
+    import types
+    import typing
+
+    if data is None:
+        return None
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:
+            return from_json(options[0], data)
+        for a in options:  # the first form the data fits
+            try:
+                return from_json(a, data)
+            except (TypeError, ValueError, KeyError):
+                continue
+        return data
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        kw = {f.name: from_json(hints[f.name], data[f.name]) for f in dataclasses.fields(tp) if f.name in data}
+        return tp(**kw)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(from_json(args[0], v) for v in data)
+        if args:
+            return tuple(from_json(a, v) for a, v in zip(args, data, strict=True))
+        return tuple(data)
+    if origin is list:
+        return [from_json(args[0], v) for v in data] if args else list(data)
+    if origin is dict or origin is Mapping:
+        kt, vt = args if args else (str, Any)
+        return {from_json(kt, k): from_json(vt, v) for k, v in data.items()}
+    if tp is float:
+        return float(data)
+    if tp is int and isinstance(data, str):
+        return int(data)
+    return data
