@@ -345,7 +345,6 @@ class RealResults:
     wall_s: float
     load: tuple[str, str]
     date: str
-    busy_link: dict | None = None  # `bench.link_busy.measure`: sends while both ranks compute
 
 
 # ----------------------------------------------------------------------------- running
@@ -752,7 +751,7 @@ def prepare_model(
         "warmup": cfg.warmup,
         "seed": cfg.seed,
         "timeout_s": 120.0,
-        "record_actions": True,  # every action's span, for `bench.actions`
+        "record_actions": True,  # every action's span (experiments/actions.py reads them)
         # each plan's layers profiled inside the launch, between the steps (a split head as its chunks)
         "profile_models": [str(model_path)] + ([str(split_spec)] if split_spec is not None else []),
     }
@@ -950,11 +949,6 @@ def run_bench(
         link = measure_link(cfg.link_samples)
         if link:
             log(f"gloo link: {link['latency_s'] * 1e6:.0f} us, {link['bandwidth_gbps']:.2f} GB/s")
-        busy = None
-        if link:
-            from bench import link_busy
-
-            busy = link_busy.measure()
         works = [work_dir / c.model for c in cfg.cases]
         for w in works:
             w.mkdir(parents=True, exist_ok=True)
@@ -986,7 +980,7 @@ def run_bench(
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    return RealResults(cfg, models, link, time.perf_counter() - t0, (load0, _load()), date, busy)
+    return RealResults(cfg, models, link, time.perf_counter() - t0, (load0, _load()), date)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1331,10 +1325,6 @@ def render(res: RealResults) -> str:
         " (predicted − measured) / measured, negative = the prediction is optimistic.",
         "",
     ]
-    if res.busy_link:
-        from bench import link_busy
-
-        lines += [link_busy.sentence(res.busy_link), ""]
     lines += [
         "### Targets",
         "",
