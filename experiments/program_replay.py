@@ -38,7 +38,7 @@ import torch
 
 from adaptis_plan.executor.cpu import enter_cpu_rank
 from adaptis_plan.executor.data import synthetic_batch
-from adaptis_plan.executor.layers import build_layer
+from adaptis_plan.executor.layers import boundary_spec, build_layer
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.profile import (
     IN_FLIGHT,
@@ -172,7 +172,11 @@ def worker(plan_path: str, device: int, rounds: int, repeats: int, out: Path) ->
         micro_batch_size=tr.micro_batch_size, seq_len=tr.seq_len, seed=0, device=torch.device("cpu"),
         dtype=torch.float32, timeout_s=60.0, recompute=[st.recompute for st in plan.stages],
     )  # fmt: skip
-    rt.comm = Loopback(rt.comm._boundaries, seed=device)  # type: ignore[assignment]
+    b = plan_layout(plan).bounds
+    boundaries = {
+        s: boundary_spec(model, b[s + 1] - 1, tr.micro_batch_size, tr.seq_len, torch.float32) for s in range(len(b) - 2)
+    }  # what the runtime's P2P would carry between stages s and s + 1
+    rt.comm = Loopback(boundaries, seed=device)  # type: ignore[assignment]
     spans = []
     for step in range(2 + rounds):  # two warm-up steps
         inputs, labels = synthetic_batch(
