@@ -35,7 +35,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -436,7 +436,11 @@ def _f(v: float | None, digits: int = 2) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
-def grid_section(results: Sequence[GridResult], reproduce: str, wall_s: float | None = None) -> str:
+def grid_section(
+    results: Sequence[GridResult], reproduce: str, wall_s: float | None = None, settings: Mapping | None = None
+) -> str:
+    """The section; `settings`: the record's (its search budget), else this module's."""
+    st = _settings_of(settings)
     seq = [r for r in results if r.cell.placement == "sequential"]
     free = [r for r in results if r.cell.placement == "free"]
     lines = [
@@ -446,14 +450,15 @@ def grid_section(results: Sequence[GridResult], reproduce: str, wall_s: float | 
         "",
         "The zero-bubble paper's own setting, on adaptis' simulator: p stages, each F = I = W = 1 with comm 0.01,"
         " or F = 1, I = 1.1, W = 0.9 with comm 0.05 (time units; comm = the P2P time between two devices, zero on"
-        f" one device); activation {ACT_PER_STAGE:g} per stage forward, of which {ACT_W_SHARE:g} is held until W;"
+        f" one device); activation {st['grid']['activation_per_stage']:g} per stage forward, of which"
+        f" {st['grid']['activation_w_share']:g} is held until W;"
         " memory limit per device = 1x or 2x 1F1B's peak activation memory (simulated, max over devices). **Sequential**: one"
         " stage per device, placement fixed. **Free**: the same model as 2p half-stages, the search chooses partition"
         " and placement. The references are written here from the zero-bubble paper's description (`bench/zb.py`):"
         " its heuristic (warm-up forwards within memory, F/B alternation, W into gaps longer than W, ...) with its"
         " binary parameters grid-searched, on sequential placement (ZB-H1/H2-style) and on V placement (ZB-V-style),"
         " plus torch's handcrafted ZBVZeroBubble order (the zero-bubble authors' ZB-V) for the free case; the best"
-        f" plan that fits memory counts. Ours: `search_plan` with the work budget of `--time-limit {BENCH_TIME_LIMIT_S:g}`"
+        f" plan that fits memory counts. Ours: `search_plan` with the work budget of `--time-limit {st['search_time_limit_s']:g}`"
         " (deterministic: the same plan on any machine), classic strategies included as candidates and hints."
         " `ours / ref` < 1 is faster than the reference; `LB` the lower bound; `origin` where the plan's order"
         " comes from at the root (a list policy of ours, or a classic strategy's order that CP-SAT refined).",
@@ -573,7 +578,11 @@ def run_paper_case(case: PaperCase) -> PaperResult:
     )
 
 
-def paper_section_zb(results: Sequence[PaperResult], reproduce: str, wall_s: float | None = None) -> str:
+def paper_section_zb(
+    results: Sequence[PaperResult], reproduce: str, wall_s: float | None = None, settings: Mapping | None = None
+) -> str:
+    """The section; `settings`: the record's (its search budget), else this module's."""
+    st = _settings_of(settings)
     s_cases = [r for r in results if r.case.model.endswith("-s")]
     proven = [r for r in results if r.order_gap is not None]
     optimal = [r for r in results if r.order_status == "OPTIMAL"]
@@ -586,7 +595,7 @@ def paper_section_zb(results: Sequence[PaperResult], reproduce: str, wall_s: flo
         " from the built-in paper profile, `bench/paper_profile.py`): T = attention / dense layer, X = MoE or Mamba layer, H = head, in units"
         " of the reference layer's forward; the embedding costs nothing; zero communication; no memory limit."
         " S = PP 4, 16 micro-batches; M = PP 8, 32 micro-batches. `search_plan` with the work budget of"
-        f" `--time-limit {BENCH_TIME_LIMIT_S:g}`. `LB` = the simulator's lower bound (`judge/bound.py`); `order` = CP-SAT's"
+        f" `--time-limit {st['search_time_limit_s']:g}`. `LB` = the simulator's lower bound (`judge/bound.py`); `order` = CP-SAT's"
         " status on the chosen plan's partition and placement, with its proven bound and the gap of the plan's"
         " simulated step to it (OPTIMAL: no order of those stages is faster); `busiest / LB` = the plan's busiest"
         " device's work over LB (what its partition and placement cost before any idle time).",
@@ -730,7 +739,11 @@ def plan_time_cases(quick: bool = False) -> list[PlanTimeCase]:
     return cases
 
 
-def plan_time_section(results: Sequence[PlanTimeResult], reproduce: str, wall_s: float | None = None) -> str:
+def plan_time_section(
+    results: Sequence[PlanTimeResult], reproduce: str, wall_s: float | None = None, settings: Mapping | None = None
+) -> str:
+    """The section; `settings`: the record's (its search budget), else this module's."""
+    st = _settings_of(settings)
     by = {(r.case.model, r.case.num_microbatches): r for r in results}
     models = [m for m, _ in PLANTIME_MODELS if any(k[0] == m for k in by)]
     lines = [
@@ -739,7 +752,7 @@ def plan_time_section(results: Sequence[PlanTimeResult], reproduce: str, wall_s:
         reproduce + _part_wall(wall_s),
         "",
         "`adaptis plan` as a user runs it (analytic costs on `h200`, seq 4096, TP 1, 90% of HBM per device; classic"
-        f" baselines, search, plan file written), default `--time-limit {PLANTIME_TIME_LIMIT_S:g}`: the search's work is"
+        f" baselines, search, plan file written), default `--time-limit {st['plantime']['time_limit_s']:g}`: the search's work is"
         " fixed by the limit (the same plan on any machine), so its wall time stays flat as micro-batches grow, until one"
         " candidate alone is big; the limit then aborts (marked) and the plan is the best found so far. `cpu s` is"
         " the process's CPU time (what an idle machine would take); this machine is shared, its 1-minute load is"
@@ -787,6 +800,14 @@ def _part_wall(wall_s: float | None) -> str:
     return "" if wall_s is None else f"\n\n_Wall time of this part: {wall_s:.0f} s._"
 
 
+def _settings_of(rec_settings: Mapping | None) -> dict:
+    """The settings a section renders with: the record's, over this module's for what an older record lacks."""
+    base = settings(False, PARTS)
+    for key, value in (rec_settings or {}).items():
+        base[key] = {**base[key], **value} if isinstance(base.get(key), dict) and isinstance(value, dict) else value
+    return base
+
+
 def settings(quick: bool, parts: Sequence[str]) -> dict:
     """What the suite ran: the search budget, and each part's cases."""
     return {
@@ -797,6 +818,8 @@ def settings(quick: bool, parts: Sequence[str]) -> dict:
         "grid": {
             "cost_sets": {k: list(v) for k, v in COST_SETS.items()},
             "memory_multiples_of_1f1b_peak": list(GRID_MEM),
+            "activation_per_stage": ACT_PER_STAGE,
+            "activation_w_share": ACT_W_SHARE,
             "placements": list(PLACEMENTS),
             "cells": len(grid_cells(quick)),
         },
@@ -878,7 +901,9 @@ def render(rec: dict) -> str:
 
     line = reproduce_line(rec)
     results = results_from_record(rec)
-    return "\n".join(_SECTIONS[name][1](got, line, rec["data"][name].get("wall_s")) for name, got in results.items())
+    return "\n".join(
+        _SECTIONS[name][1](got, line, rec["data"][name].get("wall_s"), rec["settings"]) for name, got in results.items()
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -114,3 +114,10 @@ def test_a_record_with_one_part_renders_only_that_section() -> None:
     del rec["data"]["grid"], rec["data"]["paper"]
     text = zb.render(rec)
     assert text.startswith("## Planning time") and "## Against" not in text and "## The paper" not in text
+
+
+def test_the_sections_state_the_records_search_budget_not_the_modules() -> None:
+    rec = json.loads(FIXTURE.read_text())
+    rec["settings"]["search_time_limit_s"] = 7.0
+    text = zb.render(rec)
+    assert text.count("--time-limit 7`") == 2 and f"--time-limit {zb.BENCH_TIME_LIMIT_S:g}`" not in text
