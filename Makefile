@@ -49,7 +49,7 @@ bench: install interop  ## regenerate BENCHMARKS.md (simulated paper cases + rea
 	$(BIN)/python -m bench.run --out BENCHMARKS.md
 
 gpu-check: install  ## on one GPU (< 8 min on an H200): profile the paper's small models, run a plan, compare (docs/gpu-check.md)
-	$(BIN)/python -m bench.gpu_check --device cuda --out docs/gpu-check.md
+	$(BIN)/python -m bench.gpu_check --device cuda --out docs/gpu-check.md $(if $(ALLOW_DIRTY),--allow-dirty)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

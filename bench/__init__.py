@@ -8,8 +8,6 @@ Run: `python -m bench.run --out BENCHMARKS.md [--quick] [--sections paper,bubble
 - `bench.charts`: SVG pictures (pure string building, no matplotlib).
 - `bench.run`: the command line; runs every needed case once in a process pool and writes the report.
 - `bench.real` (optional, written separately): the real CPU / gloo execution section.
-- `bench.actions`: where one run's measured step goes (its plan's dependency graph replayed with the
-  run's own action spans, which `bench.real`'s launches record).
 
 Imports `adaptis_plan` like any user would (the planner's public use cases), never its CLI.
 """

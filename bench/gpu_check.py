@@ -1,8 +1,10 @@
 """GPU readiness check (`make gpu-check`): profile the paper's small models on one GPU, run a plan for real,
 and compare what was measured with the analytic model and with the paper's profile.
 
-Run: `python -m bench.gpu_check [--out docs/gpu-check.md] [--device cuda] [--models gemma-s,deepseek-s,nemotron-h-s]
-[--seqs 2048,4096] [--dtype bf16] [--hardware h200] [--repeats 5] [--run-model tiny-llama] [--work DIR]`.
+Run: `python -m bench.gpu_check [--out docs/gpu-check.md] [--out-dir bench/results] [--allow-dirty] [--device cuda]
+[--models gemma-s,deepseek-s,nemotron-h-s] [--seqs 2048,4096] [--dtype bf16] [--hardware h200] [--repeats 5]
+[--run-model tiny-llama] [--work DIR]`: writes the suite's record (`bench.records`, OUT_DIR/gpu_check.json)
+and the page rendered from it (`render_page`, to `--out`); `render` is the record's BENCHMARKS.md section.
 `make gpu-check` runs the defaults on `cuda` (one H200: a few minutes, well under 8); CI runs it on
 `cpu` with a tiny model (tests/bench/test_gpu_check.py), so the path cannot rot without a GPU.
 
@@ -13,10 +15,11 @@ Steps, each through the command line a user would type:
 2. `adaptis plan --model RUN --hardware H --pp 1 --microbatches 2 --seq-len S0 -o WORK/plan.json`, then
    `adaptis run WORK/plan.json --verify --device D --steps 2 --json`: a one-device plan executed for real
    and checked against a single-process step (fp32, so the comparison is tight);
-3. the report (markdown, to `--out`).
+3. the record, then the page rendered from it (markdown, to `--out`).
 
-Report format (`render`), in this order:
-- a header: the command, the device name and torch version the profiles report, dtype, date;
+Page format (`render_page`), in this order:
+- a header: the reproduce line (command, commit, machine, date), the device name and torch version the
+  profiles report, dtype;
 - "Measured vs analytic": one row per (model, seq, layer kind): the measured F / I / W in ms (medians of
   `adaptis profile`), the analytic model's F / I / W on one device of `--hardware` at TP 1 in the same
   dtype, and measured / analytic for each op (1.00 = the model is exact; > 1 = the device is slower than
@@ -35,7 +38,6 @@ unfused cross-entropy), not Megatron's fused kernels: the ratios measure that ex
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import subprocess
 import sys
@@ -184,34 +186,72 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
-def render(res: CheckResult, args: argparse.Namespace, command: str) -> str:
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+SUITE = "gpu_check"
+
+
+def settings(args: argparse.Namespace) -> dict:
+    """What the check ran: device, dtype, the analytic model's hardware, TP, the profiled cases, the run."""
+    return {
+        "device": args.device,
+        "dtype": args.dtype,
+        "hardware": args.hardware,
+        "tp": 1,
+        "models": list(args.models),
+        "seqs": list(args.seqs),
+        "repeats": args.repeats,
+        "run_model": args.run_model,
+        "run_seq": args.run_seq,
+    }
+
+
+def check_to_json(res: CheckResult) -> dict:
+    """The record's data: the profiles as a list (JSON keys are strings, a (model, seq) key is not)."""
+    return {
+        "device": res.device,
+        "torch_version": res.torch_version,
+        "profiles": [{"model": m, "seq": q, "profile": p} for (m, q), p in res.profiles.items()],
+        "run": res.run,
+        "errors": list(res.errors),
+        "walls": [[w, s] for w, s in res.walls],
+    }
+
+
+def results_from_record(rec: dict) -> CheckResult:
+    d = rec["data"]
+    return CheckResult(
+        device=d["device"],
+        torch_version=d["torch_version"],
+        profiles={(p["model"], int(p["seq"])): p["profile"] for p in d["profiles"]},
+        run=d["run"],
+        errors=list(d["errors"]),
+        walls=[(w, float(s)) for w, s in d["walls"]],
+    )
+
+
+def _body(rec: dict, level: str) -> list[str]:
+    """The report's parts below its header, headings at `level` ("##" on the page, "###" in BENCHMARKS.md)."""
+    res, st = results_from_record(rec), rec["settings"]
     out = [
-        "# GPU check",
-        "",
-        f"_Reproduce: `{command}` · device: {res.device or args.device} · torch {res.torch_version or '?'}"
-        f" · dtype {args.dtype} · TP 1 · date: {now}_",
-        "",
         f"Result: {'PASS' if res.ok else 'FAIL'}" + (f" ({'; '.join(res.errors)})" if res.errors else ""),
         "",
-        f"## Measured vs analytic ({args.hardware} profile, TP 1)",
+        f"{level} Measured vs analytic ({st['hardware']} profile, TP 1)",
         "",
         "F / I / W per distinct layer kind, milliseconds; measured = `adaptis profile` medians of"
-        f" {args.repeats} repeats; measured / analytic > 1: the device ran slower than the model says.",
+        f" {st['repeats']} repeats; measured / analytic > 1: the device ran slower than the model says.",
         "",
         *_table(
             ["model", "seq", "kind", "measured F / I / W ms", "analytic F / I / W ms", "measured / analytic"],
-            measured_vs_analytic(res, args.hardware),
+            measured_vs_analytic(res, st["hardware"]),
         ),
         "",
-        "## Against the paper's profile",
+        f"{level} Against the paper's profile",
         "",
         "Each layer kind's F / I / W over the forward of the paper's reference layer (Gemma and DeepSeek: the dense"
         " transformer layer; Nemotron-H: the Mamba layer), measured here and in the paper's profile (its B is our I).",
         "",
         *_table(["model", "seq", "kind", "measured F / I / W", "paper F / B / W"], against_paper(res)),
         "",
-        "## Run",
+        f"{level} Run",
         "",
     ]
     r = res.run
@@ -222,7 +262,7 @@ def render(res: CheckResult, args: argparse.Namespace, command: str) -> str:
             ["model", "verified", "loss diff", "max abs grad diff", "measured step ms", "predicted step ms"],
             [
                 [
-                    args.run_model,
+                    st["run_model"],
                     str(r.get("verified")),
                     f"{r.get('loss_diff', float('nan')):.2e}",
                     f"{r.get('max_abs_grad_diff', float('nan')):.2e}",
@@ -231,8 +271,27 @@ def render(res: CheckResult, args: argparse.Namespace, command: str) -> str:
                 ]
             ],
         )
-    out += ["", "## Wall time", "", *_table(["step", "seconds"], [[w, f"{s:.1f}"] for w, s in res.walls]), ""]
-    return "\n".join(out)
+    out += ["", f"{level} Wall time", "", *_table(["step", "seconds"], [[w, f"{s:.1f}"] for w, s in res.walls]), ""]
+    return out
+
+
+def _device_line(rec: dict) -> str:
+    d, st = rec["data"], rec["settings"]
+    return f"Device: {d['device'] or st['device']} · torch {d['torch_version'] or '?'} · dtype {st['dtype']} · TP 1."
+
+
+def render_page(rec: dict) -> str:
+    """docs/gpu-check.md from the record."""
+    from bench.records import reproduce_line
+
+    return "\n".join(["# GPU check", "", reproduce_line(rec), "", _device_line(rec), "", *_body(rec, "##")])
+
+
+def render(rec: dict) -> str:
+    """The record's BENCHMARKS.md section."""
+    from bench.records import reproduce_line
+
+    return "\n".join(["## GPU check (one GPU)", "", reproduce_line(rec), "", _device_line(rec), "", *_body(rec, "###")])
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -241,7 +300,9 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="docs/gpu-check.md", help="markdown report to write")
+    ap.add_argument("--out", default="docs/gpu-check.md", help="markdown page to write (rendered from the record)")
+    ap.add_argument("--out-dir", default=None, help="folder of the record (default bench/results: gpu_check.json)")
+    ap.add_argument("--allow-dirty", action="store_true", help="write the record from a checkout with changes")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma list of models to profile")
     ap.add_argument("--seqs", default=",".join(map(str, DEFAULT_SEQS)), help="comma list of sequence lengths")
@@ -257,14 +318,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.seqs = _ints(args.seqs)
     if not args.models or not args.seqs:
         ap.error("--models and --seqs need at least one entry each")
-    command = "python -m bench.gpu_check " + " ".join(argv if argv is not None else sys.argv[1:])
+    from bench import records
+
+    if not args.allow_dirty and not records.checkout()[1]:  # refuse before the run, not after it
+        print("error: the checkout has uncommitted changes; commit them first, or pass --allow-dirty", file=sys.stderr)
+        return 2
+    command = " ".join(["python -m bench.gpu_check", *(argv if argv is not None else sys.argv[1:])])
     t0 = time.perf_counter()
     res = run_check(args, log=lambda m: print(f"[gpu-check] {m}", file=sys.stderr, flush=True))
-    res.walls.append(("total", time.perf_counter() - t0))
+    wall = time.perf_counter() - t0
+    res.walls.append(("total", wall))
+    rec = records.record(SUITE, settings(args), check_to_json(res), command, wall)
+    path = records.write(rec, Path(args.out_dir) if args.out_dir else records.RESULTS, allow_dirty=args.allow_dirty)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(res, args, command.strip()))
-    print(f"wrote {out} ({'PASS' if res.ok else 'FAIL'})", file=sys.stderr)
+    out.write_text(render_page(rec))
+    print(f"wrote {path} and {out} ({'PASS' if res.ok else 'FAIL'})", file=sys.stderr)
     return 0 if res.ok else 1
 
 

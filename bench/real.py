@@ -1,9 +1,9 @@
 """Real execution on this CPU machine: PP=2 over gloo, torch's own pipeline runtime vs adaptis' executor.
 
-Run: `python -m bench.real --out real.md [--quick] [--models tiny-gemma,...] [--rounds N]
-[--update BENCHMARKS.md]` (the full run takes a few minutes on 2 cores; `--quick` well under one).
-`python -m bench.run` calls `main(quick=...)` and puts the returned markdown under its heading
-"Real execution (CPU, gloo)"; `--update FILE` replaces that section of FILE in place.
+Run: `python -m bench.real [--quick] [--models tiny-gemma,...] [--rounds N] [--allow-dirty]` writes the
+suite's record to bench/results/real.json (the full run takes about half an hour on 2 cores; `--quick`
+a few minutes); `python -m bench.run` calls `run_suite` and renders the record with `render`.
+With `BENCH_REAL_WORK=DIR` the profiles, plans and launch outputs are kept in DIR.
 
 Data flow, per tiny model (`ModelCase`):
 1. measure: `adaptis profile` (= `executor.profile.profile_model`, one intra-op thread and
@@ -27,7 +27,7 @@ Data flow, per tiny model (`ModelCase`):
    chunks from the chunks the planning profile measured);
 3. torchrun launches (`bench.torch_runtime`, 2 ranks, gloo, one thread each; `launches` per model, the
    measured rounds split among them; all models are profiled and planned first, and both the profiling
-   sessions and the launches go round the models: `SPREAD_WHY`); each builds torch's
+   sessions and the launches go round the models: `SPREAD`); each builds torch's
    schedule classes over the classic plans' own stages (the split and stage-to-rank map are
    the plan's, checked against torch's loop / V mapping) and our `RankRuntime` on every plan,
    and steps them in alternating rounds (A B ... B A), so noise hits all alike; one more item of
@@ -37,10 +37,9 @@ Data flow, per tiny model (`ModelCase`):
    each layer's median over the rounds;
 4. the launches' rounds merged (`merge_launches`); medians of the measured rounds -> per-model tables
    and the three targets below.
-Imports `adaptis_plan` (planning, plan IO, the executor's link measurement), and `bench.run` /
-`bench.paper` for the provenance line (torch is imported with `executor.profile`); everything
-measured runs in subprocesses: `adaptis profile`, the link probe, and the ranks, which run
-`bench.torch_runtime`.
+Imports `adaptis_plan` (planning, plan IO, the executor's link measurement) and `bench.records`
+(torch is imported with `executor.profile`); everything measured runs in subprocesses: `adaptis
+profile`, the link probe, and the ranks, which run `bench.torch_runtime`.
 
 Targets (issue "Benchmarks" part 3 and the executor's prediction target):
 - ours / torch on the identical schedule and split <= 1.10 (every classic schedule, every model);
@@ -57,6 +56,7 @@ Targets (issue "Benchmarks" part 3 and the executor's prediction target):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -87,12 +87,11 @@ TARGET_ERROR = 0.15  # |predicted - measured| / measured, planning-time profile
 TARGET_ERROR_IN_RUN = 0.10  # the same, each plan simulated with its layers profiled inside the launch
 LOSS_TOL = 1e-5
 #: why each model's profiling sessions and launches are spread over the run, going round the models
-SPREAD_WHY = (
-    "this host's speed moves from second to second and from minute to minute, memory-bound layers"
-    ' (tiny-nemotron-h\'s Mamba-2 blocks) most (sections "How steady is this machine?" and "... over'
-    ' minutes?"); a profile taken in one stretch of time and steps run in another differ by whatever the host'
-    " did in between, so each model's profiling sessions, and its measured rounds, are spread over the whole"
-    " run, going round the models, as the rounds of one launch go round the plans (A B … B A)"
+SPREAD = (
+    "the host's speed moves from second to second and over minutes, memory-bound layers most (experiments/NOTES.md);"
+    " a profile taken in one stretch of time and steps run in another differ by whatever the host did in between,"
+    " so each model's profiling sessions, and its measured rounds, are spread over the whole run, going round the"
+    " models, as the rounds of one launch go round the plans (A B … B A)"
 )
 
 
@@ -114,16 +113,15 @@ class ModelCase:
 class RealConfig:
     cases: tuple[ModelCase, ...]
     warmup: int = 2  # rounds not in the medians (torch infers its stage shapes in the first)
-    # measured rounds; every run takes one step per round. On the 2-core AMD VM one round's step errors
-    # spread +-15-20% per plan, so a plan's median over n rounds moves ~1.25 x that / sqrt(n); a
-    # round costs 6-13 s per model against 165-250 s for its three planning-profile sessions
+    # measured rounds; every run takes one step per round (a plan's median over n rounds moves as 1 / sqrt(n)
+    # of one round's spread)
     rounds: int = 21
     time_limit_s: float = 5.0  # adaptive search
     profile_repeats: int = 7
     profile_procs: int = PP  # concurrent profiler processes (as many as ranks: the same contention)
     # planning profiles of each model, their per-layer median planned with; the sessions go round the models
     profile_sessions: int = 3
-    # launches per model, the measured rounds split among them; they go round the models (`SPREAD_WHY`)
+    # launches per model, the measured rounds split among them; they go round the models (`SPREAD`)
     launches: int = 2
     link_samples: int = 3  # gloo link measurements (median); 0 = keep the `cpu` profile's guess
     seed: int = 0
@@ -345,7 +343,7 @@ class RealResults:
     wall_s: float
     load: tuple[str, str]
     date: str
-    busy_link: dict | None = None  # `bench.link_busy.measure`: sends while both ranks compute
+    cpu_count: int = 0  # the machine's CPUs (os.cpu_count)
 
 
 # ----------------------------------------------------------------------------- running
@@ -355,9 +353,8 @@ class RealResults:
 #: every allocation from the heap and never hand freed memory back to the OS. By default glibc
 #: maps each allocation over 32 MiB (and, depending on its history, smaller ones) afresh and
 #: unmaps it on free, so every step page-faults its large activations (tiny-gemma's
-#: [seq, 96000] logits) in again: measured here, the head's F and I took 1.5-2.5x as long,
-#: bimodally from run to run. With these, freed memory is reused, as torch's caching allocator
-#: does on GPUs. Both runtimes run in the same processes, so they share the setting.
+#: [seq, 96000] logits) in again (experiments/NOTES.md). With these, freed memory is reused, as
+#: torch's caching allocator does on GPUs. Both runtimes run in the same processes, so they share the setting.
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
@@ -516,9 +513,8 @@ def _quiet_profiles(
     machine; the sessions go round the models (model 1, 2, ..., 1, 2, ...), so each model's sessions
     spread over the whole profiling phase. Each layer's times are the median over the model's
     sessions, so a slowdown of the whole host that lasts one session (invisible in the other
-    processes' share of the CPU: a planning profile of tiny-gemma once ran 1.6x slow with them at 1%)
-    does not move it, and a phase of the host that lasts minutes (`SPREAD_WHY`) meets every model's
-    profile alike. A single session is taken once more when other jobs took over 1.5 x `quiet_share`
+    processes' share of the CPU) does not move it, and a phase of the host that lasts minutes
+    (`SPREAD`) meets every model's profile alike. A single session is taken once more when other jobs took over 1.5 x `quiet_share`
     of the machine meanwhile (the quieter one is kept; none when `quiet_wait_s` is 0).
     Returns per item (profile, the largest others' share of the sessions kept)."""
     retry = cfg.quiet_wait_s > 0 and sessions <= 1
@@ -752,7 +748,7 @@ def prepare_model(
         "warmup": cfg.warmup,
         "seed": cfg.seed,
         "timeout_s": 120.0,
-        "record_actions": True,  # every action's span, for `bench.actions`
+        "record_actions": True,  # every action's span (experiments/actions.py reads them)
         # each plan's layers profiled inside the launch, between the steps (a split head as its chunks)
         "profile_models": [str(model_path)] + ([str(split_spec)] if split_spec is not None else []),
     }
@@ -950,11 +946,6 @@ def run_bench(
         link = measure_link(cfg.link_samples)
         if link:
             log(f"gloo link: {link['latency_s'] * 1e6:.0f} us, {link['bandwidth_gbps']:.2f} GB/s")
-        busy = None
-        if link:
-            from bench import link_busy
-
-            busy = link_busy.measure()
         works = [work_dir / c.model for c in cfg.cases]
         for w in works:
             w.mkdir(parents=True, exist_ok=True)
@@ -972,7 +963,7 @@ def run_bench(
             for c, w, (measured, noise) in zip(cfg.cases, works, profiled, strict=True)
         ]
         # the launches go round the models (A B C D A B C D): a phase of the host that lasts minutes
-        # meets each model's rounds in several places (`SPREAD_WHY`)
+        # meets each model's rounds in several places (`SPREAD`)
         parts = cfg.launch_rounds
         for k, rounds in enumerate(parts):
             for prep in preps:
@@ -986,7 +977,7 @@ def run_bench(
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    return RealResults(cfg, models, link, time.perf_counter() - t0, (load0, _load()), date, busy)
+    return RealResults(cfg, models, link, time.perf_counter() - t0, (load0, _load()), date, os.cpu_count() or 0)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -1274,13 +1265,13 @@ def _pinning(models: Sequence[ModelResult]) -> str:
     return "ranks not pinned to cores one each (`ADAPTIS_CPU_PIN=0`, more ranks than cores, or the cores changed)"
 
 
-def render(res: RealResults) -> str:
-    """The section body (bench/run.py adds the heading and its reproduce line)."""
+def render_results(res: RealResults) -> str:
+    """The section's body, below its heading and reproduce line."""
     cfg = res.config
     m0 = res.models[0] if res.models else None
     lines = [
         f"Measured {res.date} in {res.wall_s:.0f} s wall time ({cfg.label} configuration), torch"
-        f" {m0.torch_version if m0 else '?'}, gloo, PP={PP}: 2 ranks on this machine's {os.cpu_count()} cores, one"
+        f" {m0.torch_version if m0 else '?'}, gloo, PP={PP}: 2 ranks on this machine's {res.cpu_count} cores, one"
         f" intra-op thread per rank (`torch.set_num_threads({m0.num_threads if m0 else 1})`, OMP_NUM_THREADS=1)"
         " and denormal floats flushed to zero (`executor.cpu`, both runtimes and the profiler); "
         + _pinning(res.models)
@@ -1316,7 +1307,7 @@ def render(res: RealResults) -> str:
         + (
             f" then {len(cfg.launch_rounds)} torchrun launches per model"
             " (all models' profiles first, their sessions going round the models, then the launches, going round"
-            f" the models likewise: {SPREAD_WHY}); each launch (`bench/torch_runtime.py`) builds"
+            f" the models likewise: {SPREAD}); each launch (`bench/torch_runtime.py`) builds"
             if len(cfg.launch_rounds) > 1
             else " then one torchrun launch (`bench/torch_runtime.py`) that builds"
         )
@@ -1331,10 +1322,6 @@ def render(res: RealResults) -> str:
         " (predicted − measured) / measured, negative = the prediction is optimistic.",
         "",
     ]
-    if res.busy_link:
-        from bench import link_busy
-
-        lines += [link_busy.sentence(res.busy_link), ""]
     lines += [
         "### Targets",
         "",
@@ -1503,34 +1490,71 @@ def render(res: RealResults) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ----------------------------------------------------------------------------- entry points
+# ----------------------------------------------------------------------------- the suite's record
+
+SUITE = "real"
 
 
-def main(quick: bool = False, *, config: RealConfig | None = None, log: Callable[[str], None] | None = None) -> str:
-    """Run the real bench and return the section body (what `bench/run.py` expects)."""
+def settings(cfg: RealConfig) -> dict:
+    """What the suite ran, named: the setting every figure of the record depends on."""
+    return {
+        "configuration": cfg.label,
+        "device": "cpu",
+        "dtype": "fp32",
+        "pp": PP,
+        "backend": "gloo",
+        "tp": 1,
+        "memory_limit": None,
+        "costs": "measured profiles (adaptis profile on this machine, per model)",
+        "models": [dataclasses.asdict(c) for c in cfg.cases],
+        "warmup": cfg.warmup,
+        "rounds": cfg.rounds,
+        "launches": cfg.launches,
+        "profile_sessions": cfg.profile_sessions,
+        "profile_repeats": cfg.profile_repeats,
+        "malloc": MALLOC_ENV if cfg.keep_memory else None,
+    }
+
+
+def run_suite(quick: bool, workers: int = 1, *, config: RealConfig | None = None, command: str | None = None) -> dict:
+    """Run the suite (`workers` is unused: the launches own both cores) and return its record."""
+    from bench import records
+
     cfg = config or (QUICK if quick else FULL)
-    log = log or (lambda m: print(f"[bench.real] {m}", file=sys.stderr, flush=True))
-    return render(run_bench(cfg, log=log))
+    work = os.environ.get("BENCH_REAL_WORK")
+    t0 = time.perf_counter()
+    res = run_bench(
+        cfg,
+        work_dir=Path(work) if work else None,
+        log=lambda m: print(f"[bench.real] {m}", file=sys.stderr, flush=True),
+    )
+    command = command or "python -m bench.real" + (" --quick" if quick else "")
+    return records.record(SUITE, settings(cfg), records.to_json(res), command, time.perf_counter() - t0)
 
 
-def replace_section(document: str, section: str) -> str:
-    """`document` with its "Real execution" section (heading to the next `## ` or the end) replaced."""
-    start = document.find(HEADING)
-    if start < 0:
-        return document.rstrip() + "\n\n" + section
-    nxt = document.find("\n## ", start + len(HEADING))
-    end = len(document) if nxt < 0 else nxt + 1
-    return document[:start] + section.rstrip() + "\n" + ("\n" + document[end:] if nxt >= 0 else "")
+def results_from_record(rec: dict) -> RealResults:
+    from bench.records import from_json
+
+    return from_json(RealResults, rec["data"])
+
+
+def render(rec: dict) -> str:
+    """The markdown section of a record: heading, reproduce line, body."""
+    from bench.records import reproduce_line
+
+    return "\n".join([HEADING, "", reproduce_line(rec), "", render_results(results_from_record(rec)).rstrip(), ""])
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
+    from bench import records
+
     ap = argparse.ArgumentParser(prog="python -m bench.real", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=None, help="markdown file to write (the section with its heading)")
     ap.add_argument("--quick", action="store_true", help="one model, small shape, few rounds")
     ap.add_argument("--models", default=None, help="comma list of the configuration's models to run")
     ap.add_argument("--rounds", type=int, default=None, help="measured rounds (default: the configuration's)")
-    ap.add_argument("--update", default=None, help="also replace the section in this file (e.g. BENCHMARKS.md)")
     ap.add_argument("--default-malloc", action="store_true", help="leave glibc malloc at its defaults")
+    ap.add_argument("--allow-dirty", action="store_true", help="write the record from a checkout with changes")
+    ap.add_argument("--out-dir", default=str(records.RESULTS), help="folder of the record (real.json)")
     args = ap.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     if args.models:
@@ -1539,17 +1563,13 @@ def cli(argv: Sequence[str] | None = None) -> int:
         bad = [w for w in want if w not in known]
         if bad:
             ap.error(f"--models: {bad[0]} is not in the {cfg.label} configuration ({', '.join(known)})")
-        cfg = RealConfig(**{**cfg.__dict__, "cases": tuple(known[w] for w in want)})
+        cfg = dataclasses.replace(cfg, cases=tuple(known[w] for w in want))
     if args.rounds is not None:
         if args.rounds < 1:
             ap.error(f"--rounds = {args.rounds}: need at least 1")
-        cfg = RealConfig(**{**cfg.__dict__, "rounds": args.rounds})
+        cfg = dataclasses.replace(cfg, rounds=args.rounds)
     if args.default_malloc:
-        cfg = RealConfig(**{**cfg.__dict__, "keep_memory": False})
-    from bench import paper
-    from bench.common import git_commit, machine
-
-    # the command that reproduces the section (an extra `--out` copy is left out when `--update` names the file)
+        cfg = dataclasses.replace(cfg, keep_memory=False)
     command = "python -m bench.real" + "".join(
         f" {flag}" + ("" if value is True else f" {value}")
         for flag, value in (
@@ -1557,25 +1577,19 @@ def cli(argv: Sequence[str] | None = None) -> int:
             ("--models", args.models),
             ("--rounds", args.rounds),
             ("--default-malloc", args.default_malloc),
-            ("--update", args.update),
-            ("--out", None if args.update else args.out),
         )
         if value not in (None, False)
     )
-    t0 = time.perf_counter()
-    body = main(config=cfg)
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    prov = paper.Provenance(command, machine(), now, git_commit())
-    section = "\n".join([HEADING, "", prov.line(None, time.perf_counter() - t0), "", body.rstrip(), ""])
-    if args.out:
-        Path(args.out).write_text(section)
-        print(f"wrote {args.out}", file=sys.stderr)
-    else:
-        print(section)
-    if args.update:
-        doc = Path(args.update)
-        doc.write_text(replace_section(doc.read_text() if doc.exists() else "", section))
-        print(f"updated the section in {doc}", file=sys.stderr)
+    if not args.allow_dirty and not records.checkout()[1]:  # refuse before the run, not after it
+        print("error: the checkout has uncommitted changes; commit them first, or pass --allow-dirty", file=sys.stderr)
+        return 2
+    rec = run_suite(args.quick, config=cfg, command=command)
+    try:
+        path = records.write(rec, Path(args.out_dir), allow_dirty=args.allow_dirty)
+    except records.DirtyTree as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

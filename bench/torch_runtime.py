@@ -28,7 +28,7 @@ from a barrier to a barrier), the per-round loss on the rank that holds the last
 for "ours" the busy time per rank and op letter (summed action spans) and per op letter and
 stage (`stage_busy_s`), with `record_actions` in the config every action's (name, start, end) from
 the step's start in this rank's program order (`action_spans_s`, per measured round; for
-`bench.actions`), the minor page faults of every run's step on this rank (`minor_faults`, from
+`experiments/actions.py`), the minor page faults of every run's step on this rank (`minor_faults`, from
 getrusage: memory touched afresh), the in-launch profiles
 (`profiles`, one CostProfile JSON per model, this rank's medians; `profile_rounds`, the same per
 measured round, for predictions paired with that round's steps); with `save_grads`, the first

@@ -1,15 +1,15 @@
 """Against the zero-bubble schedulers on their own abstract pipelines: ZB-H1/H2-style and ZB-V-style
 references, the adaptive search, the lower bound; plus the paper cases and the planning-time scale.
 
-Run: `python -m bench.zb [--quick] [--out FILE] [--sections grid,paper,scale]` prints the markdown
-section(s) (or writes them into FILE, replacing only these sections); `python -m bench.run
---sections zbgrid,zbpaper,zbtime` includes them in BENCHMARKS.md.
+Run: `python -m bench.zb [--quick] [--parts grid,paper,plantime] [--workers 2] [--allow-dirty]` writes
+the suite's record to bench/results/zb.json; `python -m bench.run` calls `run_suite` and renders the
+record's three sections with `render`.
 
 Data flow: abstract cost tables (`grid_costs`: p stages with F = I = W = 1 and comm 0.01, or
 F = 1, I = 1.1, W = 0.9 and comm 0.05; memory 1x / 2x of 1F1B's peak) -> the reference
 heuristic (`zb_reference`, the zero-bubble paper's rules, written here from its description) and
 `adaptis_plan.search.generator.search_plan` on the same table -> `judge.simulate` times every
-plan -> tables. Imports `adaptis_plan` and `bench.common`; no CLI, no rich.
+plan -> one record (`bench.records`) -> tables. Imports `adaptis_plan` and `bench`; no rich.
 
 The reference (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 3.1 heuristic):
 1. warm-up: as many forwards as memory allows before the first backward; a binary parameter
@@ -35,7 +35,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -436,24 +436,29 @@ def _f(v: float | None, digits: int = 2) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
 
-def grid_section(results: Sequence[GridResult], command: str, wall_s: float | None = None) -> str:
+def grid_section(
+    results: Sequence[GridResult], reproduce: str, wall_s: float | None = None, settings: Mapping | None = None
+) -> str:
+    """The section; `settings`: the record's (its search budget), else this module's."""
+    st = _settings_of(settings)
     seq = [r for r in results if r.cell.placement == "sequential"]
     free = [r for r in results if r.cell.placement == "free"]
     lines = [
         "## Against the zero-bubble schedulers (abstract pipelines)",
         "",
-        f"Reproduce: `{command}`" + (f" ({wall_s:.0f} s wall)." if wall_s is not None else "."),
+        reproduce + _part_wall(wall_s),
         "",
         "The zero-bubble paper's own setting, on adaptis' simulator: p stages, each F = I = W = 1 with comm 0.01,"
         " or F = 1, I = 1.1, W = 0.9 with comm 0.05 (time units; comm = the P2P time between two devices, zero on"
-        f" one device); activation {ACT_PER_STAGE:g} per stage forward, of which {ACT_W_SHARE:g} is held until W;"
+        f" one device); activation {st['grid']['activation_per_stage']:g} per stage forward, of which"
+        f" {st['grid']['activation_w_share']:g} is held until W;"
         " memory limit per device = 1x or 2x 1F1B's peak activation memory (simulated, max over devices). **Sequential**: one"
         " stage per device, placement fixed. **Free**: the same model as 2p half-stages, the search chooses partition"
         " and placement. The references are written here from the zero-bubble paper's description (`bench/zb.py`):"
         " its heuristic (warm-up forwards within memory, F/B alternation, W into gaps longer than W, ...) with its"
         " binary parameters grid-searched, on sequential placement (ZB-H1/H2-style) and on V placement (ZB-V-style),"
         " plus torch's handcrafted ZBVZeroBubble order (the zero-bubble authors' ZB-V) for the free case; the best"
-        f" plan that fits memory counts. Ours: `search_plan` with the work budget of `--time-limit {BENCH_TIME_LIMIT_S:g}`"
+        f" plan that fits memory counts. Ours: `search_plan` with the work budget of `--time-limit {st['search_time_limit_s']:g}`"
         " (deterministic: the same plan on any machine), classic strategies included as candidates and hints."
         " `ours / ref` < 1 is faster than the reference; `LB` the lower bound; `origin` where the plan's order"
         " comes from at the root (a list policy of ours, or a classic strategy's order that CP-SAT refined).",
@@ -573,20 +578,24 @@ def run_paper_case(case: PaperCase) -> PaperResult:
     )
 
 
-def paper_section_zb(results: Sequence[PaperResult], command: str, wall_s: float | None = None) -> str:
+def paper_section_zb(
+    results: Sequence[PaperResult], reproduce: str, wall_s: float | None = None, settings: Mapping | None = None
+) -> str:
+    """The section; `settings`: the record's (its search budget), else this module's."""
+    st = _settings_of(settings)
     s_cases = [r for r in results if r.case.model.endswith("-s")]
     proven = [r for r in results if r.order_gap is not None]
     optimal = [r for r in results if r.order_status == "OPTIMAL"]
     lines = [
         "## The paper's cases on the author's profiled costs",
         "",
-        f"Reproduce: `{command}`" + (f" ({wall_s:.0f} s wall)." if wall_s is not None else "."),
+        reproduce + _part_wall(wall_s),
         "",
         "Per-layer F, I (the paper's B) and W from the AdaPtis author's profile (`research/paper-profiled-ratios.csv`,"
         " from the built-in paper profile, `bench/paper_profile.py`): T = attention / dense layer, X = MoE or Mamba layer, H = head, in units"
         " of the reference layer's forward; the embedding costs nothing; zero communication; no memory limit."
         " S = PP 4, 16 micro-batches; M = PP 8, 32 micro-batches. `search_plan` with the work budget of"
-        f" `--time-limit {BENCH_TIME_LIMIT_S:g}`. `LB` = the simulator's lower bound (`judge/bound.py`); `order` = CP-SAT's"
+        f" `--time-limit {st['search_time_limit_s']:g}`. `LB` = the simulator's lower bound (`judge/bound.py`); `order` = CP-SAT's"
         " status on the chosen plan's partition and placement, with its proven bound and the gap of the plan's"
         " simulated step to it (OPTIMAL: no order of those stages is faster); `busiest / LB` = the plan's busiest"
         " device's work over LB (what its partition and placement cost before any idle time).",
@@ -730,16 +739,20 @@ def plan_time_cases(quick: bool = False) -> list[PlanTimeCase]:
     return cases
 
 
-def plan_time_section(results: Sequence[PlanTimeResult], command: str, wall_s: float | None = None) -> str:
+def plan_time_section(
+    results: Sequence[PlanTimeResult], reproduce: str, wall_s: float | None = None, settings: Mapping | None = None
+) -> str:
+    """The section; `settings`: the record's (its search budget), else this module's."""
+    st = _settings_of(settings)
     by = {(r.case.model, r.case.num_microbatches): r for r in results}
     models = [m for m, _ in PLANTIME_MODELS if any(k[0] == m for k in by)]
     lines = [
         "## Planning time, 8 to 512 micro-batches, and the 500-layer scale case",
         "",
-        f"Reproduce: `{command}`" + (f" ({wall_s:.0f} s wall)." if wall_s is not None else "."),
+        reproduce + _part_wall(wall_s),
         "",
         "`adaptis plan` as a user runs it (analytic costs on `h200`, seq 4096, TP 1, 90% of HBM per device; classic"
-        f" baselines, search, plan file written), default `--time-limit {PLANTIME_TIME_LIMIT_S:g}`: the search's work is"
+        f" baselines, search, plan file written), default `--time-limit {st['plantime']['time_limit_s']:g}`: the search's work is"
         " fixed by the limit (the same plan on any machine), so its wall time stays flat as micro-batches grow, until one"
         " candidate alone is big; the limit then aborts (marked) and the plan is the best found so far. `cpu s` is"
         " the process's CPU time (what an idle machine would take); this machine is shared, its 1-minute load is"
@@ -776,54 +789,121 @@ def plan_time_section(results: Sequence[PlanTimeResult], command: str, wall_s: f
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- entry point
+# ----------------------------------------------------------------------------- the suite's record
 
-SECTIONS = ("grid", "paper", "plantime")
+SUITE = "zb"
+#: the record's parts, in the order they run and render
+PARTS = ("grid", "paper", "plantime")
 
 
-def build(sections: Sequence[str], quick: bool, workers: int, command: str, log=print) -> str:
-    """The markdown of the selected sections (in `SECTIONS` order)."""
+def _part_wall(wall_s: float | None) -> str:
+    return "" if wall_s is None else f"\n\n_Wall time of this part: {wall_s:.0f} s._"
+
+
+def _settings_of(rec_settings: Mapping | None) -> dict:
+    """The settings a section renders with: the record's, over this module's for what an older record lacks."""
+    base = settings(False, PARTS)
+    for key, value in (rec_settings or {}).items():
+        base[key] = {**base[key], **value} if isinstance(base.get(key), dict) and isinstance(value, dict) else value
+    return base
+
+
+def settings(quick: bool, parts: Sequence[str]) -> dict:
+    """What the suite ran: the search budget, and each part's cases."""
+    return {
+        "quick": quick,
+        "parts": list(parts),
+        "search_time_limit_s": BENCH_TIME_LIMIT_S,
+        "search_abort_s": BENCH_ABORT_S,
+        "grid": {
+            "cost_sets": {k: list(v) for k, v in COST_SETS.items()},
+            "memory_multiples_of_1f1b_peak": list(GRID_MEM),
+            "activation_per_stage": ACT_PER_STAGE,
+            "activation_w_share": ACT_W_SHARE,
+            "placements": list(PLACEMENTS),
+            "cells": len(grid_cells(quick)),
+        },
+        "paper": {
+            "costs": "paper (the author's profiled ratios)",
+            "memory_limit": None,
+            "cases": len(paper_cases(quick)),
+        },
+        "plantime": {
+            "hardware": "h200",
+            "tp": 1,
+            "costs": "analytic",
+            "time_limit_s": PLANTIME_TIME_LIMIT_S,
+            "scale_time_limit_s": SCALE_TIME_LIMIT_S,
+            "runs": len(plan_time_cases(quick)),
+        },
+    }
+
+
+def run_suite(
+    quick: bool,
+    workers: int = 1,
+    *,
+    parts: Sequence[str] = PARTS,
+    command: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Run the selected parts (in `PARTS` order) and return one record: per part its results and wall time."""
+    import sys
     import time
 
-    parts = []
-    if "grid" in sections:
-        t0 = time.perf_counter()
-        cells = grid_cells(quick)
-        log(f"grid: {len(cells)} cells")
-        parts.append(grid_section(_pool_map(run_cell, cells, workers), command, time.perf_counter() - t0))
-    if "paper" in sections:
-        t0 = time.perf_counter()
-        cases = paper_cases(quick)
-        log(f"paper: {len(cases)} cases")
-        parts.append(paper_section_zb(_pool_map(run_paper_case, cases, workers), command, time.perf_counter() - t0))
-    if "plantime" in sections:
-        t0 = time.perf_counter()
-        cases = plan_time_cases(quick)
-        log(f"plantime: {len(cases)} runs (one at a time)")
-        parts.append(plan_time_section(_pool_map(run_plan_time, cases, 1), command, time.perf_counter() - t0))
-    return "\n".join(parts)
+    from bench import records
 
-
-def replace_sections(document: str, text: str) -> str:
-    """`document` with each `## ` section of `text` replacing the one of the same title (or appended)."""
-    import re
-
-    def split(md: str) -> list[tuple[str, str]]:
-        chunks = re.split(r"(?m)^(?=## )", md)
-        return [(c.splitlines()[0] if c.startswith("## ") else "", c) for c in chunks]
-
-    doc = split(document)
-    for title, chunk in split(text):
-        if not title:
+    log = log or (lambda m: print(f"[bench.zb] {m}", file=sys.stderr, flush=True))
+    runs = {
+        "grid": (grid_cells, run_cell, workers),
+        "paper": (paper_cases, run_paper_case, workers),
+        "plantime": (plan_time_cases, run_plan_time, 1),  # one at a time: its wall times are the figure
+    }
+    t0 = time.perf_counter()
+    data = {}
+    for name in PARTS:
+        if name not in parts:
             continue
-        chunk = chunk.rstrip() + "\n\n"
-        for i, (t, _) in enumerate(doc):
-            if t == title:
-                doc[i] = (t, chunk)
-                break
-        else:
-            doc.append((title, chunk))
-    return "".join(c for _, c in doc).rstrip() + "\n"
+        cases_of, run, pool = runs[name]
+        t1 = time.perf_counter()
+        cases = cases_of(quick)
+        log(f"{name}: {len(cases)} runs")
+        results = _pool_map(run, cases, pool)
+        data[name] = {"wall_s": round(time.perf_counter() - t1, 1), "results": records.to_json(results)}
+    if command is None:
+        command = "python -m bench.zb" + (f" --parts {','.join(data)}" if list(data) != list(PARTS) else "")
+        command += " --quick" if quick else ""
+    return records.record(SUITE, settings(quick, list(data)), data, command, time.perf_counter() - t0)
+
+
+#: part -> (result type, section renderer)
+_SECTIONS = {
+    "grid": (GridResult, grid_section),
+    "paper": (PaperResult, paper_section_zb),
+    "plantime": (PlanTimeResult, plan_time_section),
+}
+
+
+def results_from_record(rec: dict) -> dict[str, list]:
+    """Part name -> its result objects, for the parts the record holds."""
+    from bench.records import from_json
+
+    return {
+        name: [from_json(_SECTIONS[name][0], r) for r in rec["data"][name]["results"]]
+        for name in PARTS
+        if name in rec["data"]
+    }
+
+
+def render(rec: dict) -> str:
+    """The record's sections (those of the parts it holds), each with the reproduce line."""
+    from bench.records import reproduce_line
+
+    line = reproduce_line(rec)
+    results = results_from_record(rec)
+    return "\n".join(
+        _SECTIONS[name][1](got, line, rec["data"][name].get("wall_s"), rec["settings"]) for name, got in results.items()
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -832,25 +912,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
     from pathlib import Path
 
+    from bench import records
+
     ap = argparse.ArgumentParser(prog="python -m bench.zb", description=__doc__.splitlines()[0])
-    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {','.join(SECTIONS)}")
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {','.join(PARTS)}")
     ap.add_argument("--quick", action="store_true", help="a small subset (smoke run)")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--out", default=None, help="replace these sections in this markdown file (else print)")
+    ap.add_argument("--allow-dirty", action="store_true", help="write the record from a checkout with changes")
+    ap.add_argument("--out-dir", default=str(records.RESULTS), help="folder of the record (zb.json)")
     args = ap.parse_args(argv)
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    bad = [s for s in sections if s not in SECTIONS]
-    if bad or not sections:
-        ap.error(f"--sections = {args.sections}: use a comma list of {','.join(SECTIONS)}")
-    command = "python -m bench.zb --sections " + ",".join(sections) + (" --quick" if args.quick else "")
-    text = build(sections, args.quick, args.workers, command, log=lambda m: print(m, file=sys.stderr, flush=True))
-    if args.out:
-        path = Path(args.out)
-        old = path.read_text() if path.exists() else ""
-        path.write_text(replace_sections(old, text))
-        print(f"wrote {path}", file=sys.stderr)
-    else:
-        print(text)
+    parts = [s.strip() for s in args.parts.split(",") if s.strip()]
+    bad = [s for s in parts if s not in PARTS]
+    if bad or not parts:
+        ap.error(f"--parts = {args.parts}: use a comma list of {','.join(PARTS)}")
+    if not args.allow_dirty and not records.checkout()[1]:  # refuse before the run, not after it
+        print("error: the checkout has uncommitted changes; commit them first, or pass --allow-dirty", file=sys.stderr)
+        return 2
+    rec = run_suite(args.quick, args.workers, parts=parts)
+    path = records.write(rec, Path(args.out_dir), allow_dirty=args.allow_dirty)
+    print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

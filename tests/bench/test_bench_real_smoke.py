@@ -3,7 +3,8 @@
 The same path as `python -m bench.real` on one tiny model at tiny sizes: profile, plan (four
 classic strategies on the uniform split + adaptive), one torchrun launch with 2 gloo ranks that
 steps torch.distributed.pipelining's own schedules and our executor side by side. Checks the
-report's tables and that every number parses (never a fixed timing), and the correctness
+record's section (rendered after a round trip through JSON) and that every number parses (never a
+fixed timing), and the correctness
 cross-check: on the same model, data, schedule and split, torch's runtime and ours compute the
 same loss (within 1e-5) on the first step.
 """
@@ -27,7 +28,7 @@ if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not an installed
 pytest.importorskip("torch.distributed.pipelining")
 
 from adaptis_plan.executor.cpu import PIN_ENV  # noqa: E402
-from bench import real  # noqa: E402
+from bench import real, records  # noqa: E402
 
 pytestmark = pytest.mark.slow  # profiles and one torchrun launch: minutes on 2 loaded cores
 
@@ -57,12 +58,10 @@ def results(work: Path) -> real.RealResults:
     return real.run_bench(SMOKE, work_dir=work)
 
 
-def test_every_action_span_is_recorded_and_replays_to_the_measured_step(results: real.RealResults, work: Path) -> None:
-    """The launch records each of our actions' spans (`record_actions`); the plan's dependency graph
-    replayed with them (`bench.actions`) comes out near the measured step: the spans are the plan's
-    actions, in its programs' order."""
+def test_every_action_span_is_recorded_in_program_order(results: real.RealResults, work: Path) -> None:
+    """The launch records each of our actions' spans (`record_actions`): the plan's actions, in its
+    programs' order, one list per measured round and rank."""
     from adaptis_plan.usecases import simulate_plan_file
-    from bench import actions
 
     case = SMOKE.cases[0].model
     outs = sorted((work / case).glob("out.part*"))
@@ -76,10 +75,6 @@ def test_every_action_span_is_recorded_and_replays_to_the_measured_step(results:
             for spans in rank["action_spans_s"][run]:
                 assert [name for name, _, _ in spans] == [str(a) for a in programs[d]]
                 assert all(s <= e <= s2 for (_, s, e), (_, s2, _) in zip(spans, spans[1:], strict=False))
-        b = actions.breakdown(ranks, run, plan)
-        # within 1% in the full bench; here one round of a step under 0.1 s on cores the other test
-        # workers load, where the modelled link times are a large, rough share
-        assert 0.5 * b.measured_s <= b.replayed_s <= 1.5 * b.measured_s, (strategy, b)
 
 
 @pytest.mark.slow
@@ -105,7 +100,11 @@ def test_torch_runs_the_plans_own_split(results: real.RealResults) -> None:
 
 @pytest.mark.slow
 def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) -> None:
-    text = real.render(results)
+    rec = records.record(real.SUITE, real.settings(SMOKE), records.to_json(results), "python -m bench.real")
+    again = json.loads(json.dumps(rec))  # as written to and read from bench/results/real.json
+    text = real.render(again)
+    assert text == real.render(rec)  # the results round-trip
+    assert text.startswith(real.HEADING + "\n\n" + records.reproduce_line(rec))
     usable = sorted(os.sched_getaffinity(0))
     if len(usable) >= 2 and os.environ.get(PIN_ENV) != "0":  # the runtime's ranks, one core each
         assert results.models[0].cpu_cores == usable[:2]
@@ -142,10 +141,6 @@ def test_report_has_the_tables_and_parseable_numbers(results: real.RealResults) 
     assert all(re.fullmatch(NUM + "%", c) for r in zbv for c in r[5:8])
     assert {r[1] for r in per_stage} <= {"ZBVZeroBubble", "adaptive"}
     assert "max |difference|" in text and "torch 2." in text and "set_num_threads(1)" in text
-    # sends while both ranks compute, with and without the runtime's yield
-    assert set(results.busy_link) == {"no yield", "yield"}
-    assert all(0 <= r["median_s"] <= r["p90_s"] <= r["p99_s"] and r["mean_s"] >= 0 for r in results.busy_link.values())
-    assert "Sends while both ranks compute" in text
 
 
 def test_every_plan_is_also_simulated_with_its_layers_profiled_inside_the_launch(
@@ -196,13 +191,6 @@ def test_the_recompute_plan_runs_recomputation_on_every_stage(results: real.Real
     # charged one more forward per block: predicted slower than the same plan without recomputation
     assert p.predicted_s > m.plans["1F1B"].predicted_s
     assert abs(p.ours_losses[0] - m.plans["1F1B"].ours_losses[0]) <= real.LOSS_TOL  # the same math
-
-
-def test_section_replaces_only_its_own_part() -> None:
-    doc = "# B\n\n## Other\n\nx\n\n## Real execution (CPU, gloo)\n\nold\n\n## After\n\ny\n"
-    new = real.replace_section(doc, "## Real execution (CPU, gloo)\n\nnew\n")
-    assert "old" not in new and "new" in new and "## Other\n\nx" in new and new.endswith("## After\n\ny\n")
-    assert real.replace_section("# B\n", "## Real execution (CPU, gloo)\n\nnew\n").endswith("new\n")
 
 
 def test_noisy_rounds_are_dropped_but_never_all() -> None:

@@ -1,7 +1,7 @@
 """How steady is this machine: the same kernels timed call after call, alone and with the other core streaming memory.
 
-Run: `python -m bench.host_modes [--blocks 24] [--calls 10]` (about 10 s); `bench.run --sections hostmodes`
-puts its table in BENCHMARKS.md.
+Run from the repository root (it imports `bench`): `PYTHONPATH=. python experiments/host_modes.py [--blocks 24] [--calls 10]`
+(about 10 s; prints its markdown table; findings in experiments/NOTES.md).
 
 Why: the CPU real runs (`bench.real`) compare a step with a profile of its layers taken minutes, or
 seconds, earlier. On a shared VM the host's speed moves between them, and a profile's median cannot
@@ -37,7 +37,7 @@ KERNELS = ("stream", "gemm", "layer")
 SETTINGS = ("other core idle", "other core streaming")
 
 
-def _pin(core: int) -> None:
+def pin(core: int) -> None:
     """This process on `core` alone, where the machine has more than one and the OS can pin."""
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {core})
@@ -62,7 +62,7 @@ def _streamer(flag) -> None:  # noqa: ANN001 - a multiprocessing Event
 
     import numpy as np
 
-    _pin(1)
+    pin(1)
     a = np.ones(STREAM_FLOATS, dtype=np.float32)
     while True:
         if flag.is_set():
@@ -80,7 +80,7 @@ def _probe(blocks: int, calls: int, out: str) -> None:
 
     from adaptis_plan.inputs.models.load import load_model
 
-    _pin(0)
+    pin(0)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = load_model("tiny-nemotron-h")
@@ -185,8 +185,7 @@ def measure(blocks: int = 24, calls: int = 10, timeout_s: float = 300.0) -> Host
         out = Path(tmp) / "times.json"
         cmd = [
             sys.executable,
-            "-m",
-            "bench.host_modes",
+            str(Path(__file__).resolve()),
             "--probe",
             str(out),
             "--blocks",
@@ -218,7 +217,7 @@ def section(res: HostModes, reproduce: str) -> str:
             "",
             reproduce,
             "",
-            "The same three kernels, call after call, in one process on one core (`bench.host_modes`): a memory"
+            "The same three kernels, call after call, in one process on one core (`experiments/host_modes.py`): a memory"
             f" stream ({STREAM_FLOATS * 4 // 10**6} MB read and written), a GEMM (3 x 384^2) and the forward of"
             " tiny-nemotron-h's first Mamba-2 block (seq 256, no autograd: a memory-bound layer of the real"
             " runs). Blocks of"
@@ -243,7 +242,7 @@ def section(res: HostModes, reproduce: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.host_modes", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python experiments/host_modes.py", description=__doc__.splitlines()[0])
     ap.add_argument("--blocks", type=int, default=24, help="blocks of calls, the settings alternating")
     ap.add_argument("--calls", type=int, default=10, help="calls per block")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)  # internal: run the probe, write here

@@ -2,7 +2,7 @@
 
 Run on the output of a `bench.torch_runtime` launch whose config set `record_actions`:
 
-    python -m bench.actions OUT_DIR RUN_NAME PLAN.json [--model MODEL] [--costs PROFILE.json]
+    python experiments/actions.py OUT_DIR RUN_NAME PLAN.json [--model MODEL] [--costs PROFILE.json]
 
 Data flow: both ranks' `action_spans_s[RUN_NAME]` (per measured round, every action's name, start
 and end in the rank's program order) + the plan file -> the judge's dependency replay
@@ -14,7 +14,7 @@ and end in the rank's program order) + the plan file -> the judge's dependency r
 (a) - (b) is what variation within a round costs this plan (a plan without slack on either device
 pays both devices' delays); (b) - (c) is the per-op cost the profile missed. Also: the actions
 that ran more than `OUTLIER_S` over their own median, by whether they send or receive across
-devices. Imports the adaptis use cases and the judge; nothing imports this but its test.
+devices. Imports the adaptis use cases and the judge; findings in experiments/NOTES.md.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def breakdown(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.actions", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python experiments/actions.py", description=__doc__.splitlines()[0])
     p.add_argument("out", help="the launch's output folder (rank0.json, rank1.json, ...)")
     p.add_argument("run", help="the run's name in the launch config")
     p.add_argument("plan", help="the run's plan file")

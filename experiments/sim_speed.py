@@ -1,6 +1,6 @@
 """Simulator throughput: how many actions per second `simulate` judges.
 
-Run: `python bench/sim_speed.py [--devices 16] [--microbatches 4167] [--repeat 3]`
+Run: `python experiments/sim_speed.py [--devices 16] [--microbatches 4167] [--repeat 3]`
 
 Builds zero-bubble-style 1F1B programs (F, I, W per stage and micro-batch: P * M * 3 actions,
 200,016 with the defaults) and an interleaved 1F1B-like program with two stages per device

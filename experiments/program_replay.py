@@ -1,6 +1,6 @@
 """What a plan's order costs its ops, without communication: each device's program run alone.
 
-    python -m bench.program_replay PLAN.json [--rounds 7] [--repeats 7] [--out DIR]
+    PYTHONPATH=. python experiments/program_replay.py PLAN.json [--rounds 7] [--repeats 7] [--out DIR]
 
 Data flow: a plan file -> one process per device, all at once (every core busy, as in the
 pipeline; one intra-op thread each, `bench.real`'s malloc setting), each:
@@ -16,9 +16,9 @@ pipeline; one intra-op thread each, `bench.real`'s malloc setting), each:
 Per device, stage and op: the actions' median span against each timing's charge (the two
 sessions and the processes averaged, no link or per-action cost: there are no hand-offs).
 Replay / profile is what the program's order (the caches each op finds, the other layers' data
-in between) does to the op; a launch's own spans (`bench.actions`) add the hand-offs on top.
-`section` is BENCHMARKS.md's "Program order without communication (CPU)" (`bench.run --sections
-replay`). Imports torch, the executor and the judge; only `bench.run` and its test import this.
+in between) does to the op; a launch's own spans (`experiments/actions.py`) add the hand-offs on top.
+`section` renders the table (findings in experiments/NOTES.md). Run from the repository root: it
+imports `bench.real`'s worker environment. Imports torch, the executor and the judge.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import torch
 
 from adaptis_plan.executor.cpu import enter_cpu_rank
 from adaptis_plan.executor.data import synthetic_batch
-from adaptis_plan.executor.layers import build_layer
+from adaptis_plan.executor.layers import boundary_spec, build_layer
 from adaptis_plan.executor.lowering import lower
 from adaptis_plan.executor.profile import (
     IN_FLIGHT,
@@ -172,7 +172,11 @@ def worker(plan_path: str, device: int, rounds: int, repeats: int, out: Path) ->
         micro_batch_size=tr.micro_batch_size, seq_len=tr.seq_len, seed=0, device=torch.device("cpu"),
         dtype=torch.float32, timeout_s=60.0, recompute=[st.recompute for st in plan.stages],
     )  # fmt: skip
-    rt.comm = Loopback(rt.comm._boundaries, seed=device)  # type: ignore[assignment]
+    b = plan_layout(plan).bounds
+    boundaries = {
+        s: boundary_spec(model, b[s + 1] - 1, tr.micro_batch_size, tr.seq_len, torch.float32) for s in range(len(b) - 2)
+    }  # what the runtime's P2P would carry between stages s and s + 1
+    rt.comm = Loopback(boundaries, seed=device)  # type: ignore[assignment]
     spans = []
     for step in range(2 + rounds):  # two warm-up steps
         inputs, labels = synthetic_batch(
@@ -246,7 +250,7 @@ def run(plan_path: str, rounds: int, repeats: int, work: Path) -> list[Row]:
     procs, outs = [], []
     for d in range(plan_layout(plan).num_devices):
         out = work / f"device{d}.json"
-        cmd = [sys.executable, "-m", "bench.program_replay", plan_path, "--worker", str(d), "--rounds", str(rounds),
+        cmd = [sys.executable, str(Path(__file__).resolve()), plan_path, "--worker", str(d), "--rounds", str(rounds),
                "--repeats", str(repeats), "--out", str(out)]  # fmt: skip
         procs.append(subprocess.Popen(cmd, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True))
         outs.append(out)
@@ -336,7 +340,7 @@ def section(command: str, quick: bool) -> str:
         "Each device's program of a plan run alone through the executor's own interpreter, with a loopback"
         " in place of gloo (a receive is a seeded tensor, a send is dropped), both devices at once (every core"
         f" busy), {rounds} steps after 2 warm-up; against the layer timings taken in the same processes just"
-        " before and after (`python -m bench.program_replay PLAN`). Profile = `adaptis profile` (what planning"
+        " before and after (`python experiments/program_replay.py PLAN`). Profile = `adaptis profile` (what planning"
         " reads: each distinct layer's ops back to back, a small body layer in a chain of copies of itself);"
         " round-robin = every op after the other"
         " distinct layers' ops. Figures: the device's summed action spans / what the timing charges the same"
@@ -359,7 +363,7 @@ def _reading(iso: list[float], rr: list[float]) -> str:
             "Without communication the programs run within"
             f" {max(abs(x) for x in iso):.0%} of their profile, some faster, some slower: the order"
             " of the ops (the caches each one finds) moves a device's time by no common sign, so it does not"
-            " explain a launch's excess over the profile by itself (a launch's own spans: `bench.actions`)."
+            " explain a launch's excess over the profile by itself (a launch's own spans: `experiments/actions.py`)."
         )
     else:
         first = (
@@ -371,7 +375,7 @@ def _reading(iso: list[float], rr: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.program_replay", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python experiments/program_replay.py", description=__doc__.splitlines()[0])
     p.add_argument("plan", help="plan file (its embedded model is the one run)")
     p.add_argument("--rounds", type=int, default=7, help="timed steps per device (after two warm-up steps)")
     p.add_argument("--repeats", type=int, default=7, help="repeats per op of each layer timing")

@@ -1,6 +1,6 @@
 """A stage of several layers against the sum of its layers' profiled times, in one process.
 
-    python -m bench.stage_chain MODEL FIRST LAST [--seq-len 256] [--rounds 4] [--reverse]
+    python experiments/stage_chain.py MODEL FIRST LAST [--seq-len 256] [--rounds 4] [--reverse]
 
 Data flow: a model (zoo name or spec) -> the executor's `Stage` of layers FIRST..LAST-1 timed as a
 split-backward stage runs (F of a new micro-batch with two others held, the I of the oldest with its
@@ -10,8 +10,7 @@ a small body layer in a chain of copies of itself, `executor.profile.stage_copie
 -> per op, the stage's median against the sum of its layers' profiled times. The planner costs a
 stage as that sum; the difference is what running the layers one after another (each its own
 weights, the previous one's output as input) adds. Run two copies at once (one with `--reverse`)
-to keep both cores busy, as the bench does. Imports torch and the executor; nothing imports this
-but its test.
+to keep both cores busy, as the bench does. Imports torch and the executor.
 """
 
 from __future__ import annotations
@@ -95,7 +94,7 @@ def compare(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.stage_chain", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python experiments/stage_chain.py", description=__doc__.splitlines()[0])
     p.add_argument("model", help="zoo name or model spec")
     p.add_argument("first", type=int, help="the stage's first layer")
     p.add_argument("last", type=int, help="one past its last layer")

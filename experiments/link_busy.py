@@ -1,7 +1,6 @@
 """Sends while both ranks compute: how long a receive waits, with and without a yield after the send.
 
-Run: `python -m bench.link_busy [--messages N]` (about 5 s); `bench.real` calls `measure` once per
-run and reports it beside the measured link.
+Run: `python experiments/link_busy.py [--messages N]` (about 5 s; findings in experiments/NOTES.md).
 
 Why: on CPU ranks every core computes (one rank per core, one intra-op thread each), and gloo's
 I/O thread, which writes a posted send to the socket, has to wait for a core. Measured here
@@ -81,7 +80,7 @@ def measure(messages: int = 200, timeout_s: float = 120.0) -> dict[str, dict[str
     with tempfile.TemporaryDirectory(prefix="adaptis-busy-link-") as tmp:
         out = os.path.join(tmp, "waits.json")
         port = free_port()
-        cmd = [sys.executable, "-m", "bench.link_busy", "--rank"]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--rank"]
         procs = [subprocess.Popen([*cmd, str(r), str(port), out, str(messages)], env=pair_env()) for r in (0, 1)]
         try:
             for p in procs:
@@ -115,7 +114,7 @@ def sentence(result: dict[str, dict[str, float]]) -> str:
     ]
     n = next(iter(result.values()))["messages"]
     return (
-        f"Sends while both ranks compute (`python -m bench.link_busy`, {n} messages of"
+        f"Sends while both ranks compute (`python experiments/link_busy.py`, {n} messages of"
         f" {MESSAGE_BYTES // 1024} KiB per mode, each asked for {ASK_AFTER_S * 1e3:g} ms after its send): the"
         f" receive waited, {'; '.join(parts)}. Our runtime yields the core after posting sends on CPU"
         " (`P2P.pump`), so that gloo's I/O thread writes them at once."
@@ -123,7 +122,7 @@ def sentence(result: dict[str, dict[str, float]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.link_busy", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python experiments/link_busy.py", description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=200)
     ap.add_argument("--rank", nargs=4, metavar=("RANK", "PORT", "OUT", "MESSAGES"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

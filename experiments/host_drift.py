@@ -1,9 +1,9 @@
 """How steady is this machine over minutes: layers timed for minutes on both cores at once, as two ranks run.
 
-Run: `python -m bench.host_drift [--minutes 10] [--window 30]`; `bench.run --sections hostdrift` puts its
-table in BENCHMARKS.md (10 minutes; 1 with `--quick`).
+Run from the repository root (it imports `bench`): `PYTHONPATH=. python experiments/host_drift.py [--minutes 10] [--window 30]`
+(prints its markdown table; findings in experiments/NOTES.md).
 
-Why: `bench.host_modes` measures the host call by call, over seconds. The CPU real runs (`bench.real`)
+Why: `experiments/host_modes.py` measures the host call by call, over seconds. The CPU real runs (`bench.real`)
 also compare a profile with steps taken minutes apart, and what decides that comparison is how the
 host's speed moves over minutes: if it moved only from second to second, a profile's median over a
 minute would already hold its average. Here two processes, pinned to core 0 and core 1 (one intra-op
@@ -34,7 +34,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.host_modes import _pin, probe_block
+from host_modes import pin, probe_block
 
 KERNELS = ("mamba", "attention", "mlp", "gemm")
 HEADING = "## How steady is this machine, over minutes? (CPU)"
@@ -48,7 +48,7 @@ def _probe(core: int, seconds: float, out: str) -> None:
 
     from adaptis_plan.inputs.models.load import load_model
 
-    _pin(core)
+    pin(core)
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
@@ -153,8 +153,7 @@ def measure(seconds: float = 600.0, window_s: float = 30.0) -> HostDrift:
             subprocess.Popen(
                 [
                     sys.executable,
-                    "-m",
-                    "bench.host_drift",
+                    str(Path(__file__).resolve()),
                     "--probe",
                     str(out),
                     "--core",
@@ -220,7 +219,7 @@ def section(res: HostDrift, reproduce: str) -> str:
             "",
             f"Forward + backward of tiny-nemotron-h's Mamba-2, attention and MLP blocks (seq 256) and a GEMM"
             f" (3 x 384^2), one after another on both cores at once for {res.seconds / 60:.0f} minutes"
-            f" (`bench.host_drift`: two processes pinned one per core, one thread each, as the ranks of the real"
+            f" (`experiments/host_drift.py`: two processes pinned one per core, one thread each, as the ranks of the real"
             f" runs; {res.calls} calls per kernel). Speed = a {res.window_s:.0f}-s window's median over the whole"
             " probe's median (above 1 = slower). Phase = how long the speed stays on one side of its median window, on average."
             " The last columns: how much a mean over that many consecutive minutes still varies (sd).",
@@ -244,7 +243,7 @@ def section(res: HostDrift, reproduce: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.host_drift", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python experiments/host_drift.py", description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="how long the probe runs")
     ap.add_argument("--window", type=float, default=30.0, help="seconds per window")
     ap.add_argument("--probe", default=None, help=argparse.SUPPRESS)  # internal: one probe process, writes here
