@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or
     from collections.abc import Callable
 
     from adaptis_plan.executor.launch import RunOptions
-    from adaptis_plan.executor.profile import ProfileEstimate
+    from adaptis_plan.executor.profile_estimate import ProfileEstimate
 
 if TYPE_CHECKING:
     from adaptis_plan.search.budget import SearchBudget
@@ -851,7 +851,9 @@ def profile_for(req: ProfileRequest, note: Callable[[str], None] | None = None) 
     Before it starts, `note` hears what the profile asks of the machine when that is a lot
     (`estimate_profile`): its arithmetic alone over `PROFILE_NOTE_S`, or more memory than is free
     (a 70B model's layers at seq 4K on a CPU: hours, and more memory than a laptop has)."""
-    from adaptis_plan.executor.profile import estimate_profile, measure_link, profile_model, profile_recompute
+    from adaptis_plan.executor.link import measure_link
+    from adaptis_plan.executor.profile import profile_model, profile_recompute
+    from adaptis_plan.executor.profile_estimate import estimate_profile
     from adaptis_plan.inputs.models.load import load_model
 
     model = load_model(req.model_arg)

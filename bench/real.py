@@ -553,7 +553,7 @@ def measure_link(samples: int) -> dict | None:
     """Median gloo latency / bandwidth of `samples` measurements (each a median of ping-pongs)."""
     if samples <= 0:
         return None
-    from adaptis_plan.executor.profile import measure_link as one
+    from adaptis_plan.executor.link import measure_link as one
 
     got = [one(host_costs=True) for _ in range(samples)]
     return {

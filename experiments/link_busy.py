@@ -75,7 +75,7 @@ def _rank(rank: int, port: int, out: str, messages: int) -> None:
 
 def measure(messages: int = 200, timeout_s: float = 120.0) -> dict[str, dict[str, float]]:
     """Per mode ("no yield", "yield"): the receive's wait in seconds (mean, median, p90, p99)."""
-    from adaptis_plan.executor.profile import free_port, pair_env
+    from adaptis_plan.executor.link import free_port, pair_env
 
     with tempfile.TemporaryDirectory(prefix="adaptis-busy-link-") as tmp:
         out = os.path.join(tmp, "waits.json")

@@ -8,7 +8,8 @@ recomputation; I/W split from `wgrad`; sends and receives ordered by `lowering`)
 step times, the measured trace, and with `--verify` the comparison against a single-process
 step (`verify`). `processes` keeps the run's process tree from outliving the launcher.
 `profile.profile_model` / `profile_recompute` measure per-layer F / I / W / B costs and
-activation bytes for `adaptis profile`. The executor runs what it is given: it never makes or
+activation bytes for `adaptis profile`, `profile_estimate` what a profile will ask of the machine
+before it starts, and `link.measure_link` the gloo link between two local processes. The executor runs what it is given: it never makes or
 simulates a plan (the use cases do).
 
 Modules: `layers` (every layer kind, recomputation), `wgrad` (deferred weight gradients),
@@ -16,5 +17,5 @@ Modules: `layers` (every layer kind, recomputation), `wgrad` (deferred weight gr
 on CPU: one thread, denormals flushed), `runtime` (one rank's
 interpreter), `worker` (`python -m adaptis_plan.executor.worker` under torchrun), `launch`
 (`RunOptions`, `run_plan`, `run_plans`), `processes` (run token, reaper, worker lifeline;
-standard library only), `verify`, `data`, `profile`.
+standard library only), `verify`, `data`, `profile`, `profile_estimate`, `link`.
 """

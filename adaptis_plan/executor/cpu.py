@@ -10,34 +10,25 @@ thread per core in every rank).
 Denormals flushed: a float32 below 1.2e-38 in magnitude is a denormal, and x86 cores compute
 with one through a microcode assist that is 10-100x slower than a normal operation. Decaying
 products make them: a Mamba-2 layer's scan multiplies segment decays exp(A dt) together. Which
-values come out denormal depends on the data, so the same layer took a different time on the
-profiler's seeded inputs than inside a stage, on the activations its neighbours produce: on the
-2-core CPU bench, a stage of tiny-nemotron-h's first Mamba layer ran F +13 % and I +14 % over
-that layer's profiled times with denormals on, +3 % and -2 % flushed, and 15 % faster
-(`python -m bench.stage_chain tiny-nemotron-h 1 2`). GPUs compute denormals at full speed; torch
+values come out denormal depends on the data, so unflushed, the same layer can take a different
+time on the profiler's seeded inputs than inside a stage, on the activations its neighbours
+produce (measured: experiments/findings-executor.md). GPUs compute denormals at full speed; torch
 flushes them on CPU only when told to (`torch.set_flush_denormal`). A flushed denormal becomes
 0: a relative change below 1e-38 of the tensor's scale, far inside `verify`'s tolerances, and the
 reference step flushes them too.
 
 One core each (`pin_core`): when several local processes compute side by side (the ranks of a
-launch, `LOCAL_RANK` of `LOCAL_WORLD_SIZE`; the two ends of the profiler's link probe; the bench's
-concurrent profile copies) and they are no more than the cores this process may use, process k is
-pinned to the k-th of them, before it starts gloo, so gloo's threads share its core too. Why: a
-rank's placement is then fixed and known (`run --json` reports it as `cpu_cores`), as CPU
-training launchers commonly bind ranks to cores, and the OS can no longer run both ranks' threads
-on one core for a while. What it did to the predictions, measured on the 2-core CPU bench
-(`python -m bench.run --out BENCHMARKS.md --sections real,match`, 24 plans, fp32, PP 2): a short
-A/B (tiny-nemotron-h and tiny-gemma, 6 rounds, one launch each way) moved the mean |error| of the
-12 plans' in-launch predictions from about 5.6 % to 2.8 %, but two full runs a session apart
-(run 25 unpinned, run 26 pinned; the host is a shared VM whose speed moves by 10-40 % over
-minutes) did not confirm it: in-launch mean |error| 3.7 % vs 4.6 %, worst 11.4 % vs 10.2 %;
-planning-profile mean 9.1 % vs 7.6 %, worst 19.8 % vs 24.8 %. On another VM (Intel, runs 27 and 28,
-pinned, the planning profile's copies too) the in-launch mean |error| was 3.3 % and 2.7 %, with no
-unpinned run there to compare. So pinning is no proven accuracy gain; it is kept for the fixed,
-reported placement. A single process (the profiler, a one-process
-reference step) is not pinned: it has no neighbour to keep apart, and pinned it could not leave a
-core another job is using. `ADAPTIS_CPU_PIN=0` in the environment turns pinning off (for example
-when several launches share one machine, which would otherwise pin their rank 0s to the same core).
+launch, `LOCAL_RANK` of `LOCAL_WORLD_SIZE`; the two ends of the link probe, `executor.link`; the
+bench's concurrent profile copies) and they are no more than the cores this process may use,
+process k is pinned to the k-th of them, before it starts gloo, so gloo's threads share its core
+too. Why: a rank's placement is then fixed and known (`run --json` reports it as `cpu_cores`), as
+CPU training launchers commonly bind ranks to cores, and the OS can no longer run both ranks'
+threads on one core for a while. Known limit: pinning is no proven accuracy gain for the
+predictions (the CPU bench's A/B runs disagreed: experiments/findings-executor.md); it is kept for
+the fixed, reported placement. A single process (the profiler, a one-process reference step) is not
+pinned: it has no neighbour to keep apart, and pinned it could not leave a core another job is
+using. `ADAPTIS_CPU_PIN=0` in the environment turns pinning off (for example when several launches
+share one machine, which would otherwise pin their rank 0s to the same core).
 """
 
 from __future__ import annotations

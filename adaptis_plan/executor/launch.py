@@ -67,12 +67,12 @@ from adaptis_plan.executor import processes
 from adaptis_plan.executor.lowering import P2P_ORDERS, lower
 from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.planfile.io import check_model_matches, plan_layout, plan_programs, write_json_atomic, write_plan
+from adaptis_plan.render.measured import measured_trace
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 
 log = logging.getLogger(__name__)
 
-_OP_NAMES = {"F": "forward", "B": "backward", "I": "backward (inputs)", "W": "backward (weights)"}
 _DTYPES = ("fp32", "bf16", "fp16")
 _POLL_S = 0.1
 ERROR_GRACE_S = 3.0  # after a rank's error file: torchrun's time to end the other ranks itself
@@ -663,45 +663,4 @@ def _verify(
         "worst_param": c.worst_param,
         "mismatched_params": c.mismatched[:20],
         "tolerance": {"rtol": rtol, "atol": atol},
-    }
-
-
-def measured_trace(plan: PlanFile, timelines: dict[int, list], predicted_s: float) -> dict[str, Any]:
-    """Chrome trace of the last measured step, laid out like the simulator's (`render/trace.py`):
-    one process per device, thread 0 "compute", one `ph: "X"` event per action (µs); `predicted_s`
-    is the step the run reports as predicted (`PlanJob.predicted_step_time_s`)."""
-    events: list[dict[str, Any]] = []
-    for d in sorted(timelines):
-        events += [
-            {"name": "process_name", "ph": "M", "pid": d, "tid": 0, "args": {"name": f"device {d}"}},
-            {"name": "process_sort_index", "ph": "M", "pid": d, "tid": 0, "args": {"sort_index": d}},
-            {"name": "thread_name", "ph": "M", "pid": d, "tid": 0, "args": {"name": "compute"}},
-        ]
-        for name, stage, mb, op, t0, t1 in timelines[d]:
-            st = plan.stages[stage]
-            events.append(
-                {
-                    "name": name,
-                    "cat": _OP_NAMES[op],
-                    "ph": "X",
-                    "pid": d,
-                    "tid": 0,
-                    "ts": t0 * 1e6,
-                    "dur": max(t1 - t0, 0.0) * 1e6,
-                    "args": {"stage": stage, "mb": mb, "op": op, "layers": list(st.layers)},
-                }
-            )
-    end = max((a[5] for tl in timelines.values() for a in tl), default=0.0)
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "name": f"measured: {plan.strategy}",
-            "measured": True,
-            "step_span_s": end,
-            "predicted_step_time_s": predicted_s,
-            "num_devices": plan.training.pp,
-            "num_stages": len(plan.stages),
-            "num_microbatches": plan.training.num_microbatches,
-        },
     }

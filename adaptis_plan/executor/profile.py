@@ -10,51 +10,34 @@ measured once; `layers` lists all their indices) -> `CostProfile` (spec/cost_pro
 `plan --costs` and `simulate --costs` read instead of the analytic numbers. `profile_recompute`
 measures the same layers under selective and full recomputation (`layers.set_recompute`).
 Imports torch, the executor's layers and `wgrad`, and the profile spec; never a plan, a
-builder or the simulator (the runtime's time per action is measured by the `adaptis profile`
-use case, which builds the probe plan and runs it through `launch.run_plan`).
+builder or the simulator. Measured elsewhere: the gloo link (`executor.link`), what a profile
+will ask of the machine before it starts (`executor.profile_estimate`), and the runtime's time
+per action (the `adaptis profile` use case, which builds the probe plan and runs it through
+`launch.run_plan`).
 
-In rounds (`rounds`, default `ROUNDS`): each round times every distinct layer (and head chunk)
-in turn, its share of the `repeats` (`spread_repeats`), the layers kept built from one round to
-the next; each field is the median of a layer's repeats pooled over all rounds (memory is measured
-once, when the first round reaches the layer). On a shared VM the host's speed moves by -10..+80 %
-in episodes of a second or two, and the first layer a process times runs cold: timed layer after
-layer, all repeats at once, one episode moved one layer's whole sample (the head's I of
-tiny-deepseek came out 16.0, 5.6 and 5.2 ms in three profiles back to back), and the embedding's
-W, timed first, came out 2-3 ms in most profiles, 0.3 ms in others. In 3 rounds (two batches of
-5 profiles each way, taken in turn on the 2-core VM while other jobs ran), the spread of a field
-over the profiles ((max - min) / median), worst field, went from 133-142 % to 64-75 % for
-tiny-deepseek at seq 128 and from 67-130 % to 73-79 % for tiny-nemotron-h at seq 256, the median
-field's from 34-41 % to 29-35 % and from 29-32 % to 16-29 % (a host slower for a whole profile
-moves all of it, which rounds do not undo), the embedding's W to 0.3-0.8 ms; a profile took
-1.2-1.4x as long.
-Per distinct layer, round and repeat (each of the three passes below after `warmup` untimed
-repeats, in every round), in the steady state of a pipeline stage: `IN_FLIGHT` earlier
-micro-batches' graphs are alive at every timing, and each
-backward is that of the oldest of them, so F writes its activations into memory the others do not
-leave free and hot, and I / B read activations written `IN_FLIGHT` forwards before:
+Rounds (`rounds`, default `ROUNDS`): each round times every distinct layer (and head chunk) in
+turn, its share of the `repeats` (`spread_repeats`), the layers kept built from one round to the
+next; each field is the median of a layer's repeats pooled over all rounds (memory is measured
+once, when the first round reaches the layer). A slowdown of the host for a second or two then
+moves a few repeats of every layer, not one layer's whole sample; a host slower for a whole
+profile moves all of it, which rounds do not undo.
+
+Steady state: per distinct layer, round and repeat (each of the three passes below after
+`warmup` untimed repeats, in every round), `IN_FLIGHT` earlier micro-batches' graphs are alive
+at every timing, and each backward is that of the oldest of them, as in a pipeline stage: F
+writes its activations into memory the others do not leave free and hot, and I / B read
+activations written `IN_FLIGHT` forwards before:
 - F: forward of one micro-batch ([micro_batch_size, seq_len] tokens), building the graph;
 - I: backward to the layer input with weight GEMMs deferred (`WeightGradStore.deferring`);
 - W, twice, as a schedule that splits the backward runs it: `w_s`, the deferred weight GEMMs of
   the I `W_DEFERRED` repeats before, right after this repeat's I (a W placed after other actions
-  reads a stash no longer in cache: timed right after its own I, the head's W of the 2-rank CPU
-  bench came out 1.5-1.8 ms (25-30 %) shorter than it ran in such plans); `w_hot_s`, in a pass of
-  its own, the W right after its own I, as a schedule that places it there runs it (on the
-  same bench every ZBVZeroBubble launch ran its W, nearly all right after their I, 9-13% under
-  the deferred timing). The simulator charges each W by where it sits;
+  reads a stash no longer in cache); `w_hot_s`, in a pass of its own, the W right after its own
+  I, as a schedule that places it there runs it. The simulator charges each W by where it sits;
 - B (a pass of its own): a new forward (untimed), then the fused full backward of the oldest; the
-  simulator charges it to a fused B (`CostTable.b_fused_s`: 1-6% under I + hot W).
+  simulator charges it to a fused B (`CostTable.b_fused_s`).
 A timed repeat during which the process took more than `FAULT_PAGES` minor page faults is taken
-again (at most `FAULT_RETRIES` times per pass): the allocator touched fresh memory, which a stage in
-its steady state does not (the 2-rank CPU bench's steps fault a few dozen pages at most). On the
-2-core VM tiny-gemma's head I (47 MiB of logits) faulted 12,000-24,000 pages in about a quarter of
-its repeats, early ones most, and ran 2-10x its 33-38 ms then; in 3 rounds a third of the profiles
-took such a time as the head's I, none with faulting repeats taken again (10 profiles).
-Timed back to back instead (F, then at once its I and W), the layers of the 2-rank CPU bench ran
-10-40% faster than inside the pipeline (per stage, `bench.real`'s "Per stage" table), most in F,
-by about 1.5-2 ms per tiny-llama stage forward, which a one-process stage forward with two graphs
-held reproduced. With the steady state, the in-launch errors (tiny-llama, tiny-nemotron-h) of the
-classic plans went from -2% to -14% to -6.8% to +0.7%, the adaptive plans' from -14% to -23%
-to -6% to -11%.
+again (at most `FAULT_RETRIES` times per pass): the allocator touched fresh memory, which a stage
+in its steady state does not.
 How much the op times vary within a round is kept too (`CostProfile.time_spread`, `_Spread`): the
 standard deviation of log seconds about each (layer, op, round)'s own mean, pooled over all of them,
 so the host's drift from round to round does not count, only the repeat-to-repeat variation that
@@ -72,44 +55,36 @@ last chunk's output is a loss (the others are backpropagated from a seeded outpu
 (`CostProfile.head_chunks`), so a plan that splits the head is costed with its chunks' own times.
 Memory: `act_bytes` = distinct storages autograd saves during F and still holds after it
 (`saved_bytes`: a saved-tensor hook, in its own untimed pass, since the hook's Python work per
-saved tensor is not the executor's; parameters excluded); `act_w_bytes` = what the W stash keeps after I (its inputs and output
-gradients, distinct storages; capped at `act_bytes`, since the cost model's memory semantics
-only let I free memory). On CPU everything runs as an executor rank computes (`cpu.cpu_rank`:
-one intra-op thread, denormal floats flushed to zero). `measure_link` times gloo point-to-point between two local
-processes (latency from a ping-pong of 4 bytes, bandwidth from 16 MiB messages, and on CPU
-what each end of a message costs a rank while both compute, `_host_busy`); it is also the entry
-point of those two processes (HOST: 1 to measure that cost):
+saved tensor is not the executor's; parameters excluded); `act_w_bytes` = what the W stash keeps
+after I (its inputs and output gradients, distinct storages; capped at `act_bytes`, since the
+cost model's memory semantics only let I free memory). On CPU everything runs as an executor
+rank computes (`cpu.cpu_rank`: one intra-op thread, denormal floats flushed to zero).
 
-    python -m adaptis_plan.executor.profile --link-rank RANK PORT OUT_FILE REPEATS BYTES HOST
+Known limits: a layer timed alone, even in the steady state and in a chain, is not the layer
+inside a running pipeline; the profile's times approach the in-launch ones, they do not equal
+them. What these choices measured on the 2-core CPU bench is in experiments/findings-executor.md.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import resource
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from adaptis_plan.errors import AdaptisError, InputError
-from adaptis_plan.executor.cpu import cpu_rank, enter_cpu_rank
+from adaptis_plan.executor.cpu import cpu_rank
 from adaptis_plan.executor.layers import build_layer, set_recompute
 from adaptis_plan.executor.wgrad import WeightGradStore
-from adaptis_plan.spec.cost_profile import CostProfile, HeadChunkProfile, LayerCostEntry, MeasuredLink, ProfiledModel
+from adaptis_plan.spec.cost_profile import CostProfile, HeadChunkProfile, LayerCostEntry, ProfiledModel
 from adaptis_plan.spec.model import ModelSpec
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -156,10 +131,7 @@ def stage_copies(model: ModelSpec, index: int, param_bytes: int, cache: int) -> 
     so unless one layer's weights alone fill the cache, the next op of a layer finds them evicted,
     which a layer timed over and over alone never does. Enough copies that the chain's weights are
     twice the cache, at most `MAX_STAGE_COPIES`; 1 for the embedding, the head and its chunks (one
-    of each per model), and for a layer whose weights alone are over the cache. On the 2-rank CPU
-    bench (2 MiB level-2 cache per core), a stage of four tiny-llama decoders (0.8 MB of weights
-    each) ran F +10-18 %, I +3-8 %, W +11-18 % over four times the layer timed alone; tiny-gemma's
-    (0.3 MB each) within 4 % (`bench.stage_chain`)."""
+    of each per model), and for a layer whose weights alone are over the cache."""
     if model.layers[index].kind in ("embedding", "head") or cache <= 0 or param_bytes <= 0 or param_bytes >= cache:
         return 1
     return min(MAX_STAGE_COPIES, max(1, math.ceil(2 * cache / param_bytes)))
@@ -421,9 +393,8 @@ class _LayerTimer:
 
 def spread_repeats(repeats: int, rounds: int) -> list[int]:
     """Timed repeats per round: `repeats` spread over `rounds` rounds, the last ones taking one more
-    (the first round meets every layer cold, the process's memory not yet touched: on the 2-core
-    VM its embedding W came out 3.6 ms where later rounds timed 0.3-0.5 ms, the head's I 7.7 ms
-    against 4.7-5.3); at most `repeats` rounds, since each round times every op at least once."""
+    (the first round meets every layer cold, the process's memory not yet touched); at most
+    `repeats` rounds, since each round times every op at least once."""
     if repeats < 1 or rounds < 1:
         raise AdaptisError(f"profiling with {repeats} repeats in {rounds} rounds: both must be 1 or more")
     rounds = min(rounds, repeats)
@@ -501,7 +472,7 @@ def profile_model(
     built layers from one call to the next (a process that profiles again and again, between
     pipeline steps, then times the same modules instead of allocating new ones each time; within
     a call, the layers stay built from the first round to the last either way). The
-    gloo link (`measure_link`) and the runtime's time per action are measured separately (the
+    gloo link (`link.measure_link`) and the runtime's time per action are measured separately (the
     `adaptis profile` use case adds them to the profile).
     """
     per_round = spread_repeats(repeats, rounds)
@@ -533,89 +504,6 @@ def profile_model(
         head_chunks=chunked,
         time_spread=spread,
     )
-
-
-@dataclass(frozen=True)
-class ProfileEstimate:
-    """What `profile_model` will ask of this machine, before it starts (`estimate_profile`)."""
-
-    distinct: int  # distinct layers and head chunks to build and time
-    flops: float  # arithmetic of the whole profile, warm-up included (analytic, model FLOPs)
-    rate: float  # FLOP/s of one GEMM on the device, measured just now
-    need_bytes: float  # every distinct layer's weights, one layer's gradients and in-flight activations (analytic)
-    free_bytes: float | None  # what the device has free now (None: unknown)
-
-    @property
-    def seconds(self) -> float:
-        return self.flops / self.rate
-
-
-def estimate_profile(
-    model: ModelSpec,
-    *,
-    seq_len: int,
-    micro_batch_size: int,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    repeats: int = 5,
-    rounds: int = ROUNDS,
-    warmup: int = 2,
-    head_chunks: tuple[int, ...] = (),
-) -> ProfileEstimate:
-    """The work and memory of `profile_model` with the same arguments, from the analytic model: every
-    distinct layer stays built for the whole profile; each runs, per timed or warm-up repeat, three
-    forwards, a fused backward and an I + W (the three passes of the module docstring), holding
-    `IN_FLIGHT` + 1 micro-batches' activations and its own gradients. The memory is the analytic
-    model's (tiny-gemma at seq 256: 915 MiB, where the process peaked at 1,130 MiB resident with
-    about 300 MiB of interpreter and torch); the time is a lower bound, the arithmetic over one GEMM's
-    rate on this device (small layers, bound by memory and dispatch, take 5-15x longer: tiny-gemma
-    3.3 s, measured 49 s)."""
-    from adaptis_plan.cost.analytic import layer_work
-    from adaptis_plan.spec.training import TrainingConfig
-
-    training = TrainingConfig(num_microbatches=1, micro_batch_size=micro_batch_size, seq_len=seq_len, pp=1, dtype=dtype)
-    items, _, _ = _timed_layers(model, head_chunks)
-    per_round = spread_repeats(repeats, rounds)
-    per_item = sum(per_round) + warmup * len(per_round)
-    element = torch.empty((), dtype=_DTYPES[dtype]).element_size()
-    flops, weights, peak = 0.0, 0.0, 0.0
-    for m, index in items:
-        lw = layer_work(m, m.layers[index], training)
-        flops += per_item * (3 * lw.f.flops + 2 * (lw.i.flops + lw.w.flops))
-        weights += lw.params_held * element
-        peak = max(peak, lw.params_held * element + (IN_FLIGHT + 1) * lw.act_bytes)
-    with _measuring(device) as dev:
-        rate = _gemm_rate(dev, _DTYPES[dtype])
-        free = _free_bytes(dev)
-    return ProfileEstimate(len(items), flops, rate, weights + peak, free)
-
-
-def _gemm_rate(dev: torch.device, dtype: torch.dtype) -> float:
-    """FLOP/s of a square GEMM on `dev`, the best of a few (1024 on CPU, 4096 on a GPU)."""
-    n = 1024 if dev.type == "cpu" else 4096
-    a, b = torch.randn(n, n, device=dev).to(dtype), torch.randn(n, n, device=dev).to(dtype)
-    best = math.inf
-    for _ in range(4):
-        t0 = time.perf_counter()
-        a @ b
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        best = min(best, time.perf_counter() - t0)
-    return 2.0 * n**3 / max(best, 1e-9)
-
-
-def _free_bytes(dev: torch.device) -> float | None:
-    """Memory free on `dev` now: the GPU's, or the host's available memory (Linux), else None."""
-    if dev.type == "cuda":
-        return float(torch.cuda.mem_get_info(dev)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _timed_layers(
@@ -714,212 +602,3 @@ def _measuring(device: str) -> Iterator[torch.device]:
         return
     with cpu_rank():
         yield dev
-
-
-# ---------------------------------------------------------------- point-to-point link
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now (for a pair of local gloo processes)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-#: Message sizes (bytes) at which `measure_link` times what each end of a message costs a computing rank.
-_HOST_SIZES = (64 * 2**10, 1 * 2**20)
-#: compute units per timed phase of `_host_busy`, and how many units after its send a message is waited for
-_HOST_UNITS = 120
-_HOST_LAG = 20
-#: (without, with messages) phase pairs per size; the medians are taken
-_HOST_PAIRS = 3
-
-
-def _compute_unit(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    """About 2 ms of one-thread work shaped like a small decoder's projections (many short GEMMs)."""
-    y = x
-    for _ in range(6):
-        y = torch.relu(y @ w1) @ w2 * 0.01
-    return y
-
-
-def _host_busy(rank: int, sizes: tuple[int, ...]) -> list[float]:
-    """Seconds one end of a message of each of `sizes` costs a rank while both ranks compute.
-
-    Both ranks run `_HOST_UNITS` compute units twice over: once alone, once posting a message to
-    the other after every unit as the executor does (`isend`, then `os.sched_yield`, see
-    `runtime.P2P.pump`), every receive posted before the phase into its own buffer (as the
-    executor's "ahead" order posts a step's) and waited `_HOST_LAG` units after its send (long
-    there: the wait itself costs nothing). The difference in wall time over
-    the 2 x `_HOST_UNITS` message ends (one send, one receive per unit) is what a message costs
-    its ends beyond the transfer: gloo's I/O thread taking the core to write and read it, and
-    the compute it displaces and slows. On the 2-core VM of the CPU bench: 120-260 us per end at
-    64 KiB, 630-770 us at 1 MiB, 125-160 us even at 4 bytes; the process CPU time per end with
-    both cores idle, measured before, was 5-20 us + 0.44 ms per MiB, and missed all but the
-    per-byte part.
-    """
-    import torch.distributed as dist
-
-    peer = 1 - rank
-    g = torch.Generator().manual_seed(rank)
-    x, w1, w2 = (torch.randn(*shape, generator=g) for shape in ((256, 128), (128, 352), (352, 128)))
-
-    def phase(nbytes: int) -> float:
-        t = torch.zeros(max(nbytes, 4) // 4)
-        recvs: dict[int, object] = {}
-
-        if nbytes:  # every receive posted before the messages flow, as the executor does on CPU ("ahead")
-            recvs = {k: dist.irecv(torch.empty_like(t), src=peer, tag=k) for k in range(_HOST_UNITS)}
-        sends = []
-        dist.barrier()
-        t0 = time.perf_counter()
-        for i in range(_HOST_UNITS):
-            _compute_unit(x, w1, w2)
-            if nbytes:
-                sends.append(dist.isend(t, dst=peer, tag=i))
-                os.sched_yield()
-                if i >= _HOST_LAG:
-                    recvs.pop(i - _HOST_LAG).wait()  # type: ignore[attr-defined]
-        elapsed = time.perf_counter() - t0
-        for h in [*recvs.values(), *sends]:
-            h.wait()  # type: ignore[attr-defined]
-        return elapsed
-
-    phase(sizes[0])  # warm-up: the first messages of a size pay allocation and connection set-up
-    got = []
-    for n in sizes:
-        alone, with_messages = [], []
-        for _ in range(_HOST_PAIRS):
-            alone.append(phase(0))
-            with_messages.append(phase(n))
-        got.append(max(0.0, statistics.median(with_messages) - statistics.median(alone)) / (2 * _HOST_UNITS))
-    return got
-
-
-def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int, host_costs: bool) -> None:
-    import torch.distributed as dist
-
-    enter_cpu_rank(rank, 2)  # one core per end, as the ranks of a launch
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=2, rank=rank)
-    peer = 1 - rank
-    small = torch.zeros(1)
-    large = torch.zeros(large_bytes // 4)
-
-    def pingpong(t: torch.Tensor) -> float:
-        samples = []
-        for _ in range(repeats + 2):
-            t0 = time.perf_counter()
-            if rank == 0:
-                dist.send(t, peer)
-                dist.recv(small, peer)
-            else:
-                dist.recv(t, peer)
-                dist.send(small, peer)
-            samples.append(time.perf_counter() - t0)
-        return statistics.median(samples[2:])
-
-    rtt_small = pingpong(small)
-    rtt_large = pingpong(large)
-    host = _host_busy(rank, _HOST_SIZES) if host_costs else []
-    Path(f"{out}.{rank}").write_text(json.dumps({"rtt": [rtt_small, rtt_large], "host": host}))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def measure_link(
-    *, repeats: int = 20, large_bytes: int = 16 * 2**20, timeout_s: float = 60.0, host_costs: bool = False
-) -> MeasuredLink:
-    """gloo point-to-point latency and bandwidth between two local processes (one thread each).
-
-    Latency = half a small message's round trip; bandwidth from a large message's round trip (the
-    large one way, a small one back) less a small round trip. When that difference does not stand
-    out of the noise (under one small round trip: a busy machine), the large message is measured
-    again 4x and 16x larger; if it still does not, the measurement fails with one line instead of
-    reporting a bandwidth that is noise. Runs `python -m adaptis_plan.executor.profile
-    --link-rank R PORT OUT REPEATS BYTES HOST` twice per attempt.
-
-    `host_costs` (for CPU ranks, whose compute shares the cores with gloo's I/O threads): also
-    the time one end of a message costs a rank while both ranks compute, fixed + per byte, fitted
-    to the two ranks' mean cost per message end at `_HOST_SIZES` (`_host_busy`; `host_s_per_message`,
-    `host_s_per_byte`). It takes about 4 s more.
-    """
-    for size in (large_bytes, 4 * large_bytes, 16 * large_bytes):
-        rtt_small, rtt_large, host = _link_pair(repeats, size, timeout_s, host_costs)
-        one_way = rtt_large - rtt_small
-        if one_way >= rtt_small:
-            link = MeasuredLink(latency_s=rtt_small / 2, bandwidth_gbps=size / one_way / 1e9, backend="gloo")
-            if host_costs:
-                (n0, n1), (c0, c1) = _HOST_SIZES, host
-                per_byte = max(0.0, (c1 - c0) / (n1 - n0))
-                fixed = max(0.0, c0 - n0 * per_byte)
-                link = link.model_copy(update={"host_s_per_message": fixed, "host_s_per_byte": per_byte})
-            return link
-    raise AdaptisError(
-        f"measuring the gloo link: a {size} B message took no longer than a 4 B one ({rtt_large * 1e3:.3f} vs"
-        f" {rtt_small * 1e3:.3f} ms round trip): the machine is too busy to measure; try again when it is quieter"
-    )
-
-
-def pair_env() -> dict[str, str]:
-    """The environment of a local probe process: one intra-op thread, and this checkout importable
-    (`python -m adaptis_plan...` or `python -m bench...` from any working directory)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-def _link_pair(
-    repeats: int, large_bytes: int, timeout_s: float, host_costs: bool = False
-) -> tuple[float, float, list[float]]:
-    """The two link processes' median round trips (small, large) and (`host_costs`) their mean cost per
-    message end at each of `_HOST_SIZES` (`_host_busy`; else an empty list), in seconds."""
-    with tempfile.TemporaryDirectory(prefix="adaptis-link-") as tmp:
-        out = os.path.join(tmp, "link.txt")
-        port = free_port()
-        env = pair_env()
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "adaptis_plan.executor.profile",
-                    "--link-rank",
-                    str(r),
-                    str(port),
-                    out,
-                    str(repeats),
-                    str(large_bytes),
-                    str(int(host_costs)),
-                ],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )  # fmt: skip
-            for r in (0, 1)
-        ]
-        errors = []
-        for r, p in enumerate(procs):
-            try:
-                _, err = p.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                raise AdaptisError(f"measuring the gloo link timed out after {timeout_s:g} s") from None
-            if p.returncode:
-                errors.append(f"rank {r}: {(err or '').strip().splitlines()[-1:] or ['exit ' + str(p.returncode)]}")
-        if errors:
-            raise AdaptisError("measuring the gloo link failed: " + "; ".join(errors))
-        ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
-    rtt_small, rtt_large = (float(x) for x in ranks[0]["rtt"])
-    host = [statistics.mean(float(r["host"][k]) for r in ranks) for k in range(len(ranks[0]["host"]))]
-    return rtt_small, rtt_large, host
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 8 and sys.argv[1] == "--link-rank":
-        a = sys.argv[2:]
-        _link_worker(int(a[0]), int(a[1]), a[2], int(a[3]), int(a[4]), a[5] == "1")
-    else:
-        sys.exit("usage: python -m adaptis_plan.executor.profile --link-rank RANK PORT OUT REPEATS BYTES HOST")

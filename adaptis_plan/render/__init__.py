@@ -1,8 +1,10 @@
-"""Views of a simulated plan: terminal timeline (rich), SVG for slides, Chrome / Perfetto trace.
+"""Views of a simulated plan: terminal timeline (rich), SVG for slides, Chrome / Perfetto trace;
+and the Chrome / Perfetto trace of a measured run.
 
 Data flow: (`Layout`, `Programs`, `SimResult`) -> pure render functions -> a rich renderable,
-SVG text or a trace dict. No IO here (the CLI writes files). The renderers may import `rich`
-(terminal only), `core` and `simulate`'s result types; never a builder, the search, torch or
+SVG text or a trace dict; a plan file and its measured timelines -> a trace dict. No IO here (the
+CLI and the launcher write files). The renderers may import `rich` (terminal only), `core`, the
+plan-file spec and `simulate`'s result types; never a builder, the search, the executor, torch or
 ortools. The helpers shared by all views (op colours, bucketed occupancy) live here, and
 sizes and durations are formatted by `adaptis_plan.units`; the views are imported lazily so
 `import adaptis_plan.render` costs only numpy:
@@ -10,6 +12,7 @@ sizes and durations are formatted by `adaptis_plan.units`; the views are importe
 - `render.terminal`: `timeline`, `summary_table`
 - `render.svg`: `timeline_svg`, `stacked_svg`
 - `render.trace`: `chrome_trace`
+- `render.measured`: `measured_trace` (a measured run's timeline, from the executor's result files)
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ _EXPORTS = {
     "timeline_svg": "svg",
     "stacked_svg": "svg",
     "chrome_trace": "trace",
+    "measured_trace": "measured",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -686,13 +686,14 @@ class _Search:
         self.log_phase("cp-sat order", started)
 
     def _order_bound(self, cand: Candidate) -> float:
-        """Seconds no order of the candidate's layout can beat (`cpsat_order.device_bound_s`)."""
-        from adaptis_plan.search.cpsat_order import device_bound_s
+        """Seconds no order of the candidate's layout can beat (`order_instance.device_bound_s`)."""
+        from adaptis_plan.search.order_instance import device_bound_s
 
         return device_bound_s(cand.layout, self.costs, self.m, _splits_backward(cand.programs))
 
     def _order_one(self, start: Candidate) -> dict:
-        from adaptis_plan.search.cpsat_order import improve_order_windows, solve_order
+        from adaptis_plan.search.cpsat_order import solve_order
+        from adaptis_plan.search.cpsat_window import improve_order_windows
 
         layout = start.layout
         key = _layout_key(layout)

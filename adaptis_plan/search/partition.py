@@ -317,7 +317,7 @@ def sampled_packed_layouts(
     seed: int = 0,
     stop: Callable[[], bool] | None = None,
 ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """The `keep` layouts with the lowest order bound (`cpsat_order.device_bound_s`, I / W split)
+    """The `keep` layouts with the lowest order bound (`order_instance.device_bound_s`, I / W split)
     among `samples` random deals of the optimal packing (each device gets exactly the layers of
     each size class the packing gives it, in a random arrangement over the depth), distinct,
     ties by stage count then map; [] where the packing is not computed. `stop()` true ends the
@@ -330,7 +330,7 @@ def sampled_packed_layouts(
     ranked by the order bound find arrangements both deals miss (nemotron-h-s 4K on the paper's
     costs: bound 673.3 against 682.7 for the spread deal, the lower bound being 672.3)."""
     from adaptis_plan.core import Layout
-    from adaptis_plan.search.cpsat_order import device_bound_s
+    from adaptis_plan.search.order_instance import device_bound_s
 
     classes = _packing_classes(costs, num_devices)
     if classes is None or samples <= 0 or keep <= 0:

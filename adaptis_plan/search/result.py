@@ -1,7 +1,7 @@
 """`SolveResult`: what every CP-SAT model of the planner hands back.
 
-Data flow: produced by `search.cpsat_partition` and `search.cpsat_order`, read by the planner
-(which keeps the payload, logs status / objective / bound / gap / wall time, and lets the
+Data flow: produced by `search.cpsat_partition`, `search.cpsat_order` and `search.cpsat_window`,
+read by the planner (which keeps the payload, logs status / objective / bound / gap / wall time, and lets the
 simulator judge the plan). Plain dataclass; imports nothing from the solver, so callers can
 hold results without importing ortools.
 

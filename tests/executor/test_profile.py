@@ -18,7 +18,8 @@ from helpers_executor import (
 )
 
 from adaptis_plan.errors import AdaptisError
-from adaptis_plan.executor.profile import distinct_layers, measure_link, profile_model
+from adaptis_plan.executor.link import measure_link
+from adaptis_plan.executor.profile import distinct_layers, profile_model
 from adaptis_plan.inputs.models.load import load_model
 from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.judge.semantics import check_programs
@@ -283,7 +284,7 @@ def test_a_profile_in_rounds_pools_every_rounds_repeats(monkeypatch: pytest.Monk
 
 
 def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatch: pytest.MonkeyPatch) -> None:
-    import adaptis_plan.executor.profile as prof
+    import adaptis_plan.executor.link as prof
     from adaptis_plan.errors import AdaptisError
 
     sizes: list[int] = []
@@ -436,7 +437,7 @@ def test_a_long_or_oversized_profile_is_announced_before_it_starts() -> None:
     """`estimate_profile`: the profile's arithmetic and its memory from the analytic model, the device's
     GEMM rate and free memory measured; `profile_notes` says so when it is long or will not fit."""
     from adaptis_plan.cost.params import layer_params
-    from adaptis_plan.executor.profile import ProfileEstimate, estimate_profile
+    from adaptis_plan.executor.profile_estimate import ProfileEstimate, estimate_profile
     from adaptis_plan.usecases import PROFILE_NOTE_S, profile_notes
 
     model = load_model("tiny-llama")

@@ -24,8 +24,9 @@ from adaptis_plan.executor.lowering import lower
 from adaptis_plan.judge.semantics import check_programs, replay, stage_costs
 from adaptis_plan.judge.simulate import simulate
 from adaptis_plan.schedules import STRATEGIES, get_spec
-from adaptis_plan.search.cpsat_order import list_timing, solve_order
+from adaptis_plan.search.cpsat_order import solve_order
 from adaptis_plan.search.listsched import ListPolicy, list_schedule
+from adaptis_plan.search.order_instance import list_timing
 
 DEVICES = (2, 3, 4)
 MICROBATCHES = (1, 3, 8)

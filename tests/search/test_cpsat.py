@@ -14,8 +14,10 @@ import pytest
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs, uniform_costs
 from adaptis_plan.judge.semantics import check_programs
-from adaptis_plan.search.cpsat_order import device_bound_s, improve_order_windows, list_timing, solve_order
+from adaptis_plan.search.cpsat_order import solve_order
 from adaptis_plan.search.cpsat_partition import solve_partition
+from adaptis_plan.search.cpsat_window import improve_order_windows
+from adaptis_plan.search.order_instance import device_bound_s, list_timing
 from adaptis_plan.search.result import SolveResult
 
 
@@ -389,7 +391,8 @@ def _irregular_instance(seed: int) -> tuple[Layout, CostTable, Programs]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_double_justification_keeps_the_contract_and_never_lengthens_the_step(seed: int) -> None:
-    from adaptis_plan.search.cpsat_order import _justify, _Scaled
+    from adaptis_plan.search.cpsat_window import _justify
+    from adaptis_plan.search.order_instance import _Scaled
 
     layout, costs, programs = _irregular_instance(seed)
     sc = _Scaled.build(layout, costs, 6, True, None)
@@ -404,7 +407,7 @@ def test_double_justification_keeps_the_contract_and_never_lengthens_the_step(se
 def test_order_windows_go_on_after_a_double_justification(monkeypatch: pytest.MonkeyPatch) -> None:
     # on this instance the windows stop at 56.18 on their own; the justification moves actions into
     # gaps no window holds, after which the windows reach 55.53
-    import adaptis_plan.search.cpsat_order as cpsat_order
+    import adaptis_plan.search.cpsat_window as cpsat_window
 
     layout, costs, programs = _irregular_instance(26)
 
@@ -421,7 +424,7 @@ def test_order_windows_go_on_after_a_double_justification(monkeypatch: pytest.Mo
         )
 
     with_it, stats = windows()
-    monkeypatch.setattr(cpsat_order, "_justify", lambda sc, programs, timed: [list(p) for p in programs])
+    monkeypatch.setattr(cpsat_window, "_justify", lambda sc, programs, timed: [list(p) for p in programs])
     without, stats_without = windows()
     assert stats.justified >= 1 and stats_without.justified == 0
     assert with_it.objective < without.objective - 0.5

@@ -11,9 +11,9 @@ import pytest
 from adaptis_plan.core import Layout
 from adaptis_plan.judge.simulate import simulate
 from adaptis_plan.search.budget import SearchBudget
-from adaptis_plan.search.cpsat_order import device_bound_s
 from adaptis_plan.search.generator import policy_portfolio, search_plan
 from adaptis_plan.search.listsched import list_schedule
+from adaptis_plan.search.order_instance import device_bound_s
 from adaptis_plan.search.partition import _packing_classes, packed_layouts, sampled_packed_layouts
 from adaptis_plan.search.priority import priority_search
 from bench.paper_profile import paper_costs

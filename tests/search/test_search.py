@@ -264,7 +264,7 @@ def test_order_phase_skips_layouts_whose_bound_reaches_the_best_plan(monkeypatch
     # the CP-SAT order phase solves the best plan's own layout and, of the others, only those whose
     # device bound is below the best step found: no order of the rest could beat it
     from adaptis_plan.search import generator
-    from adaptis_plan.search.cpsat_order import device_bound_s
+    from adaptis_plan.search.order_instance import device_bound_s
 
     costs = uniform_costs(16, 4, f=1.0, i=1.1, w=0.3, latency=0.05)
     solved: list[tuple[Layout, bool, float, Layout]] = []

@@ -1,26 +1,42 @@
-"""`adaptis` command line: thin click commands over the library.
+"""The `adaptis` commands: thin click commands over the library (`usecases`), and `main`.
 
 Every command imports its heavy modules lazily so `adaptis --help` stays instant and never
 imports torch or ortools. User errors (`AdaptisError`) are turned into one line on stderr
 and an exit code in one place, `main()`. `--json` prints one JSON object on stdout and
-nothing else there; human output goes to stderr through one rich console.
+nothing else there; human output goes to stderr through one rich console (`streams`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
+from adaptis_plan.cli.checks import (
+    _check_at_most,
+    _check_output,
+    _check_positive,
+    _check_training_options,
+    _head_chunks_option,
+)
+from adaptis_plan.cli.streams import (
+    _interrupted,
+    _quiet_exit_reader_gone,
+    _ReaderGone,
+    _say_error,
+    console,
+    emit_json,
+    note,
+    say,
+    write_stdout,
+)
+from adaptis_plan.cli.tables import print_catalogue, print_hardware, print_model, print_profile
 from adaptis_plan.errors import AdaptisError, InputError
-from adaptis_plan.text import MAX_SHOWN, printable, shown
-from adaptis_plan.units import fmt_bytes, fmt_time
+from adaptis_plan.text import printable, shown
+from adaptis_plan.units import fmt_time
 
 # when the command started: `plan --time-limit` counts from here, the imports of a fresh process
 # included; `main()` restarts the clock when this module was imported long before (a library or a
@@ -28,131 +44,11 @@ from adaptis_plan.units import fmt_bytes, fmt_time
 _STARTED = time.perf_counter()
 _IMPORT_GRACE_S = 2.0
 
-_STDERR = None
-
-
-def console():
-    """The one rich console (stderr), created on first use."""
-    global _STDERR
-    if _STDERR is None:
-        from rich.console import Console
-
-        _STDERR = Console(file=_StderrWriter(), highlight=False)
-    return _STDERR
-
-
-class _StderrWriter:
-    """sys.stderr (looked up at each call, as rich's own stderr console does), where a reader that went
-    away (`adaptis simulate P 2>&1 | head -3`: the reports go to stderr) raises `_ReaderGone`, not
-    click's exit 1 for a broken pipe."""
-
-    def write(self, text: str) -> int:
-        try:
-            return sys.stderr.write(text)
-        except BrokenPipeError as e:
-            raise _ReaderGone from e
-
-    def flush(self) -> None:
-        try:
-            sys.stderr.flush()
-        except BrokenPipeError as e:
-            raise _ReaderGone from e
-
-    def __getattr__(self, name: str):  # noqa: ANN204 - isatty, fileno, encoding: as stderr's
-        return getattr(sys.stderr, name)
-
-
-def say(line: str) -> None:
-    """One line on stderr (printable), through `_StderrWriter`: a reader that went away ends the command
-    as on stdout."""
-    click.echo(printable(line), file=_StderrWriter())
-
-
-def note(line: str) -> None:
-    """One `note:` line on stderr (`say`)."""
-    say(f"note: {line}")
-
-
-def emit_json(data: object) -> None:
-    write_stdout(json.dumps(data, indent=1) + "\n")
-
-
-class _ReaderGone(Exception):
-    """Standard output's or error's reader went away (`| head -1`): not an OSError, so that click does not turn it
-    into its own exit 1, which this CLI keeps for bugs (`main` ends the command quietly, exit 141)."""
-
-
-#: the exit status of a command that a closed pipe ends: 128 + SIGPIPE, as a shell reports `yes | head -1`
-EXIT_READER_GONE = 141
-
-
-def _reader_gone(fd: int) -> bool:
-    """Whether `fd` is a pipe whose reader went away: poll reports an error on its write end."""
-    try:
-        import select
-
-        poller = select.poll()
-        poller.register(fd, select.POLLOUT)
-        return any(ev & select.POLLERR for _, ev in poller.poll(0))
-    except (OSError, ValueError, AttributeError):  # not pollable here: say nothing is gone
-        return False
-
-
-def write_stdout(text: str) -> None:
-    """`text` on stdout. A reader that went away (`| head`) ends the command quietly, exit 141, as
-    any Unix filter ends; any other failed write (a full disk) is one line, exit 1: the output is
-    incomplete, but not through bad input."""
-    try:
-        click.echo(text, nl=False)
-        sys.stdout.flush()
-    except BrokenPipeError as e:
-        raise _ReaderGone from e
-    except OSError as e:
-        raise AdaptisError(f"standard output: the write failed ({e.strerror or e}); the output is incomplete") from e
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="adaptis")
 def cli() -> None:
     """Plan pipeline-parallel LLM training: partition, placement and schedule, co-optimized."""
-
-
-def _print_catalogue(key: str, title: str, rows: list[tuple[str, str]], as_json: bool) -> None:
-    """A (name, description) list: `{key: [...]}` with --json, else a table."""
-    if as_json:
-        emit_json({key: [{"name": n, "description": d} for n, d in rows]})
-        return
-    from rich.table import Table
-
-    t = Table(title=title)
-    t.add_column("name")
-    t.add_column("description")
-    for n, d in rows:
-        t.add_row(shown(n), shown(d, 4 * MAX_SHOWN))
-    console().print(t)
-
-
-def _check_output(path: str | Path, flag: str, *inputs: str | None) -> None:
-    """`check_output_path`, and refuse an output that is one of the command's input files (`inputs`: the
-    paths or names given for them): writing it would destroy the input it was made from."""
-    from adaptis_plan.planfile.io import check_output_path
-
-    check_output_path(path, flag)
-    out = Path(path)
-    for given in inputs:
-        if given is None:
-            continue
-        src = Path(given)
-        for candidate in (src, src / "config.json") if src.is_dir() else (src,):
-            try:
-                same = out.exists() and candidate.exists() and os.path.samefile(out, candidate)
-            except OSError:
-                same = False
-            if same:
-                raise InputError(
-                    f"{flag} {shown(path, 4096)}: the input file {shown(candidate, 4096)} itself; writing it would"
-                    " destroy the input: pass another output path"
-                )
 
 
 # ----------------------------------------------------------------------------- models
@@ -162,7 +58,7 @@ def models_cmd(as_json: bool) -> None:
     """List the built-in model zoo."""
     from adaptis_plan.inputs.models.load import list_models
 
-    _print_catalogue("models", "built-in models", list_models(), as_json)
+    print_catalogue("models", "built-in models", list_models(), as_json)
 
 
 @cli.group("model")
@@ -213,31 +109,7 @@ def model_show(
     if as_json:
         emit_json(out)
         return
-    from rich.table import Table
-
-    t = Table(title=f"{shown(spec.name)}: {spec.num_layers} layers")
-    t.add_column("index", justify="right")
-    t.add_column("kind")
-    t.add_column("parameters", justify="right")
-    timed = hardware_arg is not None
-    if timed:
-        for c in ("F ms", "I ms", "W ms", "act"):
-            t.add_column(c, justify="right")
-    for r in rows:
-        cells = [str(r["index"]), shown(r["kind"]), f"{r['parameters']:,}"]
-        if timed:
-            cells += [
-                fmt_time(r["f_s"], "ms", suffix=False),
-                fmt_time(r["i_s"], "ms", suffix=False),
-                fmt_time(r["w_s"], "ms", suffix=False),
-                fmt_bytes(r["act_bytes"]),
-            ]
-        t.add_row(*cells)
-    console().print(t)
-    line = f"total parameters: {total.total:,} ({total.total / 1e9:.2f}B), active per token: {total.active / 1e9:.2f}B"
-    if spec.extra_parameters:
-        line += f"; outside the pipeline (vision tower): {spec.extra_parameters / 1e9:.2f}B"
-    console().print(line)
+    print_model(spec, rows, total, timed=hardware_arg is not None)
 
 
 # ----------------------------------------------------------------------------- hardware
@@ -250,7 +122,7 @@ def hardware_group(ctx: click.Context, as_json: bool) -> None:
         return
     from adaptis_plan.inputs.hardware import list_hardware
 
-    _print_catalogue("hardware", "built-in hardware profiles", list_hardware(), as_json)
+    print_catalogue("hardware", "built-in hardware profiles", list_hardware(), as_json)
 
 
 @hardware_group.command("show")
@@ -266,90 +138,10 @@ def hardware_show(name: str, as_json: bool) -> None:
     if as_json:
         emit_json(data)
         return
-    from rich.table import Table
-
-    t = Table(title=f"{shown(hw.name)}: {shown(hw.description, 4 * MAX_SHOWN)}")
-    for c in ("device type", "bf16 TFLOP/s", "matmul eff.", "HBM", "HBM GB/s"):
-        t.add_column(c)
-    for n, d in hw.device_types.items():
-        t.add_row(
-            shown(n),
-            f"{d.peak_bf16_tflops:g}",
-            f"{d.matmul_efficiency:g}",
-            fmt_bytes(d.hbm_bytes),
-            f"{d.hbm_bandwidth_gbps:g}",
-        )
-    console().print(t)
-    for g in hw.groups:
-        console().print(f"group: {g.num_nodes} node(s) x {g.devices_per_node} {shown(g.device_type)}")
-    for label, link in (("intra-node", hw.intra_node), ("inter-node", hw.inter_node)):
-        console().print(
-            f"{label} link: {link.bandwidth_gbps:g} GB/s, {link.latency_s * 1e6:g} us ({shown(link.source, 4 * MAX_SHOWN)})"
-        )
+    print_hardware(hw)
 
 
 # ----------------------------------------------------------------------------- plan
-def _check_positive(**values: int | float | None) -> None:
-    for name, v in values.items():
-        if v is not None and v <= 0:
-            flag = "--" + name.replace("_", "-")
-            raise InputError(f"{flag} = {v}: must be a positive number; pass {flag} 1 or more")
-
-
-def _num(v: int | float) -> str:
-    """A number in a message: digits as typed up to 99999, then grouped (1,000,000) or 1e+30."""
-    if isinstance(v, int) or float(v).is_integer() and abs(v) < 1e15:
-        return str(int(v)) if abs(v) < 100_000 else f"{int(v):,}"
-    return f"{v:g}"
-
-
-def _check_at_most(**values: tuple[int | float | None, int | float]) -> None:
-    """`--flag = v: more than MAX ...` for every `name=(value, max)` past its physical-sense limit."""
-    for name, (v, most) in values.items():
-        flag = "--" + name.replace("_", "-")
-        if v is not None and not math.isfinite(v):
-            raise InputError(f"{flag} = {v}: not a finite number; pass a number from 1 to {_num(most)}")
-        if v is not None and v > most:
-            raise InputError(
-                f"{flag} = {_num(v)}: more than {_num(most)}, past any real use; pass {flag} 1..{_num(most)}"
-            )
-
-
-def _check_training_options(pp: int, microbatches: int, seq_len: int, micro_batch_size: int, tp: int) -> None:
-    """The step's sizes against the limits the plan file's `training` has (`spec.limits`)."""
-    from adaptis_plan.spec import limits
-
-    _check_positive(pp=pp, microbatches=microbatches, seq_len=seq_len, micro_batch_size=micro_batch_size, tp=tp)
-    _check_at_most(
-        pp=(pp, limits.MAX_PP),
-        microbatches=(microbatches, limits.MAX_MICROBATCHES),
-        seq_len=(seq_len, limits.MAX_SEQ_LEN),
-        micro_batch_size=(micro_batch_size, limits.MAX_MICRO_BATCH_SIZE),
-        tp=(tp, limits.MAX_TP),
-    )
-    if pp * microbatches > limits.MAX_DEVICE_MICROBATCHES:
-        raise InputError(
-            f"--pp {pp} x --microbatches {microbatches} = {_num(pp * microbatches)} (device, micro-batch) pairs per"
-            f" step: more than {_num(limits.MAX_DEVICE_MICROBATCHES)}; use fewer micro-batches (a larger --micro-batch-size)"
-            " or fewer pipeline ranks"
-        )
-
-
-def _head_chunks_option(value: str) -> int | None:
-    """--head-chunks: None for auto, else a whole number of vocabulary chunks within the sane maximum."""
-    from adaptis_plan.spec.limits import MAX_HEAD_CHUNKS
-
-    if value == "auto":
-        return None
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_HEAD_CHUNKS:
-        raise InputError(
-            f"--head-chunks = {value[:40]!r}: use auto or a whole number from 1 to {MAX_HEAD_CHUNKS}"
-            " (vocabulary chunks of the LM head)"
-        )
-    return int(text)
-
-
 @cli.command("plan")
 @click.option("--model", "model_arg", required=True, help="built-in name, HF config.json (or folder), or spec file")
 @click.option("--hardware", "hardware_arg", required=True, help="built-in profile name or profile file")
@@ -790,46 +582,8 @@ def profile_cmd(
     if as_json:
         emit_json(outcome.json_summary())
         return
-    from rich.table import Table
-
-    t = Table(title=f"{shown(spec.name)} on {shown(prof.device)} (torch {shown(prof.torch_version)}, seq {seq_len})")
-    for c in ("layers", "kind", "F ms", "I ms", "W ms", "W after its I ms", "B ms", "act"):
-        t.add_column(c)
-    for e in prof.entries:
-        t.add_row(
-            _shown_layers(e.layers),
-            shown(e.kind),
-            fmt_time(e.f_s, "ms", suffix=False),
-            fmt_time(e.i_s, "ms", suffix=False),
-            fmt_time(e.w_s, "ms", suffix=False),
-            fmt_time(e.w_hot, "ms", suffix=False),
-            fmt_time(e.b_s, "ms", suffix=False),
-            fmt_bytes(e.act_bytes),
-        )
-    console().print(t)
-    if outcome.recompute:
-        base = {tuple(e.layers): e for e in prof.entries}
-        r = Table(title="with recomputation (I and B include the recomputed forward)")
-        for c in ("layers", "kind", "mode", "I ms", "B ms", "act", "act kept"):
-            r.add_column(c)
-        for mode, entries in outcome.recompute.items():
-            for e in entries:
-                kept = e.act_bytes / base[tuple(e.layers)].act_bytes if base[tuple(e.layers)].act_bytes else 1.0
-                r.add_row(
-                    _shown_layers(e.layers),
-                    shown(e.kind),
-                    mode,
-                    fmt_time(e.i_s, "ms", suffix=False),
-                    fmt_time(e.b_s, "ms", suffix=False),
-                    fmt_bytes(e.act_bytes),
-                    f"{kept * 100:.0f}%",
-                )
-        console().print(r)
+    print_profile(spec, prof, seq_len, outcome.recompute)
     console().print(f"wrote {shown(output, 4096)}")
-
-
-def _shown_layers(layers: list[int]) -> str:
-    return ",".join(map(str, layers[:6])) + ("..." if len(layers) > 6 else "")
 
 
 # ----------------------------------------------------------------------------- schema
@@ -871,40 +625,6 @@ def schema_cmd(check: bool, out_dir: str, as_json: bool) -> None:
         console().print(f"wrote {shown(p, 4096)}")
 
 
-def _interrupted() -> None:
-    """Ctrl-C: say so and exit 130 at once. Every `finally` and context manager on the way up has
-    run by now (temporary files removed, worker processes stopped); `os._exit` then skips the
-    interpreter's shutdown, where a native thread still winding down (CP-SAT's, stopped a moment
-    before) could abort the process ("terminate called without an active exception", exit -6)."""
-    click.echo("interrupted (Ctrl-C); no file is left half-written", err=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(130)
-
-
-def _quiet_exit_reader_gone() -> NoReturn:
-    """End with 141, after pointing stdout and stderr, whichever lost its reader, at /dev/null: the
-    interpreter's last flush at exit must not fail again and print "Exception ignored ... BrokenPipeError"."""
-    for fd in (1, 2):
-        if _reader_gone(fd):
-            _to_devnull(fd)
-    sys.exit(EXIT_READER_GONE)
-
-
-def _to_devnull(fd: int) -> None:
-    """Point `fd`, whose reader went away, at /dev/null: the interpreter's last flush must not fail again."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
-
-
-def _say_error(*lines: str) -> None:
-    """The error's lines on stderr; with nobody reading stderr any more, nothing (the exit code still
-    says what happened: 2 bad input, 3 no fit)."""
-    try:
-        click.echo("\n".join(lines), err=True)
-    except BrokenPipeError:
-        _to_devnull(2)
-
-
 def main() -> None:
     """Console entry point: the one place user errors become messages and exit codes."""
     global _STARTED
@@ -941,7 +661,3 @@ def main() -> None:
             err=True,
         )
         sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()
