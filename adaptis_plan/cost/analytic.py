@@ -52,7 +52,8 @@ collectives apart (their latency is in the link model); F / I / W:
   GEMM per expert, as Megatron's SequentialMLP and TE's GroupedLinear launch them);
 - pre-norm + residual sub-block: 2 / 3 / 0 (norm, residual add; norm backward + its weight
   reduction, gradient add);
-- GQA attention: rotary on q and k + a layout copy 3 / 3 / 0, flash core 1 / 3 / 0 (backward:
+- GQA attention: rotary on q and k + a layout copy 3 / 3 / 0 (the copy alone, 1 / 1 / 0, for
+  ALiBi or learned positions), flash core 1 / 3 / 0 (backward:
   dO.O preprocess, main kernel, dQ conversion); QK-norm +2 / +4; bias +1 / +1; MLA: the
   kv_a (and q_a) norm 1 / 2 each, rotary + 3 copies (split, concat q, concat k) 5 / 5;
 - MLP: the activation 1 / 1 / 0;
@@ -115,7 +116,10 @@ FLOPs by op (per GEMM y = x W, x: m x k, W: k x n):
   downcasts it for the logits GEMM (4 + e): 12 + e bytes per logit.
 - Embedding: F is a gather (memory-bound), I is nothing (token ids have no gradient), W
   builds the dense table gradient (zero-fill, scatter-add) and accumulates it into the fp32
-  buffer: v*h*(2e + 8) + 3*T*h*e bytes, as torch's dense embedding backward does.
+  buffer: v*h*(2e + 8) + 3*T*h*e bytes, as torch's dense embedding backward does. A learned
+  position table (GPT-2, OPT) adds its rows' read and the add in F (s*h*e + 2*T*h*e) and the
+  sum of the output gradient into its rows in W ((T + s)*h*e); its parameters count in the
+  embedding's (weights, gradient accumulation, optimizer state).
 - Recomputation (none / selective / full, per layer) is `cost.recompute`'s: it takes the work
   computed here (no recomputation: model FLOPs and every saved activation) and changes I's work
   and the activation bytes; `op_seconds` times the extra I work (`LayerWork.recompute_i`).
@@ -362,7 +366,7 @@ def _norm_block(bld: _Builder, tokens: float, h: int) -> None:
     bld.keep(act=2 * tokens * h * e + tokens * _FP32)
 
 
-def _attention(bld: _Builder, a: AttentionSpec, b: int, s: int, h: int) -> None:
+def _attention(bld: _Builder, a: AttentionSpec, b: int, s: int, h: int, rotary: bool = True) -> None:
     e, T = bld.e, float(b * s)
     _norm_block(bld, T, h)
     keys = b * causal_keys(s, a.sliding_window)
@@ -408,8 +412,16 @@ def _attention(bld: _Builder, a: AttentionSpec, b: int, s: int, h: int) -> None:
         qkv_saved = 2 * nh * qk + nh * vd
         copies = 3  # split of the kv_a output, q = [q_nope, q_pe], k = [k_nope, k_pe expanded]
         attn_dim = (qk + vd) / 2.0  # FLOP-weighted: QK^T runs over qk dims, PV over vd
-    # rotary on q and k (one fused kernel each) + the layout copies
-    bld.mem(f=2 * T * rope_dim * e, i=2 * T * rope_dim * e, launches=(2 + copies, 2 + copies, 0))
+    # rotary on q and k (one fused kernel each) + the layout copies; ALiBi and learned positions
+    # rotate nothing (flash attention adds ALiBi's bias inside its kernel)
+    if not rotary:
+        rope_dim = 0
+    rotary_launches = 2 if rotary else 0
+    bld.mem(
+        f=2 * T * rope_dim * e,
+        i=2 * T * rope_dim * e,
+        launches=(rotary_launches + copies, rotary_launches + copies, 0),
+    )
     flash_io = T * (qkv_saved + v_dim) * e
     # flash attention: one forward kernel; backward = dO.O preprocess, the main kernel, dQ conversion
     bld.core(core_flops, flash_io, FLASH_BACKWARD_FACTOR, "attention core", "attention", (1, 3), attn_dim)
@@ -503,6 +515,14 @@ def _embedding(bld: _Builder, model: ModelSpec, b: int, s: int) -> None:
     bld.w_launches += EMBEDDING_LAUNCHES[2]
     bld.act += T * _INT64
     bld.act_w += T * _INT64
+    if model.max_position_embeddings:
+        # learned positions (replicated, not vocab-parallel: charged whole to every rank): F reads
+        # s rows and adds them (read 2, write 1); W sums the output gradient over the batch into
+        # the table's rows (read T, write s)
+        bld.f_bytes += s * h * e + 2 * T * h * e
+        bld.f_launches += 2
+        bld.w_bytes += (T + s) * h * e
+        bld.w_launches += 1
     if t > 1:
         bld.f_coll.append(Collective("reduce_scatter", T * h * e))
 
@@ -578,7 +598,7 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
         if layer.mamba is not None:
             _mamba(bld, layer.mamba, b, s, h)
         if layer.attention is not None:
-            _attention(bld, layer.attention, b, s, h)
+            _attention(bld, layer.attention, b, s, h, rotary=model.position_encoding is None)
         if layer.mlp is not None:
             _mlp(bld, layer.mlp, b, s, h)
         if layer.moe is not None:

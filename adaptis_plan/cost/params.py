@@ -5,7 +5,8 @@ against published totals. Pure arithmetic; imports only the spec.
 
 Counting rules (matching how model cards count):
 - norms are counted (RMSNorm: `hidden`; LayerNorm: `2 * hidden`);
-- the embedding is `vocab * hidden`; the head is the final norm plus `vocab * hidden`
+- the embedding is `vocab * hidden`, plus `max_position_embeddings * hidden` for a learned
+  position table (GPT-2, OPT); the head is the final norm plus `vocab * hidden`
   unless the embeddings are tied (then the matrix is counted once, in the embedding);
 - MoE: `total` counts every expert and the router, `active` the top-k + shared experts;
   the embedding counts as active (Mixtral's and Qwen's convention; DeepSeek's published
@@ -104,7 +105,7 @@ def layer_params(model: ModelSpec, layer: LayerSpec) -> ParamCount:
     """Parameters of one layer; embedding/head follow the tying rule in the module docstring."""
     h = model.hidden_size
     if layer.kind == "embedding":
-        n = model.vocab_size * h
+        n = (model.vocab_size + (model.max_position_embeddings or 0)) * h
         return ParamCount(n, n)
     if layer.kind == "head":
         lo, hi = layer.vocab_range or (0, model.vocab_size)

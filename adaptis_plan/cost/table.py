@@ -426,6 +426,17 @@ def check_tensor_parallel(model: ModelSpec, tp: int) -> None:
     )
 
 
+def check_sequence_length(model: ModelSpec, seq_len: int) -> None:
+    """Refuse a sequence longer than a learned position table (GPT-2, OPT): it has no row for the
+    later positions (rotary and ALiBi have no table; how far they extrapolate is the user's call)."""
+    rows = model.max_position_embeddings
+    if rows is not None and seq_len > rows:
+        raise InputError(
+            f"--seq-len = {seq_len}: {model.name} learns positions 0..{rows - 1} (max_position_embeddings"
+            f" {rows}) and has no embedding for the later ones: use --seq-len {rows} or less"
+        )
+
+
 def build_cost_table(
     model: ModelSpec,
     hardware: HardwareProfile,
@@ -445,6 +456,7 @@ def build_cost_table(
     does not fit the model / step shape.
     """
     check_tensor_parallel(model, training.tp)
+    check_sequence_length(model, training.seq_len)
     modes = list(recompute) if recompute is not None else uniform_modes(model.layers, training)
     check_modes(modes, model.num_layers)
     slots = _slots(hardware, training.pp, training.tp)
@@ -531,6 +543,7 @@ def layer_cost_rows(model: ModelSpec, hardware: HardwareProfile, training: Train
     act_bytes, act_w_bytes, static_bytes, out_bytes.
     """
     check_tensor_parallel(model, training.tp)
+    check_sequence_length(model, training.seq_len)
     device_type, _ = _slots(hardware, 1, training.tp)[0]
     works = _works(model, training, uniform_modes(model.layers, training))
     times = _times(works, hardware, device_type)
@@ -554,4 +567,10 @@ def layer_cost_rows(model: ModelSpec, hardware: HardwareProfile, training: Train
     return rows
 
 
-__all__ = ["build_cost_table", "check_tensor_parallel", "layer_cost_rows", "tensor_parallel_sizes"]
+__all__ = [
+    "build_cost_table",
+    "check_sequence_length",
+    "check_tensor_parallel",
+    "layer_cost_rows",
+    "tensor_parallel_sizes",
+]

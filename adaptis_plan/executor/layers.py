@@ -5,14 +5,18 @@ rank's stages from it, the single-process reference builds the whole model from 
 profiler builds one layer per distinct spec. Imports torch, the spec and `wgrad` only.
 
 Layers (pre-norm residual blocks; the norm kind is `model.norm`):
-- embedding: token lookup (vocab x hidden).
+- embedding: token lookup (vocab x hidden), plus a learned position table (rows
+  `max_position_embeddings`) added for `position_encoding` 'learned'.
 - attention (gqa): q/k/v/o projections, optional q/k/v bias and per-head RMS qk-norm, RoPE
   (theta 10000), `F.scaled_dot_product_attention(is_causal=True)`; with a sliding window
-  shorter than the sequence an explicit banded causal mask is used instead.
+  shorter than the sequence an explicit banded causal mask is used instead. With
+  `position_encoding` 'alibi' no RoPE: the causal mask becomes an additive bias of
+  -slope_h * (i - j) (Press et al. 2022; slopes 2^(-8 k / n) for n a power of two, the
+  interleaved extension otherwise, as BLOOM computes them); 'learned': no RoPE either.
 - attention (mla): DeepSeek latent attention: optional q low-rank path (q_a -> RMSNorm -> q_b),
   kv compressed to `kv_lora_rank` plus one shared rotary key (`qk_rope_head_dim`),
   RMSNorm, up-projection to per-head non-rotary keys and values; q/k = [nope, rope].
-- mlp: swiglu / geglu (3 matrices) or gelu / squared-relu (2 matrices).
+- mlp: swiglu / geglu (3 matrices) or gelu / relu / squared-relu (2 matrices).
 - moe: softmax router, top-k (weights are the top-k probabilities, not renormalized, no
   auxiliary loss), each routed expert runs on the tokens gathered for it, shared experts are
   one merged MLP of `num_shared_experts * shared_intermediate_size` (same parameter count).
@@ -160,13 +164,31 @@ def recomputed(fn, inputs: tuple[torch.Tensor, ...], params: Sequence[torch.Tens
     return _Recomputed.apply(fn, len(inputs), *inputs, *[p for p in params if p.requires_grad])
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None) -> torch.Tensor:
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes: 2^(-8 k / n), k = 1..n, for n the largest power of two <= heads;
+    the remaining heads take every other slope of the 2n-head sequence (BLOOM's construction)."""
+    n = 2 ** math.floor(math.log2(num_heads))
+    slopes = [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+    slopes += [2.0 ** (-4.0 * k / n) for k in range(1, 2 * (num_heads - n), 2)]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None, alibi: torch.Tensor | None = None
+) -> torch.Tensor:
     seq = q.shape[-2]
-    if window is None or window >= seq:
+    if alibi is None and (window is None or window >= seq):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     i = torch.arange(seq, device=q.device)
-    mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    mask = i[None, :] <= i[:, None]
+    if window is not None and window < seq:
+        mask = mask & (i[:, None] - i[None, :] < window)
+    if alibi is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    distance = (i[:, None] - i[None, :]).to(q.dtype)
+    bias = -alibi.to(q.device, q.dtype)[:, None, None] * distance  # [heads, seq, seq]
+    bias = bias.masked_fill(~mask, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
 
 class _Attention(nn.Module):
@@ -174,16 +196,20 @@ class _Attention(nn.Module):
 
     recompute_core = False  # set by `set_recompute(layer, "selective")`
     window: int | None = None
+    alibi: torch.Tensor | None = None  # per-head ALiBi slopes (a buffer), None = no bias
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.recompute_core and torch.is_grad_enabled():
-            return recomputed(functools.partial(causal_attention, window=self.window), (q, k, v))
-        return causal_attention(q, k, v, self.window)
+            return recomputed(functools.partial(causal_attention, window=self.window, alibi=self.alibi), (q, k, v))
+        return causal_attention(q, k, v, self.window, self.alibi)
 
 
 class GqaAttention(_Attention):
-    def __init__(self, hidden: int, a: AttentionSpec) -> None:
+    def __init__(self, hidden: int, a: AttentionSpec, positions: str | None = None) -> None:
         super().__init__()
+        self.rotary = positions is None
+        if positions == "alibi":
+            self.alibi = alibi_slopes(a.num_heads)  # not a parameter; moved to q's device when used
         if a.num_heads % a.num_kv_heads:
             raise ValueError(f"attention.num_heads {a.num_heads} is not a multiple of num_kv_heads {a.num_kv_heads}")
         self.nh, self.nkv, self.hd, self.window = a.num_heads, a.num_kv_heads, a.head_dim, a.sliding_window
@@ -201,7 +227,8 @@ class GqaAttention(_Attention):
         v = self.v_proj(x).view(b, s, self.nkv, self.hd).transpose(1, 2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = rope(q), rope(k)
+        if self.rotary:
+            q, k = rope(q), rope(k)
         if self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)
@@ -258,6 +285,8 @@ def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
         return F.silu(x)
     if name in ("geglu", "gelu"):
         return F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu(x)
     return F.relu(x).square()  # relu2
 
 
@@ -394,9 +423,17 @@ class EmbeddingLayer(nn.Module):
     def __init__(self, model: ModelSpec) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(model.vocab_size, model.hidden_size))
+        rows = model.max_position_embeddings
+        self.position_weight = nn.Parameter(torch.empty(rows, model.hidden_size)) if rows else None
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return embedding(ids, self.weight)
+        x = embedding(ids, self.weight)
+        if self.position_weight is not None:
+            rows, seq = self.position_weight.shape[0], ids.shape[-1]
+            if seq > rows:
+                raise ValueError(f"a sequence of {seq} tokens is longer than the model's {rows} learned positions")
+            x = x + self.position_weight[:seq]
+        return x
 
 
 class Block(nn.Module):
@@ -413,7 +450,9 @@ class Block(nn.Module):
             self.parts.append(nn.ModuleDict({"norm": make_norm(model.norm, h), "mixer": Mamba2(h, layer.mamba)}))
         if layer.attention is not None:
             att = (
-                GqaAttention(h, layer.attention) if layer.attention.type == "gqa" else MlaAttention(h, layer.attention)
+                GqaAttention(h, layer.attention, model.position_encoding)
+                if layer.attention.type == "gqa"
+                else MlaAttention(h, layer.attention)
             )
             self.parts.append(nn.ModuleDict({"norm": make_norm(model.norm, h), "mixer": att}))
         if layer.mlp is not None:
@@ -556,6 +595,9 @@ def build_layer(model: ModelSpec, index: int, *, seed: int = 0) -> nn.Module:
         layer: nn.Module = EmbeddingLayer(model)
         with torch.no_grad():
             layer.weight.copy_(_embedding_init(model, seed))
+            if layer.position_weight is not None:  # drawn after the token table, which a tied head copies
+                g = layer_generator(seed, model.num_layers)
+                layer.position_weight.normal_(0.0, INIT_STD, generator=g)
         return layer
     if spec.kind == "head" and model.num_head_chunks > 1:
         k = model.num_head_chunks

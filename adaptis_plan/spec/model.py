@@ -135,7 +135,7 @@ class AttentionSpec(StrictModel):
 class MlpSpec(StrictModel):
     """Dense feed-forward block."""
 
-    activation: Literal["swiglu", "geglu", "gelu", "relu2"] = Field(
+    activation: Literal["swiglu", "geglu", "gelu", "relu", "relu2"] = Field(
         "swiglu", description="gated (3 matrices) or plain (2)"
     )
     intermediate_size: int = Field(ge=1, le=MAX_DIM, description="inner dimension")
@@ -238,6 +238,15 @@ class ModelSpec(StrictModel):
     )
     tie_word_embeddings: bool = Field(False, description="head shares the embedding matrix (counted once)")
     norm: Literal["rmsnorm", "layernorm"] = Field("rmsnorm", description="normalization of every block and the head")
+    position_encoding: Literal["alibi", "learned"] | None = Field(
+        None,
+        description="None = rotary (RoPE) on q and k; 'alibi' = linear biases on the attention scores"
+        " (BLOOM, MPT), no parameters; 'learned' = a table of max_position_embeddings x hidden_size"
+        " added to the token embedding (GPT-2, OPT), held by the embedding layer",
+    )
+    max_position_embeddings: int | None = Field(
+        None, ge=1, le=MAX_DIM, description="rows of the learned position table; only with position_encoding 'learned'"
+    )
     layers: list[LayerSpec] = Field(min_length=2, max_length=MAX_LAYERS, description="embedding first, head last")
     extra_parameters: int = Field(
         0,
@@ -246,6 +255,22 @@ class ModelSpec(StrictModel):
         description="parameters outside the pipelined language model (e.g. a vision tower), reported only",
     )
     source: str | None = Field(None, description="where the spec came from (HF model_type, zoo, file)")
+
+    @model_validator(mode="after")
+    def _check_positions(self) -> ModelSpec:
+        learned = self.position_encoding == "learned"
+        if learned and self.max_position_embeddings is None:
+            raise ValueError("position_encoding 'learned' needs max_position_embeddings (the table's rows)")
+        if not learned and self.max_position_embeddings is not None:
+            raise ValueError("max_position_embeddings is for position_encoding 'learned' only; remove it")
+        if self.position_encoding is not None:
+            for i, layer in enumerate(self.layers):
+                if layer.attention is not None and layer.attention.type == "mla":
+                    raise ValueError(
+                        f"layers[{i}] is MLA attention, which is rotary; remove position_encoding"
+                        f" '{self.position_encoding}'"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _check_order(self) -> ModelSpec:
@@ -299,6 +324,9 @@ class ModelSpec(StrictModel):
             data["layers"] = data["layers"][: self.num_layers - self.num_head_chunks] + [
                 LayerSpec(kind="head").model_dump(mode="json")
             ]
+        for key in ("position_encoding", "max_position_embeddings"):  # absent = rotary, as before they existed
+            if data[key] is None:
+                del data[key]
         for layer in data["layers"]:  # labels, not structure
             layer.pop("name", None)
             layer.pop("vocab_range", None)

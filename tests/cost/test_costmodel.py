@@ -324,6 +324,26 @@ def test_embedding_ops() -> None:
     assert cost.w_s > 10 * cost.f_s  # dense table gradient over v x h
 
 
+def test_position_encodings() -> None:
+    """A learned table is the embedding's (parameters, F read + add, W row sums); ALiBi and learned
+    positions rotate nothing in attention (flash attention adds ALiBi's bias inside its kernel)."""
+    rotary = llama2_7b()
+    learned = rotary.model_copy(update={"position_encoding": "learned", "max_position_embeddings": 4096})
+    alibi = rotary.model_copy(update={"position_encoding": "alibi"})
+    T, h, e = 4096.0, 4096, 2
+    plain, table = layer_work(rotary, EMB, _train()), layer_work(learned, EMB, _train())
+    assert table.params_held - plain.params_held == 4096 * h
+    assert table.static_bytes > plain.static_bytes
+    assert table.f.mem_bytes - plain.f.mem_bytes == 4096 * h * e + 2 * T * h * e
+    assert table.w.mem_bytes - plain.w.mem_bytes == pytest.approx((T + 4096) * h * e + 8.0 * 4096 * h)
+    rope_bytes = 2 * T * (32 + 32) * 128 * e
+    for model in (learned, alibi):
+        work, base = layer_work(model, model.layers[1], _train()), layer_work(rotary, rotary.layers[1], _train())
+        assert base.f.mem_bytes - work.f.mem_bytes == rope_bytes
+        assert (base.f.launches - work.f.launches, base.i.launches - work.i.launches) == (2, 2)
+        assert work.f.flops == base.f.flops and work.params_held == base.params_held
+
+
 def test_tensor_parallel_divides_and_adds_communication() -> None:
     model = llama2_7b()
     one = layer_cost(model, model.layers[1], _train(), H200_DEV, H200.intra_node)

@@ -13,7 +13,15 @@ from helpers_executor import (
 )
 
 from adaptis_plan.cost.params import layer_params
-from adaptis_plan.executor.layers import HeadChunkLayer, build_layer, build_model, own_param_count, ssd_scan
+from adaptis_plan.executor.layers import (
+    HeadChunkLayer,
+    alibi_slopes,
+    build_layer,
+    build_model,
+    causal_attention,
+    own_param_count,
+    ssd_scan,
+)
 from adaptis_plan.executor.profile import profile_model
 from adaptis_plan.executor.wgrad import FLOPS, WeightGradStore
 from adaptis_plan.inputs.models.transform import split_head
@@ -111,6 +119,59 @@ def test_ssd_scan_matches_the_sequential_recurrence() -> None:
     expected = torch.stack(ys, 1)
     torch.testing.assert_close(ssd_scan(x, dt, a, bm, cm, chunk=64), expected, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(ssd_scan(x, dt, a, bm, cm), expected, rtol=1e-10, atol=1e-10)  # one chunk
+
+
+def _gpt_style_model(positions: str | None) -> ModelSpec:
+    """GPT-style: LayerNorm, q/k/v bias, plain GeLU / ReLU MLPs, MHA and multi-query, tied embeddings."""
+    mha = AttentionSpec(num_heads=6, num_kv_heads=6, head_dim=8, bias=True)
+    mqa = AttentionSpec(num_heads=6, num_kv_heads=1, head_dim=8)
+    layers = [
+        LayerSpec(kind="embedding"),
+        LayerSpec(kind="decoder", attention=mha, mlp=MlpSpec(activation="gelu", intermediate_size=64)),
+        LayerSpec(kind="decoder", attention=mqa, mlp=MlpSpec(activation="relu", intermediate_size=48)),
+        LayerSpec(kind="head"),
+    ]
+    return ModelSpec(
+        name=f"gpt-{positions}",
+        hidden_size=48,
+        vocab_size=100,
+        norm="layernorm",
+        tie_word_embeddings=True,
+        position_encoding=positions,
+        max_position_embeddings=32 if positions == "learned" else None,
+        layers=layers,
+    )
+
+
+@pytest.mark.parametrize("positions", [None, "alibi", "learned"])
+def test_gpt_style_layers_count_run_and_split(positions: str | None) -> None:
+    model = _gpt_style_model(positions)
+    for i, spec in enumerate(model.layers):
+        assert own_param_count(build_layer(model, i, seed=3)) == layer_params(model, spec).total, (i, spec.kind)
+    fused, b_in, b_w, _ = _grads(model, split=False)
+    split, i_in, w_w, total_in = _grads(model, split=True)
+    assert fused.keys() == split.keys()
+    assert all(torch.isfinite(g).all() for g in fused.values())
+    for name in fused:
+        assert torch.equal(fused[name], split[name]), name
+    assert (i_in, w_w) == (b_in, b_w)
+    if positions == "learned":
+        assert fused["0.position_weight"].abs().sum() > 0
+        with pytest.raises(ValueError, match="32 learned positions"):
+            build_layer(model, 0)(torch.zeros(1, 33, dtype=torch.long))
+
+
+def test_alibi_slopes_and_bias() -> None:
+    torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0**-k for k in range(1, 9)]))
+    # 12 heads: the 8-head slopes, then every other one of the 16-head sequence (BLOOM's)
+    expected = [2.0**-k for k in range(1, 9)] + [2.0**-k for k in (0.5, 1.5, 2.5, 3.5)]
+    torch.testing.assert_close(alibi_slopes(12), torch.tensor(expected))
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    plain = causal_attention(q, k, v, None)
+    torch.testing.assert_close(causal_attention(q, k, v, None, torch.zeros(2)), plain)
+    # a steep slope leaves each query with (almost) only its own key
+    torch.testing.assert_close(causal_attention(q, k, v, None, torch.full((2,), 1e4)), v)
 
 
 # ---------------------------------------------------------------- I / W split

@@ -378,9 +378,9 @@ def test_hf_fields_that_contradict_each_other(tmp_path: Path) -> None:
 
 
 def test_unknown_model_type_lists_supported(tmp_path: Path) -> None:
-    path = _hf(tmp_path, lambda d: d.update(model_type="gpt2"))
+    path = _hf(tmp_path, lambda d: d.update(model_type="t5"))
     message = _error(path)
-    assert message.startswith(f"{path}: model_type = 'gpt2': unsupported model type; supported: ")
+    assert message.startswith(f"{path}: model_type = 't5': unsupported model type; supported: ")
     assert "deepseek_v3" in message and "nemotron_h" in message
 
 

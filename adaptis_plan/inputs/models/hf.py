@@ -7,10 +7,13 @@ only the spec and the error hierarchy: no torch, no ortools, no rich/click, no t
 
 Supported `model_type`s: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma,
 gemma2, gemma3 (multimodal; the language model is `text_config`), gemma3_text, deepseek_v2,
-deepseek_v3, nemotron_h, jamba.
+deepseek_v3, nemotron_h, jamba, gpt2, gpt_neox, opt, bloom, falcon, mpt.
 
 Required fields. `hidden_size`, `num_hidden_layers`, `num_attention_heads` and `vocab_size`
-(and `intermediate_size` when a dense MLP exists) must be present: a silent 4096-wide default
+(and `intermediate_size` when a dense MLP exists) must be present, under each family's own
+names where it has them (gpt2 `n_embd` / `n_layer` / `n_head` / `n_positions`; bloom `n_embed`
+or `hidden_size`, `n_layer`, `n_head`; mpt `d_model` / `n_layers` / `n_heads`; opt `ffn_dim`
+and `max_position_embeddings`): a silent 4096-wide default
 for a misspelt key would plan the wrong model. Only gemma3 / gemma3_text fall back to
 transformers' `Gemma3TextConfig` defaults for these, because the published Gemma-3 configs
 omit them (vocab 262208, hidden 2304, intermediate 9216, 26 layers, 8 heads, 4 kv heads,
@@ -32,6 +35,16 @@ Defaults for optional fields (as transformers' config classes have them):
   `moe_shared_expert_intermediate_size`;
 - jamba: attention every 8th layer from 4, experts every 2nd layer from 1, 16 experts top-2,
   Mamba-1 with d_state 16, d_conv 4, expand 2, dt_rank "auto" = ceil(hidden / 16);
+- GPT-style families (LayerNorm, non-gated MLP, tied embeddings unless said otherwise):
+  gpt2: MLP `n_inner` = 4 x hidden, `activation_function` gelu_new, learned positions
+  (`n_positions` rows); gpt_neox: rotary, `hidden_act` gelu, `attention_bias` true,
+  `tie_word_embeddings` false; opt: `activation_function` relu, `enable_bias` true, learned
+  positions of `max_position_embeddings` + 2 rows (OPT's offset); bloom: ALiBi, MLP 4 x hidden;
+  falcon: rotary (ALiBi with `alibi`), MLP `ffn_hidden_size` = 4 x hidden, `bias` false, kv heads
+  `num_kv_heads` (= heads) with `new_decoder_architecture`, else 1 with `multi_query` (true),
+  else heads; mpt: `attn_config.alibi` true (else learned positions of `max_seq_len` 2048 rows
+  when `learned_pos_emb`), MLP `expansion_ratio` (4) x d_model, `no_bias` true,
+  `attn_config.attn_type` multihead_attention (multiquery: 1 kv head, grouped: `kv_n_heads`);
 - gemma2: even layers use the sliding window (4096); gemma3: every `sliding_window_pattern`-th
   (6th) layer is global, the others slide over `sliding_window` (4096); `layer_types` wins
   where a config has it.
@@ -46,6 +59,17 @@ Modelling choices:
 - Gemma-2/3 have four norms per block (pre/post attention and MLP); the spec counts two
   (2 x hidden parameters per layer missing, < 0.01%). Qwen2-MoE's shared-expert gate
   (hidden parameters per layer) is likewise not counted.
+- GPT-style families: q/k/v biases are counted where the family has them; the attention output
+  and MLP biases are not expressible (hidden x 6 parameters per layer for a 4 x hidden MLP:
+  < 0.04% of gpt2, < 0.01% of the larger models). gpt_neox `use_parallel_residual` and falcon
+  `parallel_attn` run attention and MLP side by side on the same input; the spec runs them one
+  after the other, which has the same parameters, FLOPs and bytes (only the dependency between
+  the two differs, inside one layer). Falcon's parallel block without the new architecture has
+  one LayerNorm where the spec counts two (+2 x hidden per layer), MPT's LayerNorms have no bias
+  (+hidden per norm), BLOOM's LayerNorm after the embedding is not counted (-2 x hidden); gpt_neox
+  rotates `rotary_pct` (0.25) of each head where the spec rotates all of it (a few memory-bound
+  bytes per token). opt-350m's `word_embed_proj_dim` projections and post-norm
+  (`do_layer_norm_before` false) are refused.
 - gemma3 (multimodal): the SigLIP vision tower and the multimodal projector are not
   pipelined; their parameters go to `extra_parameters` (patch embedding, position
   embedding, encoder layers with biased attention + MLP + two LayerNorms, post LayerNorm,
@@ -78,7 +102,12 @@ from adaptis_plan.spec.model import (
 # are built one per layer before the spec is validated, so the layer count is bounded first.
 _LIMITS: dict[str, int] = {
     "hidden_size": MAX_HIDDEN,
+    "n_embd": MAX_HIDDEN,
+    "n_embed": MAX_HIDDEN,
+    "d_model": MAX_HIDDEN,
     "num_hidden_layers": MAX_LAYERS - 2,  # + embedding and head
+    "n_layer": MAX_LAYERS - 2,
+    "n_layers": MAX_LAYERS - 2,
     "vocab_size": MAX_VOCAB,
     "sliding_window": MAX_WINDOW,
 }
@@ -204,6 +233,9 @@ class _Built:
     tie: bool
     blocks: list[LayerSpec]
     extra: int = 0
+    norm: str = "rmsnorm"
+    positions: str | None = None  # None: rotary
+    max_positions: int | None = None
 
 
 # ---------------------------------------------------------------- shared pieces
@@ -604,6 +636,120 @@ def _jamba(c: _Cfg, model_type: str, include_mtp: bool) -> _Built:
     return _Built(hidden, vocab, tie, blocks)
 
 
+def _plain_activation(c: _Cfg, key: str, default: str) -> str:
+    """A non-gated MLP's activation: gelu* (gelu_new, gelu_fast, ...) -> gelu, relu -> relu."""
+    act = str(c.get(key, default)).lower()
+    if act.startswith("gelu"):
+        return "gelu"
+    if act == "relu":
+        return "relu"
+    raise c.error(key, act, "unsupported MLP activation (gelu* or relu)", "use gelu or relu")
+
+
+def _gpt_family(c: _Cfg, model_type: str, include_mtp: bool) -> _Built:
+    """gpt2, gpt_neox, opt, bloom, falcon, mpt: LayerNorm blocks with a non-gated MLP."""
+    # Each family's own key names; transformers' attribute maps accept the generic name too.
+    names = {
+        "gpt2": ("n_embd", "n_layer", "n_head"),
+        "bloom": ("n_embed", "n_layer", "n_head"),
+        "mpt": ("d_model", "n_layers", "n_heads"),
+    }.get(model_type, ("hidden_size", "num_hidden_layers", "num_attention_heads"))
+    generic = ("hidden_size", "num_hidden_layers", "num_attention_heads")
+    hidden_key, layers_key, heads_key = (
+        own if c.has(own) or not c.has(alias) else alias for own, alias in zip(names, generic, strict=True)
+    )
+    hidden = c.size(hidden_key)
+    num_layers = c.size(layers_key)
+    vocab = c.size("vocab_size")
+    heads = c.size(heads_key, what="query heads")
+    if hidden % heads:
+        raise c.error(heads_key, heads, f"does not divide {c.field(hidden_key)} ({hidden})", "fix the head count")
+    head_dim = hidden // heads
+    problem = head_dim_problem(head_dim)
+    if problem is not None:
+        raise c.error(heads_key, heads, f"{hidden_key} / {heads_key} = {head_dim} is {problem[0]}", problem[1])
+    kv, bias, tie = heads, True, True
+    positions: str | None = None  # rotary
+    max_positions: int | None = None
+    if model_type == "gpt2":
+        inner = c.size("n_inner", 4 * hidden)
+        activation = _plain_activation(c, "activation_function", "gelu_new")
+        positions, max_positions = "learned", c.size("n_positions")
+    elif model_type == "gpt_neox":
+        # Rotary on `rotary_pct` of each head (0.25 for NeoX-20B): the spec rotates whole heads, whose
+        # cost is a few memory-bound bytes per token; parameters and FLOPs are the same.
+        inner = c.size("intermediate_size")
+        activation = _plain_activation(c, "hidden_act", "gelu")
+        bias = c.flag("attention_bias", True)
+        tie = c.flag("tie_word_embeddings", False)
+    elif model_type == "opt":
+        if not c.flag("do_layer_norm_before", True):
+            raise c.error(
+                "do_layer_norm_before", False, "post-norm OPT (opt-350m) is not supported", "use a pre-norm OPT config"
+            )
+        proj = c.size("word_embed_proj_dim", hidden)
+        if proj != hidden:
+            raise c.error(
+                "word_embed_proj_dim",
+                proj,
+                f"differs from hidden_size ({hidden}): the embedding projections (opt-350m) are not supported",
+                "use an OPT config whose word_embed_proj_dim equals hidden_size",
+            )
+        inner = c.size("ffn_dim")
+        activation = _plain_activation(c, "activation_function", "relu")
+        bias = c.flag("enable_bias", True)
+        # OPTLearnedPositionalEmbedding keeps 2 rows more than max_position_embeddings (its offset)
+        positions, max_positions = "learned", c.size("max_position_embeddings") + 2
+    elif model_type == "bloom":
+        inner = 4 * hidden  # BloomMLP is always 4h
+        activation = "gelu"
+        positions = "alibi"
+    elif model_type == "falcon":
+        if c.flag("new_decoder_architecture", False):
+            kv = c.size("num_kv_heads", heads)
+        elif c.flag("multi_query", True):
+            kv = 1
+        if heads % kv:
+            raise c.error("num_kv_heads", kv, f"must divide num_attention_heads ({heads})", "fix the head counts")
+        inner = c.size("ffn_hidden_size", 4 * hidden)
+        activation = _plain_activation(c, "activation", "gelu")
+        bias = c.flag("bias", False)
+        positions = "alibi" if c.flag("alibi", False) else None
+    else:  # mpt
+        attn = c.sub("attn_config", {})
+        attn_type = str(attn.get("attn_type", "multihead_attention"))
+        if attn_type == "multiquery_attention":
+            kv = 1
+        elif attn_type == "grouped_query_attention":
+            kv = attn.size("kv_n_heads", heads)
+        elif attn_type != "multihead_attention":
+            raise attn.error(
+                "attn_type",
+                attn_type,
+                "unknown attention type",
+                "use multihead_attention, multiquery_attention or grouped_query_attention",
+            )
+        if heads % kv:
+            raise attn.error("kv_n_heads", kv, f"must divide n_heads ({heads})", "fix the head counts")
+        inner = c.size("expansion_ratio", 4) * hidden
+        if inner > MAX_DIM:
+            raise c.error("expansion_ratio", inner // hidden, f"gives an MLP wider than {MAX_DIM:,}", "lower it")
+        activation = "gelu"
+        bias = not c.flag("no_bias", True)
+        if attn.flag("alibi", True):
+            positions = "alibi"
+        elif c.flag("learned_pos_emb", True):
+            positions, max_positions = "learned", c.size("max_seq_len", 2048)
+        else:
+            raise c.error(
+                "learned_pos_emb", False, "with attn_config.alibi false this MPT has no positions", "enable one"
+            )
+    attention = AttentionSpec(num_heads=heads, num_kv_heads=kv, head_dim=head_dim, bias=bias)
+    mlp = MlpSpec(activation=activation, intermediate_size=inner)
+    blocks = [_block("decoder", i, attention=attention, mlp=mlp) for i in range(num_layers)]
+    return _Built(hidden, vocab, tie, blocks, norm="layernorm", positions=positions, max_positions=max_positions)
+
+
 _FAMILIES: dict[str, Callable[[_Cfg, str, bool], _Built]] = {
     "llama": _llama_like,
     "mistral": _llama_like,
@@ -620,6 +766,12 @@ _FAMILIES: dict[str, Callable[[_Cfg, str, bool], _Built]] = {
     "deepseek_v3": _deepseek,
     "nemotron_h": _nemotron_h,
     "jamba": _jamba,
+    "gpt2": _gpt_family,
+    "gpt_neox": _gpt_family,
+    "opt": _gpt_family,
+    "bloom": _gpt_family,
+    "falcon": _gpt_family,
+    "mpt": _gpt_family,
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_FAMILIES))
@@ -660,7 +812,9 @@ def from_hf_config(
             hidden_size=built.hidden,
             vocab_size=built.vocab,
             tie_word_embeddings=built.tie,
-            norm="rmsnorm",
+            norm=built.norm,
+            position_encoding=built.positions,
+            max_position_embeddings=built.max_positions,
             layers=layers,
             extra_parameters=built.extra,
             source=source if source is not None else f"hf:{model_type}",
