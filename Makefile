@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_TORCH := torch==2.13.0
 
-.PHONY: install interop demo test test-fast lint format schemas bench gpu-check clean
+.PHONY: install interop demo test test-fast lint format schemas bench bench-report gpu-check clean
 
 $(BIN)/adaptis: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -45,8 +45,11 @@ format: install
 schemas: install  ## regenerate schemas/ from the pydantic models
 	$(BIN)/adaptis schema
 
-bench: install interop  ## regenerate BENCHMARKS.md (simulated paper cases + real CPU runs)
-	$(BIN)/python -m bench.run --out BENCHMARKS.md
+bench: install interop  ## run every suite into bench/results/*.json, then render BENCHMARKS.md (refuses a dirty tree)
+	$(BIN)/python -m bench.run
+
+bench-report: install  ## re-render BENCHMARKS.md, docs/img/*.svg and README's results block from bench/results/
+	$(BIN)/python -m bench.report
 
 gpu-check: install  ## on one GPU (< 8 min on an H200): profile the paper's small models, run a plan, compare (docs/gpu-check.md)
 	$(BIN)/python -m bench.gpu_check --device cuda --out docs/gpu-check.md $(if $(ALLOW_DIRTY),--allow-dirty)

@@ -1,6 +1,6 @@
 """SVG pictures for BENCHMARKS.md: pure string building, no matplotlib.
 
-Data flow: results of `bench.paper` -> SVG text -> docs/img/*.svg (written by `bench.run`).
+Data flow: the `paper` suite's record -> SVG text -> docs/img/*.svg (written by `bench.report`).
 
 - `timeline_chart`: the best classic plan above the adaptive plan on one time scale
   (`adaptis_plan.render.svg.stacked_svg`).
@@ -24,11 +24,26 @@ _C_PAPER = "#222222"
 _C_TARGET = "#54A24B"
 
 
-def timeline_chart(panels: Sequence[tuple], width: int = 1200) -> str:
-    """`panels` = [(title, SimResult, Programs, Layout)], drawn on one time scale."""
+def timeline_chart(panels: Sequence[dict], width: int = 1200, prefix: str = "") -> str:
+    """`panels` = plain panels (`bench.paper.plain_panel`: title, step, bubble, lower bound, and per
+    device its actions as [stage, op, mb, start s, end s]), drawn on one time scale; `prefix` goes
+    before each title."""
+    from types import SimpleNamespace
+
     from adaptis_plan.render.svg import stacked_svg
 
-    return stacked_svg(list(panels), width=width)
+    drawn = []
+    for p in panels:
+        lanes = p["lanes"]
+        result = SimpleNamespace(
+            step_time_s=p["step_time_s"],
+            bubble_ratio=p["bubble_ratio"],
+            lower_bound_s=p["lower_bound_s"],
+            times=[[(a[3], a[4]) for a in lane] for lane in lanes],
+        )
+        programs = [[(a[0], a[1], a[2]) for a in lane] for lane in lanes]
+        drawn.append((prefix + p["title"], result, programs, SimpleNamespace(num_devices=len(lanes))))
+    return stacked_svg(drawn, width=width)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Interoperability benchmarks: what planning for another runtime costs, and the same adaptive plan
 timed in torch's runtime and in ours.
 
-Run: `python -m bench.interop [--sections targets,torchcsv] [--quick] [--time-limit S] [--update BENCHMARKS.md]`
-(`make bench` runs both sections through `bench.run`).
+Run: `python -m bench.run --suites targets,torchcsv [--quick]` (one record each in bench/results/,
+rendered into BENCHMARKS.md by `bench.report`).
 
 - "targets": every paper case at sequence length 4K (h200 profile, analytic cost model, TP 1,
   micro-batch size 1, micro-batches = 4 x PP, memory limit 90% of HBM) planned with
@@ -20,8 +20,6 @@ torchrun workers.
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -29,11 +27,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from bench.common import REPO, git_commit, machine
+from bench.common import REPO
 
 SECTIONS = ("targets", "torchcsv")
 HEADINGS = {
@@ -179,7 +177,8 @@ def targets_markdown(rows: list[dict], time_limit_s: float) -> str:
 TORCHCSV_MODEL = "tiny-deepseek"
 
 
-def torchcsv_markdown(quick: bool) -> str:
+def torchcsv_measure(quick: bool) -> dict:
+    """Plan, export and time the plan in both runtimes; plain JSON of what the section shows."""
     from adaptis_plan.planfile.io import write_plan
     from adaptis_plan.usecases import PlanRequest, export_plan_file, make_plan_for
 
@@ -215,18 +214,37 @@ def torchcsv_markdown(quick: bool) -> str:
                "--max-restarts", "0", "-m", "bench.torch_runtime", "--config", str(config), "--out", str(folder / "out")]  # fmt: skip
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
-            return f"_failed: torchrun exited {proc.returncode}: `{proc.stderr.strip().splitlines()[-1:]}`_"
+            return {"error": f"torchrun exited {proc.returncode}: `{proc.stderr.strip().splitlines()[-1:]}`"}
         rank0 = json.loads((folder / "out" / "rank0.json").read_text())
         ranks = [rank0, json.loads((folder / "out" / "rank1.json").read_text())]
     times = rank0["step_times_s"]
     losses = {n: [x for r in ranks for x in r["losses"][n] if x is not None] for n in ("ours", "torch")}
+    return {
+        "model": TORCHCSV_MODEL,
+        "num_microbatches": m,
+        "seq_len": seq,
+        "rounds": rounds,
+        "warmup": warmup,
+        "stages": ", ".join(f"s{s.stage}[{s.layers[0]}:{s.layers[1]})→d{s.device}" for s in out.plan.stages),
+        "source": out.search_info.get("source"),
+        "others_share": rank0.get("others_share") or [0.0],
+        "step_times_s": {n: list(times[n]) for n in ("ours", "torch")},
+        "first_loss": {n: losses[n][0] for n in ("ours", "torch")},
+        "predicted_step_time_s": float(out.result.step_time_s),
+    }
+
+
+def torchcsv_markdown(d: dict) -> str:
+    if "error" in d:
+        return f"_failed: {d['error']}_"
+    m, seq, rounds, warmup = d["num_microbatches"], d["seq_len"], d["rounds"], d["warmup"]
+    times = d["step_times_s"]
     med = {n: statistics.median(times[n]) for n in ("ours", "torch")}
-    stages = ", ".join(f"s{s.stage}[{s.layers[0]}:{s.layers[1]})→d{s.device}" for s in out.plan.stages)
-    shares = rank0.get("others_share") or [0.0]
+    shares = d["others_share"]
     return "\n".join([
-        f"Model `{TORCHCSV_MODEL}` (zoo, CPU-sized), {m} micro-batches of 1 x {seq} tokens, fp32, PP 2 over gloo,"
+        f"Model `{d['model']}` (zoo, CPU-sized), {m} micro-batches of 1 x {seq} tokens, fp32, PP 2 over gloo,"
         " one intra-op thread per rank. The plan is `adaptis plan --target torch` on the `cpu` profile (analytic"
-        f" cost model, TP 1); its stages: {stages}; found by {out.search_info.get('source')}. 'torch' is"
+        f" cost model, TP 1); its stages: {d['stages']}; found by {d['source']}. 'torch' is"
         " torch.distributed.pipelining's own `_PipelineScheduleRuntime` loading the plan's exported CSV"
         " (`adaptis export --format torch-csv`), on `PipelineStage`s holding the same layers with the same"
         " weights; 'ours' is the executor `adaptis run` uses. Both run in one torchrun launch, alternating"
@@ -237,65 +255,37 @@ def torchcsv_markdown(quick: bool) -> str:
         "| --- | --- | --- | --- | --- |",
         *(
             f"| {name} | {med[n] * 1e3:.1f} | {min(times[n]) * 1e3:.1f} | {max(times[n]) * 1e3:.1f} |"
-            f" {losses[n][0]:.6f} |"
+            f" {d['first_loss'][n]:.6f} |"
             for n, name in (("ours", "adaptis executor"), ("torch", "torch _PipelineScheduleRuntime (our CSV)"))
         ),
         "",
         f"torch / ours median step time: {med['torch'] / med['ours']:.2f}x; predicted step time (simulator, cpu"
-        f" profile): {out.result.step_time_s * 1e3:.1f} ms. Both runtimes compute the same loss and gradients"
+        f" profile): {d['predicted_step_time_s'] * 1e3:.1f} ms. Both runtimes compute the same loss and gradients"
         " (tests/interop/test_torch_runtime.py checks every gradient).",
     ])  # fmt: skip
 
 
-# ----------------------------------------------------------------------------- document
-def section(name: str, quick: bool, time_limit_s: float, workers: int, command: str) -> str:
+# ----------------------------------------------------------------------------- suites: run -> record -> markdown
+def run_suite(name: str, quick: bool, workers: int) -> dict:
+    """Run suite `name` ("targets" or "torchcsv") and return its record (not written)."""
+    from bench import records
+
     t0 = time.perf_counter()
+    limit = 2.0 if quick else 5.0
     if name == "targets":
-        body = targets_markdown(targets_rows(quick, time_limit_s, workers), time_limit_s)
+        data: dict = {"time_limit_s": limit, "rows": targets_rows(quick, limit, workers)}
+        settings = {"quick": quick, "workers": workers, "hardware": "h200", "time_limit_s": limit}
     else:
-        body = torchcsv_markdown(quick)
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    prov = (
-        f"_Reproduce: `{command} --sections {name}` · machine: {machine()} · date: {now} · commit:"
-        f" `{git_commit()}` · section wall time {time.perf_counter() - t0:.0f} s_"
-    )
-    return "\n".join([HEADINGS[name], "", prov, "", body.rstrip(), ""])
+        data = torchcsv_measure(quick)
+        settings = {"quick": quick, "hardware": "cpu", "model": TORCHCSV_MODEL}
+    command = f"python -m bench.run --suites {name}" + (" --quick" if quick else "")
+    return records.record(name, settings, data, command, time.perf_counter() - t0)
 
 
-def replace_section(document: str, heading: str, text: str) -> str:
-    """`document` with the section under `heading` (to the next `## ` or the end) replaced, or `text` appended."""
-    start = document.find(heading)
-    if start < 0:
-        return document.rstrip() + "\n\n" + text
-    nxt = document.find("\n## ", start + len(heading))
-    end = len(document) if nxt < 0 else nxt + 1
-    return document[:start] + text.rstrip() + "\n" + ("\n" + document[end:] if nxt >= 0 else "")
+def render(rec: Mapping) -> str:
+    """The section of a `targets` or `torchcsv` record."""
+    from bench.records import reproduce_line
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.interop", description=__doc__.splitlines()[0])
-    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {','.join(SECTIONS)}")
-    ap.add_argument("--quick", action="store_true", help="the small paper cases only, few rounds")
-    ap.add_argument("--time-limit", type=float, default=5.0, help="search time limit per search, seconds")
-    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
-    ap.add_argument("--update", default=None, help="replace the sections in this markdown file (e.g. BENCHMARKS.md)")
-    args = ap.parse_args(argv)
-    names = [s.strip() for s in args.sections.split(",") if s.strip()]
-    if not names or any(n not in SECTIONS for n in names):
-        ap.error(f"--sections = {args.sections}: use a comma list of {','.join(SECTIONS)}")
-    command = "python -m bench.interop" + (" --quick" if args.quick else "") + f" --time-limit {args.time_limit:g}"
-    if args.update:
-        command += f" --update {args.update}"
-    for name in names:
-        text = section(name, args.quick, args.time_limit, args.workers, command)
-        if args.update:
-            doc = Path(args.update)
-            doc.write_text(replace_section(doc.read_text() if doc.exists() else "", HEADINGS[name], text))
-            print(f"updated {HEADINGS[name]!r} in {doc}", file=sys.stderr)
-        else:
-            print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    name, d = rec["suite"], rec["data"]
+    body = targets_markdown(d["rows"], d["time_limit_s"]) if name == "targets" else torchcsv_markdown(d)
+    return "\n".join([HEADINGS[name], "", reproduce_line(rec), "", body.rstrip(), ""])

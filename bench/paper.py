@@ -1,14 +1,15 @@
 """The AdaPtis paper's simulated experiments, re-run on adaptis' own cost model and search.
 
-Run through `python -m bench.run` (see `bench.run`); the smoke test calls `run_tasks` and the
-`*_section` renderers directly on tiny cases.
+Run through `python -m bench.run --suites paper` (suite `paper`: the sections papertp, paper,
+bubbles, seq, ablation and plantime share one task pool).
 
 Data flow: `BenchConfig` (which cases each section needs) -> `run_tasks` (a process pool; each
 worker runs `usecases.make_plan_for`, the same path as `adaptis plan`, or `search_plan` with a
-subset of components for the ablation) -> plain result records -> one markdown section per
-experiment, with the paper's published figures (research/paper.md §2.3, §3.5, §5.2, §5.3,
-§5.5, §5.6) beside ours. Nothing measured is stored here: only the paper's numbers are data;
-every figure of ours comes from running the planner. Imports `adaptis_plan` (public use cases,
+subset of components for the ablation) -> plain result dataclasses -> `run_suite` stores them as
+the suite's JSON record -> `render` (from the record alone, via `results_from_record`) one markdown
+section per experiment, with the paper's published figures (the AdaPtis paper, arXiv 2509.23722,
+§2.3, §3.5, §5.2, §5.3, §5.5, §5.6) beside ours. Only the paper's numbers are data here; every
+figure of ours comes from running the planner. Imports `adaptis_plan` (public use cases,
 search entry points, the cost table) and `bench.charts`; no CLI, no rich.
 """
 
@@ -215,7 +216,7 @@ class CaseResult:
     chunked_baselines: dict[str, StrategyRow] = field(default_factory=dict)
     analysis: dict = field(default_factory=dict)
     error: str | None = None
-    panels: list | None = None  # [(title, SimResult, Programs, Layout)] for the timeline picture
+    panels: list[dict] | None = None  # `plain_panel`s for the timeline picture
     # Interleaved1F1B with one decoder layer per virtual stage (as the paper's simulator runs it)
     i1f1b_per_layer: StrategyRow | None = None
     head_share: float | None = None  # h: the whole head's share of one micro-batch's work (unsplit model)
@@ -431,10 +432,28 @@ def _timeline_panels(case: Case, out, cr: CaseResult) -> list:
         costs = cost_table_for(model, load_hardware(case.hardware), training, case.costs)
         name, _, part = best.label.partition("/")
         cand = classic_candidate(costs, model.num_layers, case.num_microbatches, name, part or "uniform")
-        panels.append((f"best classic: {best.label}", cand.result, cand.programs, cand.layout))
+        panels.append(plain_panel(f"best classic: {best.label}", cand.result, cand.programs, cand.layout))
     chunks = f", head in {cr.head_chunks} chunks" if cr.head_chunks > 1 else ""
-    panels.append((f"adaptive: {cr.source}{chunks}", out.result, out.programs, out.layout))
+    panels.append(plain_panel(f"adaptive: {cr.source}{chunks}", out.result, out.programs, out.layout))
     return panels
+
+
+def plain_panel(title: str, result, programs, layout) -> dict:  # noqa: ANN001
+    """What the timeline picture needs of one simulated plan, as plain JSON: each device's actions
+    as [stage, op, micro-batch, start s, end s]."""
+    return {
+        "title": title,
+        "step_time_s": float(result.step_time_s),
+        "bubble_ratio": float(result.bubble_ratio),
+        "lower_bound_s": float(result.lower_bound_s),
+        "lanes": [
+            [
+                [int(a[0]), str(a[1]), int(a[2]), float(t0), float(t1)]
+                for a, (t0, t1) in zip(programs[d], result.times[d], strict=True)
+            ]
+            for d in range(layout.num_devices)
+        ],
+    }
 
 
 def run_ablation(task: AblationTask) -> AblationResult:
@@ -508,7 +527,7 @@ def run_tasks(
 # ----------------------------------------------------------------------------- which cases each section needs
 
 PP_BY_SCALE = {"s": 4, "m": 8, "l": 16}
-#: the paper's tensor parallelism per family (research/paper.md §5.1)
+#: the paper's tensor parallelism per family (the AdaPtis paper, arXiv 2509.23722, §5.1)
 PAPER_TP = {"gemma": 4, "deepseek": 2, "nemotron-h": 2}
 #: the cost settings of the paper-TP section: the calibrated analytic model, the paper's profiled costs
 COST_SETTINGS: tuple[str | None, ...] = (None, "paper")
@@ -615,17 +634,19 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 @dataclass(frozen=True)
 class Provenance:
-    """What every table states: the command that reproduces it, the machine, the date, the commit."""
+    """The line under a section's heading: the reproduce line of the record it renders
+    (`bench.records.reproduce_line`)."""
 
-    command: str
-    machine: str
-    date: str
-    commit: str
+    text: str
 
-    def line(self, section: str | None, wall_s: float | None = None) -> str:
-        cmd = self.command if section is None else f"{self.command} --sections {section}"
-        wall = f" · section wall time {wall_s:.0f} s" if wall_s is not None else ""
-        return f"_Reproduce: `{cmd}` · machine: {self.machine} · date: {self.date} · commit: `{self.commit}`{wall}_"
+    @classmethod
+    def of(cls, rec: Mapping) -> Provenance:
+        from bench.records import reproduce_line
+
+        return cls(reproduce_line(rec))
+
+    def line(self, section: str | None = None, wall_s: float | None = None) -> str:  # noqa: ARG002
+        return self.text
 
 
 def _fits(row: StrategyRow | None) -> str:
@@ -720,7 +741,7 @@ def paper_tp_section(
         out += ["> **Quick run**: a subset of the cases at a short time limit.", ""]
     out += [
         "The comparable table: the paper's 18 heterogeneous cases (Gemma, DeepSeek, Nemotron-H at S / M / L, seq 2K"
-        " and 4K) at the paper's own settings (research/paper.md §5.1): Gemma TP 4, DeepSeek and Nemotron-H TP 2;"
+        " and 4K) at the paper's own settings (the AdaPtis paper, arXiv 2509.23722, §5.1): Gemma TP 4, DeepSeek and Nemotron-H TP 2;"
         " PP 4 / 8 / 16 (DeepSeek-L PP 8); micro-batches = 4 x PP; the memory limit is 90% of the H200's 141 GB."
         " Two cost settings, each a full `adaptis plan` per case (its adaptive plan and every classic strategy,"
         " judged by the same simulator):",
@@ -1651,6 +1672,99 @@ def plantime_section(
         "",
     ]
     return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- the suite: run -> record -> markdown
+
+SUITE = "paper"
+#: the sections this suite's one task pool answers, in document order
+SECTIONS = ("papertp", "paper", "bubbles", "seq", "ablation", "plantime")
+SPEEDUP_IMG = "docs/img/speedup.svg"
+
+
+def run_suite(
+    quick: bool, workers: int, log: Callable[[str], None] | None = None, config: BenchConfig | None = None
+) -> dict:
+    """Run every case of the paper sections once (one task pool) and return the suite's record (not
+    written); `config` replaces `default_config(quick)` (the tests' tiny cases)."""
+    from bench import records
+
+    log = log or (lambda _m: None)
+    cfg = config or default_config(quick=quick)
+
+    def progress(n: int, total: int, task: Task, r: object) -> None:
+        what = (
+            f"{task.model} {task.key}"
+            if isinstance(task, AblationTask)
+            else f"{task.label} pp{task.pp} mb{task.num_microbatches}"
+        )
+        wall = getattr(r, "plan_time_s", None) or getattr(r, "wall_s", 0.0)
+        log(f"[{n:>3}/{total}] {what}: {wall:.1f} s" + (f"  ({r.error})" if getattr(r, "error", None) else ""))
+
+    t0 = time.perf_counter()
+    keep = [cfg.timeline] if cfg.timeline else []
+    results = run_tasks(cfg.tasks(SECTIONS), workers=workers, keep_panels=keep, progress=progress)
+    wall = time.perf_counter() - t0
+    data = {
+        "config": records.to_json(cfg),
+        "cases": [
+            {"task": records.to_json(t), "result": records.to_json(r)}
+            for t, r in results.items()
+            if isinstance(t, Case)
+        ],
+        "ablation": [
+            {"task": records.to_json(t), "result": records.to_json(r)}
+            for t, r in results.items()
+            if isinstance(t, AblationTask)
+        ],
+    }
+    settings = {"quick": quick, "workers": workers, "hardware": "h200", "sections": list(SECTIONS)}
+    command = "python -m bench.run --suites paper" + (" --quick" if quick else "")
+    return records.record(SUITE, settings, data, command, wall)
+
+
+def results_from_record(rec: Mapping) -> tuple[BenchConfig, dict[Task, CaseResult | AblationResult]]:
+    """The config and the results keyed by task, as `run_tasks` returned them."""
+    from bench import records
+
+    data = rec["data"]
+    cfg = records.from_json(BenchConfig, data["config"])
+    results: dict[Task, CaseResult | AblationResult] = {}
+    for item in data["cases"]:
+        r = records.from_json(CaseResult, item["result"])
+        results[r.case] = r
+    for item in data["ablation"]:
+        r = records.from_json(AblationResult, item["result"])
+        results[r.task] = r
+    return cfg, results
+
+
+def timeline_img(cfg: BenchConfig) -> str | None:
+    return f"docs/img/timeline-{cfg.timeline.slug}.svg" if cfg.timeline else None
+
+
+def render(rec: Mapping) -> dict[str, str]:
+    """Each section's markdown (by section name) from the suite's record; links to the pictures that
+    `bench.report.render_pictures` draws from the same record."""
+    cfg, results = results_from_record(rec)
+    prov = Provenance.of(rec)
+    tl = results.get(cfg.timeline) if cfg.timeline else None
+    has_tl = isinstance(tl, CaseResult) and bool(tl.panels)
+    return {
+        "papertp": paper_tp_section(cfg.papertp, results, prov, quick=cfg.quick),
+        "paper": paper_section(
+            cfg.paper,
+            results,
+            prov,
+            speedup_img=SPEEDUP_IMG,
+            timeline_img=timeline_img(cfg) if has_tl else None,
+            quick=cfg.quick,
+        ),
+        "bubbles": bubbles_section(cfg.bubbles, results, prov),
+        "seq": seq_section(cfg.seq, results, prov, quick=cfg.quick),
+        "ablation": ablation_section(cfg.ablation, results, prov),
+        "plantime": plantime_section(cfg.plantime, results, prov),
+    }
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The AdaPtis author's profiled per-layer costs as the author's simulator takes them.
 
 Data flow: the built-in paper profile (`adaptis_plan.cost.paper.paper_layer_ratios`: the
-research CSV's F, B, W of the transformer / dense layer T, the other kind X -- MoE for DeepSeek,
+AdaPtis author's profiled F, B, W of the transformer / dense layer T, the other kind X -- MoE for DeepSeek,
 Mamba for Nemotron-H -- and the head H, as ratios of the reference layer's forward) + a zoo
 model -> `paper_costs` -> a `CostTable` in units of that reference forward (`UNIT_S` seconds each),
 zero communication, no memory limit, and an embedding that costs nothing, as the author's

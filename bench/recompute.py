@@ -1,29 +1,24 @@
 """Memory-bound cases: the plan with recomputation off, full and auto, side by side (simulated, h200).
 
-Run: `python -m bench.recompute [--quick] [--out BENCHMARKS.md] [--workers 2]` rewrites only this
-section of the file (from its heading to the next `## ` heading; appended when absent), or
-`python -m bench.run --sections recompute` as part of the whole report.
+Run: `python -m bench.run --suites recompute [--quick]` (suite `recompute`: writes
+bench/results/recompute.json, then re-renders BENCHMARKS.md).
 
 Data flow: `RecomputeCase` -> `run_case` plans it three times through `usecases.make_plan_for`
 (the path `adaptis plan` takes) with `--recompute none`, `full` and `auto` -> `ModeRow`s ->
-`section` renders one markdown table with the command that reproduces each row. Nothing measured
-is stored here; every figure comes from running the planner. Imports `adaptis_plan` use cases and
+`run_suite` returns them as the suite's record -> `render` (from the record alone) one markdown
+table with the command that reproduces each row. Every figure comes from running the planner. Imports `adaptis_plan` use cases and
 `bench.common` / `bench.paper`'s formatting; no CLI, no rich.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import multiprocessing
-import re
-import sys
 import time
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from bench.common import REPO, git_commit, machine
+from bench.common import REPO
 from bench.paper import Provenance, fms, fpct, table
 
 HEADING = "## Memory-bound cases: recomputation off, full and auto (simulated, h200)"
@@ -255,31 +250,23 @@ def section(
     return "\n".join(lines)
 
 
-def replace_section(text: str, new: str) -> str:
-    """`text` with this section replaced by `new` (appended when absent); other sections untouched."""
-    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        return pattern.sub(lambda _m: new.rstrip() + "\n\n", text, count=1).rstrip() + "\n"
-    return (text.rstrip() + "\n\n" if text.strip() else "") + new.rstrip() + "\n"
+SUITE = "recompute"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.recompute", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="BENCHMARKS.md", help="markdown file whose section to (re)write")
-    ap.add_argument("--quick", action="store_true", help="two cases at a 1 s time limit")
-    ap.add_argument("--workers", type=int, default=2)
-    args = ap.parse_args(argv)
-    cmd = "python -m bench.recompute" + (" --quick" if args.quick else "")
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    prov = Provenance(cmd, machine(), now, git_commit())
+def run_suite(quick: bool, workers: int, log=None) -> dict:  # noqa: ANN001
+    """Plan every case off / full / auto and return the suite's record (not written)."""
+    from bench import records
+
     t0 = time.perf_counter()
-    runs = run_cases(default_cases(args.quick), args.workers, log=lambda m: print(m, file=sys.stderr, flush=True))
-    text = section(runs, prov, args.quick, time.perf_counter() - t0)
-    out = Path(args.out)
-    out.write_text(replace_section(out.read_text() if out.exists() else "", text))
-    print(f"wrote the section of {out}", file=sys.stderr)
-    return 0
+    runs = run_cases(default_cases(quick), workers, log=log)
+    command = "python -m bench.run --suites recompute" + (" --quick" if quick else "")
+    settings = {"quick": quick, "workers": workers, "hardware": "h200", "modes": list(MODES)}
+    return records.record(SUITE, settings, records.to_json(runs), command, time.perf_counter() - t0)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def render(rec: Mapping) -> str:
+    """The section from the suite's record."""
+    from bench import records
+
+    runs = records.from_json(list[CaseRun], rec["data"])
+    return section(runs, Provenance.of(rec), bool(rec["settings"].get("quick")))

@@ -1,8 +1,12 @@
-"""bench/interop.py's tables from given rows (the runs themselves are `make bench`'s)."""
+"""bench/interop.py's tables from given rows and records (the runs themselves are `make bench`'s)."""
 
 from __future__ import annotations
 
-from bench import interop
+from pathlib import Path
+
+from bench import interop, records
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def _row(target: str, step: float, unrestricted: float, **extra) -> dict:
@@ -23,8 +27,17 @@ def test_targets_table_costs_against_the_best_unrestricted_plan() -> None:
     assert line.endswith("| megatron refused |")
 
 
-def test_replace_section_keeps_the_rest() -> None:
-    doc = "# B\n\n## A\n\nold\n\n## C\n\nkeep\n"
-    out = interop.replace_section(doc, "## A", "## A\n\nnew\n")
-    assert out == "# B\n\n## A\n\nnew\n\n## C\n\nkeep\n"
-    assert interop.replace_section("# B\n", "## Z", "## Z\n\nz\n").endswith("## Z\n\nz\n")
+def test_sections_from_records() -> None:
+    for name in interop.SECTIONS:
+        rec = records.load(name, FIXTURES / "clean")
+        text = interop.render(rec)
+        assert text.startswith(interop.HEADINGS[name] + "\n\n" + records.reproduce_line(rec) + "\n")
+    torchcsv = interop.render(records.load("torchcsv", FIXTURES / "clean"))
+    assert (
+        "torch / ours median step time: 1.18x" in torchcsv
+        and "| torch _PipelineScheduleRuntime (our CSV) | 130.0 |" in torchcsv
+    )
+
+
+def test_a_failed_torchcsv_run_says_so() -> None:
+    assert interop.torchcsv_markdown({"error": "torchrun exited 1"}) == "_failed: torchrun exited 1_"

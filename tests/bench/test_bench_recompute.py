@@ -1,5 +1,5 @@
 """Smoke run of the memory-bound benchmark (`bench/recompute.py`): one tiny case, three plans, the
-section's shape and that it replaces only its own section of a report. No fixed result is asserted
+section's shape, and the section rendered from a record. No fixed result is asserted
 beyond what the planner guarantees (auto is never slower than off on the same search)."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from bench import recompute  # noqa: E402
 from bench.paper import Provenance  # noqa: E402
 
 TINY = recompute.RecomputeCase("tiny", "tiny-llama", 2, 4, 128, hardware="cpu", time_limit_s=0.5)
-PROV = Provenance("python -m bench.recompute --quick", "test machine, 2 CPUs", "2026-01-01 00:00 UTC", "abc1234")
+PROV = Provenance("_Reproduce: `python -m bench.run --suites recompute --quick` at commit `abc1234`_")
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def test_three_plans_and_what_auto_chose(run: recompute.CaseRun) -> None:
 def test_section_table_and_command(run: recompute.CaseRun) -> None:
     text = recompute.section([run], PROV, quick=True, wall_s=1.0)
     assert text.startswith(recompute.HEADING)
-    assert "_Reproduce: `python -m bench.recompute --quick`" in text
+    assert "_Reproduce: `python -m bench.run --suites recompute --quick`" in text
     assert TINY.command("auto") in text and "--recompute auto" in text
     rows = _table_after(text, recompute.HEADING)
     assert len(rows) == 1 and rows[0][0] == "tiny" and rows[0][1] == "PP 2, TP 1, 4 mb, seq 128"
@@ -49,18 +50,19 @@ def test_section_table_and_command(run: recompute.CaseRun) -> None:
     assert step_auto <= step_off and rows[0][9] == "yes"
 
 
-def test_replace_section_leaves_the_rest_alone() -> None:
+def test_no_plan_fits_renders_oom() -> None:
     rows = {m: recompute.ModeRow(m, error="no plan fits") for m in recompute.MODES}
     new = recompute.section([recompute.CaseRun(TINY, rows)], PROV)
     assert "| tiny | PP 2, TP 1, 4 mb, seq 128 | 0 of 0 | OOM | OOM | OOM |" in new
-    doc = (
-        "# Benchmarks\n\n## Paper cases\n\npaper text\n\n"
-        + recompute.HEADING
-        + "\n\nold table\n\n## Real\n\nreal text\n"
-    )
-    out = recompute.replace_section(doc, new)
-    assert "old table" not in out and out.count(recompute.HEADING) == 1
-    assert out.startswith("# Benchmarks\n\n## Paper cases\n\npaper text\n\n" + recompute.HEADING)
-    assert out.endswith("## Real\n\nreal text\n")
-    appended = recompute.replace_section("# Benchmarks\n", new)
-    assert appended.startswith("# Benchmarks\n\n" + recompute.HEADING) and recompute.replace_section("", new) == new
+
+
+def test_section_from_a_record() -> None:
+    from bench import records
+
+    rec = records.load("recompute", FIXTURES / "clean")
+    text = recompute.render(rec)
+    assert text.startswith(recompute.HEADING + "\n\n" + records.reproduce_line(rec) + "\n")
+    run = records.from_json(list[recompute.CaseRun], rec["data"])[0]
+    assert records.to_json(run) == rec["data"][0]
+    row = _table_after(text, recompute.HEADING)[0]
+    assert row[3] == recompute._ms(run.rows["none"]) and row[5] == recompute._ms(run.rows["auto"])
