@@ -936,3 +936,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def headline(rec: dict) -> str:
+    """One line for the report's headline: the adaptive step over the best zero-bubble reference's,
+    across the grid cells that have a reference (below 1.00 = ours faster)."""
+    grid = results_from_record(rec).get("grid", [])
+    ratios = sorted(r.ratio for r in grid if r.ratio is not None)
+    if not ratios:
+        return "no grid cell with a zero-bubble reference in this record"
+    median = (
+        ratios[len(ratios) // 2] if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+    )
+    return (
+        f"our step / best reference's: median {median:.3f}, worst {ratios[-1]:.3f}"
+        f" over {len(ratios)} cells ({sum(r <= 1.0 for r in ratios)} at or below 1.00)"
+    )
