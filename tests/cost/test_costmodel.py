@@ -30,6 +30,8 @@ from adaptis_plan.spec.hardware import DeviceTypeSpec
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 from adaptis_plan.spec.training import TrainingConfig
 
+pytestmark = pytest.mark.unit
+
 H200 = load_hardware("h200")
 H200_DEV = H200.device_types["h200-sxm-141gb"]
 EMB, HEAD = LayerSpec(kind="embedding"), LayerSpec(kind="head")

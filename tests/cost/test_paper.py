@@ -23,6 +23,8 @@ from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
 
+pytestmark = pytest.mark.unit
+
 CSV = Path(__file__).resolve().parents[1] / "data" / "paper-profiled-ratios.csv"
 ROWS = list(csv.DictReader(CSV.read_text().splitlines()))
 ZOO = {"gemma": "gemma-s", "deepseek": "deepseek-s", "nemotronh": "nemotron-h-s"}

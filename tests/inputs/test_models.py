@@ -17,6 +17,8 @@ from adaptis_plan.cost.params import layer_params, model_params
 from adaptis_plan.errors import InputError
 from adaptis_plan.inputs.models import SUPPORTED_MODEL_TYPES, from_hf_config, list_models, load_model
 
+pytestmark = pytest.mark.unit
+
 SHARED_MODELS = Path(__file__).parents[3] / "shared" / "models"
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 

@@ -12,10 +12,13 @@ import types
 import typing
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from adaptis_plan.spec.plan_file import PlanActionRecord
 from adaptis_plan.spec.schemas import SCHEMAS
+
+pytestmark = pytest.mark.unit
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 

@@ -14,6 +14,8 @@ import pytest
 import adaptis_plan
 from adaptis_plan.spec.schemas import SCHEMAS, render_schemas
 
+pytestmark = pytest.mark.unit
+
 SCHEMA_DIR = Path(adaptis_plan.__file__).parent.parent / "schemas"
 FILES = sorted(f"{name}.schema.json" for name in SCHEMAS)
 
