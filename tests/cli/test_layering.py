@@ -49,14 +49,13 @@ def _top(modules: list[str]) -> set[str]:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["plan", "--help"], ["simulate", "--help"], ["export", "--help"]])
-def test_help_imports_no_torch_or_ortools_and_is_fast(argv: list[str]) -> None:
+def test_help_imports_no_torch_or_ortools(argv: list[str]) -> None:
     out, wall = _probe(_HELP_PROBE, json.dumps(argv))
     assert out["code"] in (0, None) and "Usage:" in out["help"]
     assert not _top(out["modules"]) & set(HEAVY), sorted(_top(out["modules"]) & set(HEAVY))
     assert not [m for m in out["modules"] if m.startswith(("adaptis_plan.search", "adaptis_plan.executor"))]
-    # interpreter start + import + help; typically ~0.1 s, generous for a loaded 2-core CI box
+    # what keeps --help instant is the import set above; the time is printed, not asserted
     print(f"adaptis {' '.join(argv)}: {wall:.2f} s wall, {out['s']:.3f} s in-process")
-    assert wall < 1.5
 
 
 @pytest.mark.parametrize(
