@@ -1,4 +1,4 @@
-"""Layering (STYLE.md habit 9): who may import torch, ortools, rich and click, and `adaptis --help`
+"""Layering (CONTRIBUTING.md): who may import torch, ortools, rich and click, and `adaptis --help`
 staying instant. Runtime checks run in a fresh interpreter (subprocess) so that nothing another
 test imported can hide or fake an import; static checks parse every module with `ast`.
 """
@@ -193,7 +193,7 @@ def _imports_of(module: str) -> list[tuple[str, int, bool]]:
 
 
 # ----------------------------------------------------------------------------- downhill
-# The data-flow stages of DESIGN.md's diagram, bottom to top: a module may import its own stage
+# The data-flow stages, bottom to top: a module may import its own stage
 # and the stages below it, never one above (lazy imports included).
 STAGES = {
     "core": 0, "errors": 0, "units": 0, "text": 0,

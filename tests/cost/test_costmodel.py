@@ -1,7 +1,7 @@
 """Analytic cost model (adaptis_plan/cost/analytic.py) and cost-table assembly (adaptis_plan/cost/table.py).
 
-Model specs are built here directly, shaped like the paper's scaled families (research/paper.md
-§5.1) and the published models; the zoo in `adaptis_plan/models/` is not used.
+Model specs are built here directly, shaped like the paper's scaled families (the AdaPtis
+paper, arXiv 2509.23722, §5.1) and the published models; the zoo in `adaptis_plan/models/` is not used.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def nemotron_h_s() -> ModelSpec:
 
 
 def nemotron_h_paper() -> ModelSpec:
-    """The paper's Nemotron-H-S as its simulator config reads (research/paper.md §5.1: hidden 1024, 32 heads,
+    """The paper's Nemotron-H-S as its simulator config reads (AdaPtis paper §5.1: hidden 1024, 32 heads,
     28 layers, every third one attention, the rest Mamba): attention-only layers of 32 heads of 32 (8 kv heads),
     the same Mamba-2 layers as `nemotron_h_s`; the shapes of the zoo's `nemotron-h-s`."""
     mamba = LayerSpec(kind="mamba", mamba=MambaSpec(num_heads=32, head_dim=64, state_size=128, num_groups=8))
@@ -216,7 +216,7 @@ def test_sliding_window_caps_attention() -> None:
 
 
 def test_gemma_s_head_is_several_layers_like_the_paper() -> None:
-    """research/paper.md §2.3: Gemma (1536, seq 4K, vocab 256K) head F = 5.72 x a transformer layer's F."""
+    """AdaPtis paper §2.3: Gemma (1536, seq 4K, vocab 256K) head F = 5.72 x a transformer layer's F."""
     model, training = gemma_s(), _train(4096)
     ratio = _f_s(model, "head", training) / _f_s(model, "decoder", training)
     assert 5.72 / 2 < ratio < 5.72 * 2
@@ -297,7 +297,7 @@ def test_kernel_model_off_is_the_plain_roofline() -> None:
 
 
 def test_forward_ratios_match_the_paper_profile() -> None:
-    """Calibration target (research/paper.md §2.3): F ratios at the paper's scaled models, seq 4096 and the
+    """Calibration target (AdaPtis paper §2.3): F ratios at the paper's scaled models, seq 4096 and the
     paper's TP degrees (§5.1: Gemma TP 4, DeepSeek and Nemotron-H TP 2) within 35% of the profiled ones.
 
     Not in the list: Nemotron-H attention / Mamba (paper 3.12), which a per-kernel model does not reproduce

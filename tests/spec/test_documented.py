@@ -1,4 +1,4 @@
-"""Every field of every file format is documented (STYLE.md habit 2), and the schemas say so.
+"""Every field of every file format is documented (typed, constrained, with its unit in its name), and the schemas say so.
 
 The formats are the pydantic models behind `schemas/` (`spec.schemas.SCHEMAS`); every model
 reachable from them, through lists, dicts, tuples and optionals, is checked. A new field without
