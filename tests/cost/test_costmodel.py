@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers_common import EMB, HEAD, llama_like
+from helpers_common import train_config as _train
 from helpers_profile import with_analytic_rest
 
 from adaptis_plan.core import Layout
@@ -34,17 +36,10 @@ pytestmark = pytest.mark.unit
 
 H200 = load_hardware("h200")
 H200_DEV = H200.device_types["h200-sxm-141gb"]
-EMB, HEAD = LayerSpec(kind="embedding"), LayerSpec(kind="head")
-
-
-def _train(seq_len: int = 4096, **kw: object) -> TrainingConfig:
-    return TrainingConfig(num_microbatches=8, pp=kw.pop("pp", 1), seq_len=seq_len, **kw)  # type: ignore[arg-type]
 
 
 def llama2_7b() -> ModelSpec:
-    a = AttentionSpec(num_heads=32, num_kv_heads=32, head_dim=128)
-    block = LayerSpec(kind="decoder", attention=a, mlp=MlpSpec(activation="swiglu", intermediate_size=11008))
-    return ModelSpec(name="llama-2-7b-like", hidden_size=4096, vocab_size=32000, layers=[EMB] + [block] * 32 + [HEAD])
+    return llama_like(32, "llama-2-7b-like")
 
 
 def gemma_s() -> ModelSpec:
