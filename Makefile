@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_TORCH := torch==2.13.0
 
-.PHONY: install interop demo test test-fast lint format schemas bench bench-report gpu-check clean
+.PHONY: install interop demo test test-unit test-fast lint format schemas bench bench-report gpu-check clean
 
 $(BIN)/adaptis: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,9 @@ demo: install  ## plan a built-in model on a built-in profile and show the resul
 
 test: install interop  ## the whole test suite (exit 5 = no tests collected counts as a failure)
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
+
+test-unit: install  ## the tests marked unit: no subprocess, no search, no solver (< 30 s on 2 cores)
+	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m unit tests
 
 test-fast: install  ## everything but the tests marked slow (torchrun, the bench, long searches, most fuzz cases)
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m "not slow" tests

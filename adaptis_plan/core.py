@@ -103,9 +103,8 @@ class CostTable:
     `w_hot_s` when it runs right after its own I on the device, with all of that still in cache
     (None: the same as `w_s`, as in the analytic model). A fused B does its weight-gradient GEMMs
     inside the backward, hot: B = I + `w_hot`, unless a profile timed the fused backward itself
-    (`b_fused_s`): one autograd pass over the layer ran 1-6% under its I and hot W timed apart
-    (15 interleaved rounds per layer, every tiny zoo family on CPU), so a measured B is charged
-    as measured.
+    (`b_fused_s`): one autograd pass over a layer can run under its I and hot W timed apart
+    (experiments/findings-readme.md), so a measured B is charged as measured.
     """
 
     f_s: np.ndarray

@@ -1,10 +1,28 @@
-"""Small helpers several test modules share (imported like `helpers_executor`)."""
+"""Small helpers several test modules share (imported like `helpers_executor`): tiny model specs
+and training settings, textbook programs, markdown table reading, SIGINT for child processes."""
 
 from __future__ import annotations
 
 import signal
 
 from adaptis_plan.core import Action, Programs
+from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec, ModelSpec
+from adaptis_plan.spec.training import TrainingConfig
+
+#: the two ends every model spec has
+EMB, HEAD = LayerSpec(kind="embedding"), LayerSpec(kind="head")
+
+
+def train_config(seq_len: int = 4096, **kw: object) -> TrainingConfig:
+    """8 micro-batches at `seq_len`, PP 1 unless `pp=` says otherwise, the rest as given."""
+    return TrainingConfig(num_microbatches=8, pp=kw.pop("pp", 1), seq_len=seq_len, **kw)  # type: ignore[arg-type]
+
+
+def llama_like(num_blocks: int, name: str = "llama-like") -> ModelSpec:
+    """LLaMA-2-7B's shapes (hidden 4096, 32 MHA heads of 128, SwiGLU 11008, vocab 32000), `num_blocks` decoders."""
+    a = AttentionSpec(num_heads=32, num_kv_heads=32, head_dim=128)
+    block = LayerSpec(kind="decoder", attention=a, mlp=MlpSpec(activation="swiglu", intermediate_size=11008))
+    return ModelSpec(name=name, hidden_size=4096, vocab_size=32000, layers=[EMB] + [block] * num_blocks + [HEAD])
 
 
 def default_sigint() -> None:

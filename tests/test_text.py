@@ -8,6 +8,8 @@ from rich.console import Console
 
 from adaptis_plan.text import MAX_SHOWN, shown
 
+pytestmark = pytest.mark.unit
+
 VALUES = [
     "[/]",
     "a[bold]b[/bold]",

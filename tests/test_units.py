@@ -8,6 +8,8 @@ import pytest
 
 from adaptis_plan.units import fmt_bytes, fmt_time
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("nbytes", "unit", "text"),

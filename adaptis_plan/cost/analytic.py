@@ -71,7 +71,7 @@ transformer layer's F and B, the output layer's F and B) within 15%, training MF
 A100 and H100 (MosaicML llm-foundry) within 10%, and the loss computation's memory (Cut
 Cross-Entropy, Wijmans et al. 2025) within 10%. The A100's matmul_efficiency and the Hopper
 profiles' sustained_efficiency are fitted to those runs (each profile's calibration_source).
-Against the AdaPtis paper's profiled ratios (research/paper-profiled-ratios.csv, H200):
+Against the AdaPtis paper's profiled ratios (arXiv 2509.23722, H200; `cost/paper.py` holds them):
 - Head / Mamba-2 (Nemotron-H, 8.2 / 10.8 / 14.0 at 1K / 2K / 4K) within 12%: our Mamba-2 layer
   agrees with the profiled one, measured against the head, whose cost (a GEMM and the
   cross-entropy, linear in s) the Vocabulary Parallelism run confirms.

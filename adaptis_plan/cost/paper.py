@@ -14,8 +14,9 @@ row. Everything else stays analytic: memory, parameters, P2P bytes and links, th
 (the table has no embedding column), and layer kinds the table does not cover.
 Imports the specs, `table`, `core` and `errors` only; no torch, no ortools, no rich/click.
 
-The table (`PAPER_ROWS`, all 36 rows of research/paper-profiled-ratios.csv): per model family,
-hidden size, sequence length and vocabulary, the F, B (input gradient, our I) and W of
+The table (`PAPER_ROWS`, all 36 rows of the AdaPtis paper's profiled ratios, arXiv
+2509.23722): per model family, hidden size, sequence length and vocabulary, the F, B (input
+gradient, our I) and W of
 T = the transformer / attention layer, X = the MoE (DeepSeek) or Mamba (Nemotron-H) layer and
 H = the head (final norm, LM head and loss), each over the reference layer's F: T for Gemma and
 DeepSeek, X (the Mamba layer) for Nemotron-H. Our layer kinds: Gemma T = `decoder`; DeepSeek

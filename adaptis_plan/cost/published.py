@@ -24,7 +24,7 @@ The figures:
 - Cut Cross-Entropy (Wijmans et al., ICLR 2025, Table 1 / abstract; A100 80GB, PyTorch 2.4.1):
   the loss computation of 8,192 tokens x 256,000 vocabulary (Gemma 2 2B's) takes 24,000 MB
   in PyTorch (12 bytes per logit; 28,000 MB with the classifier's gradient).
-- AdaPtis (arXiv 2509.23722) profiled ratios (`research/paper-profiled-ratios.csv`; Megatron-LM
+- AdaPtis (arXiv 2509.23722) profiled ratios (the rows of `cost/paper.py`; Megatron-LM
   on H200): Nemotron-H hidden 1024, vocab 131072, TP 2: head / Mamba-2 layer forward 8.23,
   10.81, 13.99 at seq 1K, 2K, 4K (held: our Mamba layer against the s-linear head);
   attention / Mamba-2 3.17, 3.38, 3.12 (context: see `note`).
@@ -52,7 +52,7 @@ MEMORY_TOLERANCE = 0.10
 VP = "Vocabulary Parallelism (Yeung et al. 2024), Megatron-LM on 8x A100 80GB, per-layer times"
 MPT = "MosaicML llm-foundry scripts/train/benchmarking/README.md (MPT training benchmarks)"
 CCE = "Cut Your Losses in Large-Vocabulary Language Models (Wijmans et al., ICLR 2025), Table 1 / abstract"
-ADAPTIS = "AdaPtis (arXiv 2509.23722) profiled ratios, research/paper-profiled-ratios.csv (Megatron-LM, H200)"
+ADAPTIS = "AdaPtis (arXiv 2509.23722) profiled ratios (Megatron-LM, H200)"
 ZB = "Zero Bubble Pipeline Parallelism (Qi et al., ICLR 2024), profiled times of its 1.5B GPT (A100)"
 
 

@@ -156,11 +156,8 @@ def recomputed(fn, inputs: tuple[torch.Tensor, ...], params: Sequence[torch.Tens
     """`fn(*inputs)` keeping only `inputs` for the backward, which reruns `fn` first (`_Recomputed`).
 
     Own code rather than `torch.utils.checkpoint`, whose non-reentrant mode adds Python work per
-    saved tensor (unpack hooks, dynamo-disable wrappers) that dominates small blocks. Measured on
-    this 2-core CPU (one thread, a tiny-llama block, forward + backward, medians of 30, machine
-    shared with other jobs): at 32 tokens the backward took 12.8 ms with torch's checkpoint, 6.5 ms
-    with this, 3.4 ms without recompute; at 256 tokens 30.1 / 27.7 / 16.8 ms (the forward 11.3 ms).
-    No layer draws random numbers, so no RNG state is kept."""
+    saved tensor (unpack hooks, dynamo-disable wrappers) that dominates small blocks (figures in
+    experiments/findings-readme.md). No layer draws random numbers, so no RNG state is kept."""
     return _Recomputed.apply(fn, len(inputs), *inputs, *[p for p in params if p.requires_grad])
 
 

@@ -66,10 +66,9 @@ from the step's start (one boundary tensor per incoming transfer), and point 2 h
 Why "ahead" on gloo: posting a receive takes the peer connection's lock and writes a notice on
 its socket. Posted mid-step, while the peer's messages arrive, that thread is often preempted by
 gloo's own I/O thread, woken on the same core by the incoming data; the I/O thread then finds
-the lock taken and polls again, for the rest of its time slice. On the 2-rank CPU bench that
-cost 2-8 ms at a few program points per step (3-5 % of tiny-llama's step, in every schedule;
-`strace` shows a 48-byte notice `writev` taking 2 ms). Posted at the step's start, before any
-data flows, the receives cost what their calls cost.
+the lock taken and polls again, for the rest of its time slice, at a few program points per
+step (figures in experiments/findings-readme.md). Posted at the step's start, before any data
+flows, the receives cost what their calls cost.
 """
 
 from __future__ import annotations

@@ -115,9 +115,8 @@ def simulate(layout: Layout, costs: CostTable, programs: Programs, num_microbatc
     return _assemble(layout, costs, sc, run, num_microbatches)
 
 
-#: replays behind an expected step time (`expected_step`), fewer for a long program (`EXPECTED_ACTIONS`): on
-#: the CPU bench's plans (40-100 actions, sigma 0.09-0.14) the figure moved by 0.1-0.2 % sd from one seed to
-#: the next with 256, 0.2-0.3 % with 64, in 13-21 ms
+#: replays behind an expected step time (`expected_step`), fewer for a long program (`EXPECTED_ACTIONS`); how
+#: much the figure moves from seed to seed at 64 and 256: experiments/findings-readme.md
 EXPECTED_SAMPLES = 256
 #: at most this many actions replayed for one expected step time (and at least 8 replays)
 EXPECTED_ACTIONS = 1_000_000
@@ -134,9 +133,7 @@ def expected_step(
 
     Why: with every action at its median, a plan whose devices hand work to each other with no
     slack waits for nobody; with times that vary, each hand-off waits for the later of two, and the
-    step grows (a tight, balanced plan more than a slack one). On the 2-core CPU bench, replaying
-    each round's measured action spans instead of each action's median over the rounds added 3-24
-    ms to the adaptive plans' steps (`bench.actions`)."""
+    step grows (a tight, balanced plan more than a slack one); `bench.actions` measures it."""
     sigma = costs.time_spread
     if sigma <= 0:
         return None

@@ -17,12 +17,10 @@ stage s iff `ge[s][l] - ge[s+1][l] = 1` and everything below is linear in these 
   `act_inflight[stage] * act_bytes(stage)` <= the device's memory limit.
 
 Why the order encoding rather than integer cut points read through `add_element` over prefix
-sums: the element model's LP relaxation is nearly empty. Measured on this 2-core machine
-(2 workers, 10 s, heterogeneous device speeds): 66 layers / 16 stages (loop) — element ends
-FEASIBLE with bound 0.0118 vs objective 0.0185, the order encoding proves 0.0185 optimal in
-4.5 s; 130 layers / 32 stages (V) — element gap 12 %, order encoding 1.5 %; 258 layers /
-64 stages — element gap 44 %, order encoding 3.6 %. Presolve probing of the ~L x S literals
-is switched off: it alone took 4 s of wall time at 130 layers x 64 stages.
+sums: the element model's LP relaxation is nearly empty, so its proven bound stays far below
+the order encoding's at the same time limit (figures in experiments/findings-readme.md).
+Presolve probing of the ~L x S literals is switched off: at a hundred layers and tens of
+stages it alone takes seconds.
 
 Scaling, done once in `_Scaled`: times to a power-of-ten unit (`result.time_unit_s`: the
 cheapest layer spans >= 1000 units; the objective, which multiplies times by `_OBJ_DEN`,

@@ -1,7 +1,7 @@
 """The plan file (pydantic boundary model): the one artifact `plan` writes and `simulate`,
 `export` and `run` read.
 
-Core fields are a contract (DESIGN.md "The plan file"). A plan stands alone: beside the core
+Core fields are a contract (schemas/plan.schema.json is generated from this module). A plan stands alone: beside the core
 fields it embeds the model spec as planned (`model.spec`: layers with kinds and shapes, the
 head in its vocabulary chunks, no weights), the hardware profile (`hardware.profile`), the
 training settings (`training`) and the costs it was planned with (`costs`: the cost source,
@@ -250,7 +250,7 @@ class PlanDevice(_Strict):
     """One device's program in execution order.
 
     Written as `{"device", "actions": ["0F0", ...], "start_s": [...], "end_s": [...]}`; the
-    object form of each action (DESIGN.md) is read too.
+    object form of each action (`PlanActionRecord`) is read too.
     """
 
     device: int = Field(ge=0, lt=MAX_PP, description="the pipeline rank, from 0")

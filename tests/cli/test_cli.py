@@ -1,4 +1,4 @@
-"""The command line contract (DESIGN.md "The command line"): command names, `--json` keys,
+"""The command line contract (frozen in tests/cli/cli_surface.json): command names, `--json` keys,
 stdout/stderr split, exit codes, one-line errors, and the plan -> simulate -> export flow.
 
 Everything runs in-process through `adaptis_plan.cli.main` (the `adaptis` fixture), except one
@@ -32,7 +32,7 @@ def one_line_error(r, code: int, *needles: str, grid: bool = False) -> str:
     """Assert exit `code`, nothing on stdout, no traceback, and ONE message line naming `needles`.
 
     With `grid`, the message may be followed by the device x step grid (the torch-style error
-    grid, STYLE.md) whose marked row says `<-- ERROR`.
+    grid) whose marked row says `<-- ERROR`.
     """
     assert r.exit_code == code, (r.exit_code, r.stderr)
     assert r.stdout == ""
@@ -207,7 +207,7 @@ def test_simulate_trace_and_svg(adaptis, tmp_path: Path, tiny_plan: Path) -> Non
 
 
 def test_design_done_when(adaptis, tmp_path: Path) -> None:
-    """DESIGN.md's demo: plan Interleaved1F1B for gemma-s on h200, then simulate with trace and SVG."""
+    """The Makefile's demo (`make demo`): plan Interleaved1F1B for gemma-s on h200, then simulate with trace and SVG."""
     p, t, s = tmp_path / "p.json", tmp_path / "t.json", tmp_path / "t.svg"
     args = "--strategy Interleaved1F1B --model gemma-s --hardware h200 --pp 4 --microbatches 16".split()
     r = adaptis("plan", *args, "-o", p)

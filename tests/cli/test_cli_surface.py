@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
+
+pytestmark = pytest.mark.unit
 
 GOLDEN = Path(__file__).with_name("cli_surface.json")
 

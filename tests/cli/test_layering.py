@@ -1,4 +1,4 @@
-"""Layering (STYLE.md habit 9): who may import torch, ortools, rich and click, and `adaptis --help`
+"""Layering (CONTRIBUTING.md): who may import torch, ortools, rich and click, and `adaptis --help`
 staying instant. Runtime checks run in a fresh interpreter (subprocess) so that nothing another
 test imported can hide or fake an import; static checks parse every module with `ast`.
 """
@@ -49,14 +49,13 @@ def _top(modules: list[str]) -> set[str]:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["plan", "--help"], ["simulate", "--help"], ["export", "--help"]])
-def test_help_imports_no_torch_or_ortools_and_is_fast(argv: list[str]) -> None:
+def test_help_imports_no_torch_or_ortools(argv: list[str]) -> None:
     out, wall = _probe(_HELP_PROBE, json.dumps(argv))
     assert out["code"] in (0, None) and "Usage:" in out["help"]
     assert not _top(out["modules"]) & set(HEAVY), sorted(_top(out["modules"]) & set(HEAVY))
     assert not [m for m in out["modules"] if m.startswith(("adaptis_plan.search", "adaptis_plan.executor"))]
-    # interpreter start + import + help; typically ~0.1 s, generous for a loaded 2-core CI box
+    # what keeps --help instant is the import set above; the time is printed, not asserted
     print(f"adaptis {' '.join(argv)}: {wall:.2f} s wall, {out['s']:.3f} s in-process")
-    assert wall < 1.5
 
 
 @pytest.mark.parametrize(
@@ -194,7 +193,7 @@ def _imports_of(module: str) -> list[tuple[str, int, bool]]:
 
 
 # ----------------------------------------------------------------------------- downhill
-# The data-flow stages of DESIGN.md's diagram, bottom to top: a module may import its own stage
+# The data-flow stages, bottom to top: a module may import its own stage
 # and the stages below it, never one above (lazy imports included).
 STAGES = {
     "core": 0, "errors": 0, "units": 0, "text": 0,

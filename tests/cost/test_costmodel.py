@@ -1,13 +1,15 @@
 """Analytic cost model (adaptis_plan/cost/analytic.py) and cost-table assembly (adaptis_plan/cost/table.py).
 
-Model specs are built here directly, shaped like the paper's scaled families (research/paper.md
-§5.1) and the published models; the zoo in `adaptis_plan/models/` is not used.
+Model specs are built here directly, shaped like the paper's scaled families (the AdaPtis
+paper, arXiv 2509.23722, §5.1) and the published models; the zoo in `adaptis_plan/models/` is not used.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers_common import EMB, HEAD, llama_like
+from helpers_common import train_config as _train
 from helpers_profile import with_analytic_rest
 
 from adaptis_plan.core import Layout
@@ -30,19 +32,14 @@ from adaptis_plan.spec.hardware import DeviceTypeSpec
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 from adaptis_plan.spec.training import TrainingConfig
 
+pytestmark = pytest.mark.unit
+
 H200 = load_hardware("h200")
 H200_DEV = H200.device_types["h200-sxm-141gb"]
-EMB, HEAD = LayerSpec(kind="embedding"), LayerSpec(kind="head")
-
-
-def _train(seq_len: int = 4096, **kw: object) -> TrainingConfig:
-    return TrainingConfig(num_microbatches=8, pp=kw.pop("pp", 1), seq_len=seq_len, **kw)  # type: ignore[arg-type]
 
 
 def llama2_7b() -> ModelSpec:
-    a = AttentionSpec(num_heads=32, num_kv_heads=32, head_dim=128)
-    block = LayerSpec(kind="decoder", attention=a, mlp=MlpSpec(activation="swiglu", intermediate_size=11008))
-    return ModelSpec(name="llama-2-7b-like", hidden_size=4096, vocab_size=32000, layers=[EMB] + [block] * 32 + [HEAD])
+    return llama_like(32, "llama-2-7b-like")
 
 
 def gemma_s() -> ModelSpec:
@@ -99,7 +96,7 @@ def nemotron_h_s() -> ModelSpec:
 
 
 def nemotron_h_paper() -> ModelSpec:
-    """The paper's Nemotron-H-S as its simulator config reads (research/paper.md §5.1: hidden 1024, 32 heads,
+    """The paper's Nemotron-H-S as its simulator config reads (AdaPtis paper §5.1: hidden 1024, 32 heads,
     28 layers, every third one attention, the rest Mamba): attention-only layers of 32 heads of 32 (8 kv heads),
     the same Mamba-2 layers as `nemotron_h_s`; the shapes of the zoo's `nemotron-h-s`."""
     mamba = LayerSpec(kind="mamba", mamba=MambaSpec(num_heads=32, head_dim=64, state_size=128, num_groups=8))
@@ -214,7 +211,7 @@ def test_sliding_window_caps_attention() -> None:
 
 
 def test_gemma_s_head_is_several_layers_like_the_paper() -> None:
-    """research/paper.md §2.3: Gemma (1536, seq 4K, vocab 256K) head F = 5.72 x a transformer layer's F."""
+    """AdaPtis paper §2.3: Gemma (1536, seq 4K, vocab 256K) head F = 5.72 x a transformer layer's F."""
     model, training = gemma_s(), _train(4096)
     ratio = _f_s(model, "head", training) / _f_s(model, "decoder", training)
     assert 5.72 / 2 < ratio < 5.72 * 2
@@ -295,7 +292,7 @@ def test_kernel_model_off_is_the_plain_roofline() -> None:
 
 
 def test_forward_ratios_match_the_paper_profile() -> None:
-    """Calibration target (research/paper.md §2.3): F ratios at the paper's scaled models, seq 4096 and the
+    """Calibration target (AdaPtis paper §2.3): F ratios at the paper's scaled models, seq 4096 and the
     paper's TP degrees (§5.1: Gemma TP 4, DeepSeek and Nemotron-H TP 2) within 35% of the profiled ones.
 
     Not in the list: Nemotron-H attention / Mamba (paper 3.12), which a per-kernel model does not reproduce

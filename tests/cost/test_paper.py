@@ -1,7 +1,7 @@
 """The paper's profiled costs as a built-in cost profile (adaptis_plan/cost/paper.py, `--costs paper`).
 
-Every row of the paper's profile (tests/data/paper-profiled-ratios.csv, a copy of
-research/paper-profiled-ratios.csv read here independently of the package's table) must come out
+Every row of the paper's profile (tests/data/paper-profiled-ratios.csv, the AdaPtis
+paper's profiled ratios, arXiv 2509.23722, read here independently of the package's table) must come out
 of the cost table exactly, to 2 decimals, for a model of that row's family, vocabulary and
 sequence length.
 """
@@ -23,10 +23,12 @@ from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
 
+pytestmark = pytest.mark.unit
+
 CSV = Path(__file__).resolve().parents[1] / "data" / "paper-profiled-ratios.csv"
 ROWS = list(csv.DictReader(CSV.read_text().splitlines()))
 ZOO = {"gemma": "gemma-s", "deepseek": "deepseek-s", "nemotronh": "nemotron-h-s"}
-PAPER_TP = {"gemma": 4, "deepseek": 2, "nemotronh": 2}  # research/paper.md §5.1
+PAPER_TP = {"gemma": 4, "deepseek": 2, "nemotronh": 2}  # the AdaPtis paper (arXiv 2509.23722) §5.1
 H200 = load_hardware("h200")
 
 

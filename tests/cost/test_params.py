@@ -19,6 +19,8 @@ from adaptis_plan.cost.params import (
 from adaptis_plan.inputs.models import load_model
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 
+pytestmark = pytest.mark.unit
+
 
 def _model(layers: list[LayerSpec], *, hidden: int = 8, vocab: int = 10, tie: bool = False, norm: str = "rmsnorm"):
     return ModelSpec(

@@ -40,12 +40,12 @@ def test_note_names_the_file_the_device_and_what_comes_from_where() -> None:
     prof = _profile("cpu")
     (line,) = costs_notes(prof, load_hardware("h200"), "measured.json")
     assert line.startswith("measured.json: device = 'cpu', but hardware 'h200' has h200-sxm-141gb:")
-    assert "layer times come from this profile, its memory limits and links from the hardware" in line
+    assert "links from the hardware" in line  # the fact that differs from a profile with a link
     linked = CostProfile.model_validate(
         tiny_cost_profile() | {"link": {"latency_s": 1e-4, "bandwidth_gbps": 1.0, "backend": "gloo"}}
     )
     (line,) = costs_notes(linked, load_hardware("h200"), "m.json")
-    assert "layer times and links come from this profile, its memory limits from the hardware" in line
+    assert "links come from this profile" in line
     assert costs_notes(prof, load_hardware("cpu"), "m.json") == []
     assert costs_notes(None, load_hardware("h200"), "m.json") == []
     assert costs_notes("paper", load_hardware("h200"), "m.json") == []

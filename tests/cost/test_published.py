@@ -24,6 +24,8 @@ from adaptis_plan.cost.published import (
 from adaptis_plan.inputs.hardware import load_hardware
 from adaptis_plan.spec.training import TrainingConfig
 
+pytestmark = pytest.mark.unit
+
 FIGURES = published_figures()
 HELD = [f for f in FIGURES if f.held]
 TOLERANCE = {"per-op time": PER_OP_TOLERANCE, "MFU": MFU_TOLERANCE, "peak memory": MEMORY_TOLERANCE}

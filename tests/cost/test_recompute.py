@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers_common import EMB, HEAD, llama_like
+from helpers_common import train_config as _train
 from helpers_profile import with_analytic_rest
 
 from adaptis_plan.core import Action, Layout, uniform_costs
@@ -32,17 +34,6 @@ H200 = load_hardware("h200")
 H200_DEV = H200.device_types["h200-sxm-141gb"]
 A100 = load_hardware("a100")
 A100_DEV = next(iter(A100.device_types.values()))
-EMB, HEAD = LayerSpec(kind="embedding"), LayerSpec(kind="head")
-
-
-def _train(seq_len: int = 4096, **kw: object) -> TrainingConfig:
-    return TrainingConfig(num_microbatches=8, pp=kw.pop("pp", 1), seq_len=seq_len, **kw)  # type: ignore[arg-type]
-
-
-def llama_like() -> ModelSpec:
-    a = AttentionSpec(num_heads=32, num_kv_heads=32, head_dim=128)
-    block = LayerSpec(kind="decoder", attention=a, mlp=MlpSpec(activation="swiglu", intermediate_size=11008))
-    return ModelSpec(name="llama-like", hidden_size=4096, vocab_size=32000, layers=[EMB] + [block] * 4 + [HEAD])
 
 
 def gpt_22b() -> ModelSpec:
@@ -71,7 +62,7 @@ def _modes(model: ModelSpec, training: TrainingConfig, device, link=None):  # no
 
 
 def test_full_keeps_the_block_input_and_reruns_its_forward_before_the_backward() -> None:
-    model = llama_like()
+    model = llama_like(4)
     m = _modes(model, _train(), H200_DEV)
     (plain, (f, i, w)), (full, (f2, i2, w2)) = m["none"], m["full"]
     assert full.act_bytes == 4096 * 4096 * 2  # b*s*h*e: only the input stays between F and I
@@ -86,7 +77,7 @@ def test_full_keeps_the_block_input_and_reruns_its_forward_before_the_backward()
 
 
 def test_selective_drops_only_the_log_sum_exp_and_reruns_the_attention_core() -> None:
-    model = llama_like()
+    model = llama_like(4)
     m = _modes(model, _train(), H200_DEV)
     (plain, (f, i, w)), (sel, (f2, i2, w2)) = m["none"], m["selective"]
     lse = 4096 * 32 * 4  # fp32 per token and head
@@ -166,7 +157,7 @@ def test_recompute_overhead_against_korthikanti_table_4() -> None:
 
 
 def test_cost_table_takes_one_mode_per_layer() -> None:
-    model = llama_like()
+    model = llama_like(4)
     training = _train(pp=2)
     plain = build_cost_table(model, H200, training)
     modes = ["none", "full", "selective", "none", "full", "full"]
@@ -185,7 +176,7 @@ def test_cost_table_takes_one_mode_per_layer() -> None:
 
 
 def test_cost_table_refuses_bad_lists_and_auto_without_one() -> None:
-    model, training = llama_like(), _train(pp=2)
+    model, training = llama_like(4), _train(pp=2)
     with pytest.raises(ValueError, match="5 modes for 6 layers"):
         build_cost_table(model, H200, training, recompute=["none"] * 5)
     with pytest.raises(ValueError, match="unknown mode 'some'"):
@@ -195,7 +186,7 @@ def test_cost_table_refuses_bad_lists_and_auto_without_one() -> None:
 
 
 def test_measured_layers_recompute_in_proportion_to_their_measured_forward() -> None:
-    model = llama_like()
+    model = llama_like(4)
     entry = LayerCostEntry(
         layers=[1, 2], kind="decoder", f_s=1.0, i_s=2.0, w_s=3.0, b_s=5.0, act_bytes=1e9, act_w_bytes=4e8
     )

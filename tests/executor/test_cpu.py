@@ -13,6 +13,8 @@ import torch
 
 from adaptis_plan.executor import cpu
 
+pytestmark = pytest.mark.unit
+
 
 def _denormal() -> float:
     return float(torch.tensor([1e-30]) * torch.tensor([1e-10]))  # 1e-40: a float32 denormal

@@ -14,6 +14,8 @@ from adaptis_plan.core import Action, Layout
 from adaptis_plan.errors import DeadlockError
 from adaptis_plan.executor.lowering import lower
 
+pytestmark = pytest.mark.unit
+
 M = 4  # micro-batches in the executor runs
 
 # ---------------------------------------------------------------- lowering

@@ -17,6 +17,8 @@ from adaptis_plan.cost.params import layer_params, model_params
 from adaptis_plan.errors import InputError
 from adaptis_plan.inputs.models import SUPPORTED_MODEL_TYPES, from_hf_config, list_models, load_model
 
+pytestmark = pytest.mark.unit
+
 SHARED_MODELS = Path(__file__).parents[3] / "shared" / "models"
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 
@@ -57,7 +59,7 @@ def test_every_zoo_model_builds(name: str) -> None:
 
 
 def test_paper_families_shapes() -> None:
-    # research/paper.md §5.1: layer counts and vocabularies of the scaled families
+    # the AdaPtis paper (arXiv 2509.23722) §5.1: layer counts and vocabularies of the scaled families
     for scale, layers, vocab in (("s", 32, 256000), ("m", 64, 512000), ("l", 128, 1024000)):
         model = load_model(f"gemma-{scale}")
         assert (model.num_layers - 2, model.vocab_size, model.hidden_size) == (layers, vocab, 1536)

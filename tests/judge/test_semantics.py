@@ -8,6 +8,8 @@ from adaptis_plan.core import Action, Layout
 from adaptis_plan.errors import InputError
 from adaptis_plan.judge.semantics import ProgramError, check_programs, format_grid
 
+pytestmark = pytest.mark.unit
+
 A = Action.parse
 
 

@@ -13,6 +13,8 @@ from adaptis_plan.errors import InputError
 from adaptis_plan.planfile.export import megatron_layout, to_torch_csv, torchtitan_fqns
 from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
 
+pytestmark = pytest.mark.unit
+
 # ---------------------------------------------------------------- torch CSV
 
 

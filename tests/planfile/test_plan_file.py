@@ -1,4 +1,4 @@
-"""The plan file (DESIGN.md "The plan file"): the contract core, the embedded inputs, the compact
+"""The plan file (schemas/plan.schema.json, adaptis_plan/spec/plan_file.py): the contract core, the embedded inputs, the compact
 action encoding, round trip, atomic writes, and one clear line for every structural problem
 `spec/plan_file.py` and the judge's program checks catch when a plan is read.
 """

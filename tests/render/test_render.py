@@ -19,6 +19,8 @@ from adaptis_plan.render.svg import stacked_svg, timeline_svg
 from adaptis_plan.render.terminal import summary_table, timeline
 from adaptis_plan.render.trace import chrome_trace
 
+pytestmark = pytest.mark.unit
+
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
 

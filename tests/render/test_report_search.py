@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from adaptis_plan.render.report import search_lines
+
+pytestmark = pytest.mark.unit
 
 
 def test_order_status_bound_and_gap_are_reported() -> None:

@@ -20,6 +20,8 @@ from adaptis_plan.schedules import (
 )
 from adaptis_plan.schedules.registry import canonical_name
 
+pytestmark = pytest.mark.unit
+
 
 def assert_schedule_invariants(programs: Programs, stage_device: tuple[int, ...], num_microbatches: int) -> None:
     """Every (stage, mb) has one F and one B or one I + one W, on the stage's device, F < I/B < W."""

@@ -22,6 +22,8 @@ from adaptis_plan.schedules import get_spec
 from adaptis_plan.search.generator import policy_portfolio
 from adaptis_plan.search.listsched import ListPolicy, critical_path_priority, list_schedule
 
+pytestmark = pytest.mark.unit
+
 
 def _one_f_one_b_peak(p: int, m: int, costs) -> float:
     sd = tuple(range(p))

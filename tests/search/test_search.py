@@ -201,8 +201,8 @@ def test_search_alone_is_valid_and_never_worse_than_classic(instance):
 )
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_real_models_plan_or_refuse_with_exit_3(model, hardware, pp, mb, seq):
-    """Through the same path as `adaptis plan`: a valid, memory-feasible plan never slower than
-    any feasible classic plan, or an InfeasibleError (exit 3) / InputError (exit 2), never a crash."""
+    """Through the same path as `adaptis plan`: a valid, memory-feasible plan whose stored
+    prediction is the simulator's, or an InfeasibleError (exit 3) / InputError (exit 2), never a crash."""
     from adaptis_plan.errors import InfeasibleError
     from adaptis_plan.planfile.io import plan_layout, plan_programs
     from adaptis_plan.usecases import PlanRequest, make_plan_for
@@ -221,9 +221,6 @@ def test_real_models_plan_or_refuse_with_exit_3(model, hardware, pp, mb, seq):
     res = simulate(layout, out.costs, programs, mb)
     assert res.fits_memory
     assert res.step_time_s == pytest.approx(out.plan.predicted.step_time_s, rel=1e-6)
-    feasible = [r.step_time_s for r in out.baselines.values() if r.fits_memory]
-    if feasible:
-        assert res.step_time_s <= min(feasible) * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("deal", ["runs", "spread"])

@@ -1,4 +1,4 @@
-"""Every field of every file format is documented (STYLE.md habit 2), and the schemas say so.
+"""Every field of every file format is documented (typed, constrained, with its unit in its name), and the schemas say so.
 
 The formats are the pydantic models behind `schemas/` (`spec.schemas.SCHEMAS`); every model
 reachable from them, through lists, dicts, tuples and optionals, is checked. A new field without
@@ -12,10 +12,13 @@ import types
 import typing
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from adaptis_plan.spec.plan_file import PlanActionRecord
 from adaptis_plan.spec.schemas import SCHEMAS
+
+pytestmark = pytest.mark.unit
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 

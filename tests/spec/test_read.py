@@ -21,6 +21,8 @@ from adaptis_plan.spec import read
 from adaptis_plan.spec.hardware import HardwareProfile, LinkSpec
 from adaptis_plan.spec.read import MAX_DEPTH, read_boundary_file, read_data, validate
 
+pytestmark = pytest.mark.unit
+
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 
 

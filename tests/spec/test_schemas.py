@@ -1,4 +1,4 @@
-"""schemas/ is generated from the pydantic boundary models and must not drift (STYLE.md habit 2).
+"""schemas/ is generated from the pydantic boundary models and must not drift.
 
 `adaptis schema --check` passes on the committed folder and fails (exit 2, one line naming the
 file and the fix) as soon as one file is edited, missing, or the folder is absent.
@@ -13,6 +13,8 @@ import pytest
 
 import adaptis_plan
 from adaptis_plan.spec.schemas import SCHEMAS, render_schemas
+
+pytestmark = pytest.mark.unit
 
 SCHEMA_DIR = Path(adaptis_plan.__file__).parent.parent / "schemas"
 FILES = sorted(f"{name}.schema.json" for name in SCHEMAS)

@@ -9,7 +9,7 @@ Imports only `hf`: no torch, no ortools, no rich/click.
 Families:
 - Real models: the config values of the published `config.json` files (fields the importer
   reads; the four paper models match `shared/models/*/config.json`).
-- The paper's scaled families (research/paper.md §5.1, small / medium / large):
+- The paper's scaled families (the AdaPtis paper (arXiv 2509.23722) §5.1, small / medium / large):
   - `gemma-s|m|l`: hidden 1536, 32 heads, with Gemma's proportions: head_dim 256 (MHA, as
     gemma-7b) and a GeGLU inner of 8 x hidden = 12288 (gemma-7b: 24576 / 3072); 32 / 64 / 128 layers, vocab 256000 / 512000 / 1024000. Embeddings untied (Gemma ties
     them): under pipeline parallelism the head's stage holds its own copy of the matrix with
