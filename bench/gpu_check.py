@@ -26,7 +26,7 @@ Page format (`render_page`), in this order:
   modelled);
 - "Against the paper's profile": for models the paper profiled (gemma-s|m|l, deepseek-s|m|l,
   nemotron-h-s|m|l at a profiled sequence length), the measured F / I / W of each layer kind over the
-  measured forward of the paper's reference layer, beside the paper's row (research/paper-profiled-ratios.csv;
+  measured forward of the paper's reference layer, beside the paper's row (tests/data/paper-profiled-ratios.csv;
   its B is our I), and "–" where the paper has no row;
 - "Run": the `adaptis run --verify` result: verified, loss and gradient differences, measured and
   predicted step time;

@@ -591,7 +591,7 @@ def paper_section_zb(
         "",
         reproduce + _part_wall(wall_s),
         "",
-        "Per-layer F, I (the paper's B) and W from the AdaPtis author's profile (`research/paper-profiled-ratios.csv`,"
+        "Per-layer F, I (the paper's B) and W from the AdaPtis author's profile (`tests/data/paper-profiled-ratios.csv`,"
         " from the built-in paper profile, `bench/paper_profile.py`): T = attention / dense layer, X = MoE or Mamba layer, H = head, in units"
         " of the reference layer's forward; the embedding costs nothing; zero communication; no memory limit."
         " S = PP 4, 16 micro-batches; M = PP 8, 32 micro-batches. `search_plan` with the work budget of"
@@ -632,7 +632,7 @@ def paper_section_zb(
 
 # ----------------------------------------------------------------------------- planning time and scale
 
-#: The paper's AdaPtis generation times (research/paper.md §3.5), small / medium / large model.
+#: The paper's AdaPtis generation times (the AdaPtis paper, arXiv 2509.23722, §3.5), small / medium / large model.
 PAPER_GENERATION_S: dict[int, tuple[float, float, float]] = {
     8: (0.016, 0.060, 0.281),
     32: (0.151, 0.468, 2.03),
@@ -756,7 +756,7 @@ def plan_time_section(
         " fixed by the limit (the same plan on any machine), so its wall time stays flat as micro-batches grow, until one"
         " candidate alone is big; the limit then aborts (marked) and the plan is the best found so far. `cpu s` is"
         " the process's CPU time (what an idle machine would take); this machine is shared, its 1-minute load is"
-        " shown. The paper's AdaPtis generation times (research/paper.md §3.5) beside ours: 8.6 s at S/256,"
+        " shown. The paper's AdaPtis generation times (the AdaPtis paper, arXiv 2509.23722, §3.5) beside ours: 8.6 s at S/256,"
         " 23.7 s at L/128, 92 s at L/256.",
         "",
         "| micro-batches | "

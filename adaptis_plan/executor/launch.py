@@ -12,8 +12,8 @@ checked the plan file once; the launcher never rereads the user's path) -> the p
 refused before any process starts) -> a temporary run folder holding, per plan, the plan file
 and the model spec the workers read, and the job list -> one `python -m torch.distributed.run
 --nproc-per-node P --max-restarts 0 ... -m adaptis_plan.executor.worker` (one process per plan
-device; gloo on CPU, NCCL on GPU) -> result files in that folder -> the `run` JSON keys of
-DESIGN.md (+ the optional single-process verification and the measured Chrome trace). Imports
+device; gloo on CPU, NCCL on GPU) -> result files in that folder -> the `run --json` keys
+(+ the optional single-process verification and the measured Chrome trace). Imports
 torch (for the device check and the verification), the executor, the plan IO and `processes`.
 
 A failing rank ends the whole run: torchrun (max restarts 0) tears the group down as soon as
@@ -185,7 +185,7 @@ def run_plan(
     predicted_s: float | None = None,
     expected_s: float | None = None,
 ) -> dict[str, Any]:
-    """Execute `plan` for `warmup + steps` steps; returns the `run` JSON keys of DESIGN.md.
+    """Execute `plan` for `warmup + steps` steps; returns the `run --json` keys.
 
     Keys: `steps`, `measured_step_time_s` (median of the steps after warm-up, rank 0's wall
     time from a barrier to a barrier), `predicted_step_time_s` (`predicted_s`, else the plan's stored
