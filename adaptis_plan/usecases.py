@@ -790,6 +790,20 @@ def export_plan_file(
 
 
 # ----------------------------------------------------------------------------- run and profile (the executor)
+def executor_refusal(plan: PlanFile) -> str | None:
+    """Why the bundled executor cannot run `plan` as planned, or None. It runs the pipeline dimension
+    only (one process per pipeline device): a plan with tensor or data parallelism would run as a
+    different configuration, so it is refused rather than run."""
+    t = plan.training
+    for dim, value, fix in (("tp", t.tp, "plan with --tp 1"), ("dp", t.dp, "set training.dp to 1")):
+        if value > 1:
+            return (
+                f"training.{dim} = {value}: `adaptis run` executes the pipeline dimension only (tp = dp = 1);"
+                f" run this plan under Megatron-LM or torchtitan (`adaptis export`), or {fix} to run it here"
+            )
+    return None
+
+
 def run_plan_file(
     plan_path: str, options: RunOptions, *, model_arg: str | None = None, trace_path: str | None = None
 ) -> tuple[PlanFile, dict]:
@@ -799,6 +813,9 @@ def run_plan_file(
     from adaptis_plan.executor.launch import run_plan
 
     plan, model, judged = load_plan_for_run(plan_path, model_arg)
+    why = executor_refusal(plan)
+    if why is not None:
+        raise InputError(f"{plan_path}: {why}")
     # the prediction is the judge's, as `simulate` gives it: a hand-edited plan's stored figure may be stale
     return plan, run_plan(
         plan,
