@@ -1,7 +1,7 @@
 """The search's budget: how much work each phase may do, in units that do not depend on the machine.
 
-Data flow: `usecases.PlanRequest` (or a caller of `search.generator.search_plan`) -> one
-`SearchBudget` -> every phase of the generator reads its share from it. Plain frozen dataclass;
+Data flow: `usecases.PlanRequest` (or a caller of `search.driver` or `search.generator.search_plan`)
+-> one `SearchBudget` -> every phase of the generator reads its share from it. Plain frozen dataclass;
 imports nothing from the package.
 
 Why work units: a phase that stops on the wall clock finds a different plan on a busy machine
@@ -85,6 +85,10 @@ class SearchBudget:
     priority_layouts: int = 2
     #: layouts the successive halving starts from (the best by the plain ranks' estimate)
     priority_halving: int = 16
+    #: share of the work recompute "auto" gives its candidates when memory may bind (the rest: the plain search)
+    recompute_share: float = 0.75
+    #: with a target other than adaptis, share of the plain search's work for each of its two searches
+    target_share: float = 0.5
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -145,7 +149,10 @@ class SearchBudget:
         )
 
     def summary(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
+        """The per-phase work, as plans record it (the outer shares are applied before, by `search.driver`)."""
+        out = dataclasses.asdict(self)
+        del out["recompute_share"], out["target_share"]
+        return out
 
 
 class Deadline:
