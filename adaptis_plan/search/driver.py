@@ -66,7 +66,7 @@ class PipelineOptions:
 @dataclass
 class PipelinePlan:
     """The chosen candidate, the model and costs it was made on, the classic baselines (unsplit
-    head, no recomputation), and the record that goes into the plan's `search` field.
+    head, the builder's `default_mode`), and the record that goes into the plan's `search` field.
 
     `modes` is one recompute mode per layer; `recompute_info` what `--recompute auto` tried (empty
     otherwise); `unrestricted` the best plan without the target's rules (None for adaptis).
