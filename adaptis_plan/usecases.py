@@ -1,9 +1,10 @@
 """Use cases behind the CLI: plan, simulate a plan file, export a plan file, load a plan's model,
 run a plan file, profile a model.
 
-Data flow: CLI arguments -> (model spec, hardware, training, cost table) -> search or classic
-builder -> simulator -> plan file / summaries. No rich, no click: renderers print, this
-returns data. ortools and torch are reached only through `search` and `executor`, lazily.
+Data flow: CLI arguments -> (model spec, hardware, training, `cost.source.CostTables`) ->
+`search.driver` (adaptive search or classic builder) -> simulator -> plan file / summaries. No
+rich, no click: renderers print, this returns data. ortools and torch are reached only through
+`search` and `executor`, lazily.
 """
 
 from __future__ import annotations
@@ -15,16 +16,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
+from adaptis_plan.cost.recompute import stage_recompute
+from adaptis_plan.cost.source import CostTables, cost_table_for, costs_notes, load_costs_profile
+from adaptis_plan.cost.source import cost_source as cost_source  # re-exported for older importers
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.simulate import SimResult, simulate, with_expected
-from adaptis_plan.planfile.io import check_model_matches, make_plan, plan_layout, plan_programs, read_plan
+from adaptis_plan.planfile.io import (
+    check_model_matches,
+    make_plan,
+    plan_file_search_info,
+    plan_layout,
+    plan_programs,
+    read_plan,
+)
 from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
-from adaptis_plan.spec.read import path_kind, read_boundary_file
 from adaptis_plan.spec.training import TrainingConfig
-from adaptis_plan.text import cut
 from adaptis_plan.units import fmt_bytes, fmt_duration
 
 if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or a model profiled
@@ -34,7 +43,7 @@ if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or
     from adaptis_plan.executor.profile_estimate import ProfileEstimate
 
 if TYPE_CHECKING:
-    from adaptis_plan.search.budget import SearchBudget
+    from adaptis_plan.search.budget import Deadline, SearchBudget
 
 #: Seconds per planned action kept back from `--time-limit` for assembling and writing the plan file,
 #: and the share of the limit at which the search aborts (the rest absorbs the last step's overrun).
@@ -107,20 +116,6 @@ class PlanOutcome:
         return out
 
 
-def load_costs_profile(path: str | None) -> CostProfile | str | None:
-    """The measured profile at `path`; the built-in name `paper` (the paper's profiled costs) as is."""
-    if path is None:
-        return None
-    from adaptis_plan.cost.paper import PAPER_COSTS
-
-    if path == PAPER_COSTS:
-        return PAPER_COSTS
-    p = Path(path)
-    if path_kind(p) is None:
-        raise InputError(f"{p}: no such cost profile; measure one with `adaptis profile --model MODEL -o {p.name}`")
-    return read_boundary_file(p, CostProfile, "cost profile", fix="pass the JSON file `adaptis profile -o` wrote")
-
-
 def _training(req: PlanRequest, recompute: str) -> TrainingConfig:
     return TrainingConfig(
         num_microbatches=req.num_microbatches,
@@ -130,64 +125,6 @@ def _training(req: PlanRequest, recompute: str) -> TrainingConfig:
         tp=req.tp,
         recompute=recompute,
     )
-
-
-def cost_table_for(
-    model: ModelSpec,
-    hw: HardwareProfile,
-    training: TrainingConfig,
-    profile: CostProfile | str | None,
-    profile_source: str | None = None,
-    recompute: list[str] | None = None,
-) -> CostTable:
-    """The cost table: `profile` is a measured profile, `paper` (the paper's profiled costs) or None
-    (the analytic model); `profile_source` (the `--costs` file) names the profile in error messages;
-    `recompute` is one mode per layer (None: `training.recompute` everywhere)."""
-    from adaptis_plan.cost.paper import PAPER_COSTS
-
-    if profile == PAPER_COSTS:
-        from adaptis_plan.cost.paper import paper_cost_table
-
-        return paper_cost_table(model, hw, training, recompute)
-    from adaptis_plan.cost.table import build_cost_table
-
-    return build_cost_table(
-        model,
-        hw,
-        training,
-        profile,  # type: ignore[arg-type]
-        profile_source=profile_source or "the cost profile",
-        recompute=recompute,
-    )
-
-
-def cost_source(costs_path: str | None) -> str:
-    """What the costs of a plan came from, as plans and reports name it."""
-    if costs_path is None:
-        return "analytic"
-    from adaptis_plan.cost.paper import PAPER_COSTS
-
-    return "paper" if costs_path == PAPER_COSTS else f"measured profile {Path(costs_path).name}"
-
-
-def costs_notes(profile: CostProfile | str | None, hw: HardwareProfile, source: str) -> list[str]:
-    """Notes (stderr, no error) on a measured profile used with hardware it was plainly not measured on
-    (`cost.table.profile_device_mismatch`): a legitimate stand-in at times, a mix-up more often."""
-    if not isinstance(profile, CostProfile):
-        return []
-    from adaptis_plan.cost.table import profile_device_mismatch
-
-    names = profile_device_mismatch(profile, hw)
-    if not names:
-        return []
-
-    measured = "layer times and links" if profile.link is not None else "layer times"
-    given = "memory limits" if profile.link is not None else "memory limits and links"
-    return [
-        f"{source}: device = '{cut(profile.device)}', but hardware '{cut(hw.name)}' has {cut(', '.join(names))}:"
-        f" the plan's {measured} come from this profile, its {given} from the hardware; profile on that"
-        " hardware (adaptis profile), or plan with the --hardware the profile was measured on"
-    ]
 
 
 RECOMPUTE_CHOICES = ("none", "selective", "full", "auto")
@@ -203,12 +140,13 @@ def _recompute_request(req: PlanRequest, classic: str | None) -> str:
 def make_plan_for(
     req: PlanRequest, progress: ProgressFn | None = None, *, started_at: float | None = None
 ) -> PlanOutcome:
-    """Plan with the requested strategy; the simulator's verdict is the prediction.
+    """Plan with the requested strategy (`search.driver`); the simulator's verdict is the prediction.
 
     `started_at` (a `time.perf_counter()` value, default now) is when the command started:
     `--time-limit` counts from there."""
     from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
+    from adaptis_plan.search import driver
 
     t0 = time.perf_counter() if started_at is None else started_at
     classic = _classic_strategy(req.strategy)
@@ -223,299 +161,56 @@ def make_plan_for(
             f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp"
         )
     profile = load_costs_profile(req.costs_path)
-    # auto starts from no recomputation; search.recompute then tries per-stage choices
-    uniform = "none" if recompute == "auto" else recompute
-
-    def table(m: ModelSpec, modes: list[str] | None = None) -> CostTable:
-        return cost_table_for(m, hw, training, profile, req.costs_path, modes or [uniform] * m.num_layers)
-
-    costs = table(model)
-    forced = None
-    if req.head_chunks is not None and req.head_chunks > 1:
-        from adaptis_plan.inputs.models.transform import split_head
-
-        forced = split_head(model, req.head_chunks)
-        if req.pp > forced.num_layers:
-            raise InputError(f"--pp = {req.pp}: more devices than the {forced.num_layers} layers; lower --pp")
-
-    from adaptis_plan.schedules.targets import get_target
-    from adaptis_plan.search.budget import Deadline, SearchBudget
-    from adaptis_plan.search.generator import classic_baselines, classic_candidate
-
-    target = get_target(req.target)
-    if forced is not None and target.head_problem(forced.num_head_chunks):
-        raise InputError(
-            f"--head-chunks = {req.head_chunks} with --target {target.name}: {target.head_problem(forced.num_head_chunks)};"
-            " use --head-chunks 1 or --target adaptis"
+    # auto starts from no recomputation; the driver then tries per-stage choices
+    tables = CostTables(hw, training, profile, req.costs_path, "none" if recompute == "auto" else recompute)
+    shape = {"pp": req.pp, "num_microbatches": req.num_microbatches}
+    if classic is not None:
+        kw = {"partition": req.partition, "stages_per_device": req.stages_per_device}
+        got = driver.classic_pipeline(
+            model, tables, classic, **shape, **kw, head_chunks=req.head_chunks, target=req.target
         )
-    # --time-limit is a hard abort on the whole command; keep back what writing the plan takes
-    planned_actions = req.num_microbatches * 3 * min(2 * req.pp, model.num_layers)
-    if req.hard_stop:
-        deadline = Deadline(t0 + _ABORT_SHARE * req.time_limit_s - planned_actions * _FINALIZE_S_PER_ACTION)
     else:
-        deadline = Deadline(math.inf)
-    baselines = classic_baselines(costs, model.num_layers, req.num_microbatches)
-    unrestricted, unrestricted_info = None, {}
-    if classic is None:
         if req.partition is not None or req.stages_per_device is not None:
             raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
-        if forced is not None:
-            options = [(forced, table(forced))]
-        else:
-            options = [(model, costs)]
-            if req.head_chunks is None and "partition" in req.search:
-                from adaptis_plan.search.head_chunks import head_split_options
-
-                options += [(m, table(m)) for m in head_split_options(model, costs)]
-        budget = req.budget or SearchBudget.for_time_limit(req.time_limit_s)
-        # classic plans are candidates only on the cost table they were built on (the unsplit head)
-        searched = baselines if forced is None else {}
-        # --recompute auto where memory may bind: the search without recomputation and the recompute
-        # candidates share the budget; with a target, the unrestricted search and the restricted one
-        rc_share = 0.75 if recompute == "auto" and _memory_may_bind(baselines) else 0.0
-        plain = budget.scaled(1.0 - rc_share)
-        share = plain.scaled(0.5) if target.name != "adaptis" else plain
-        k_best, outcome = _search_options(req, options, searched, progress, None, share, deadline)
-        if target.name != "adaptis":
-            # what the restriction costs: the same search without it, beside the restricted one
-            unrestricted = outcome.best.result or simulate(
-                outcome.best.layout, options[k_best][1], outcome.best.programs, req.num_microbatches
-            )
-            unrestricted_info = {
-                "stage_device": list(outcome.best.layout.stage_device),
-                "head_chunks": options[k_best][0].num_head_chunks,
-            }
-            fits = target.problem(outcome.best.layout.stage_device, req.pp, options[k_best][0].num_head_chunks)
-            if fits is not None:  # the best plan needs what the target cannot run: search within its rules
-                runnable = [k for k, (m, _) in enumerate(options) if target.head_problem(m.num_head_chunks) is None]
-                k_run, outcome = _search_options(
-                    req,
-                    [options[k] for k in runnable],
-                    searched,
-                    progress,
-                    target.placement_filter(req.pp),
-                    share,
-                    deadline,
-                )
-                k_best = runnable[k_run]
-        model, costs = options[k_best]
-        modes, rc_info = [uniform] * model.num_layers, {}
-        if recompute == "auto":
-            restrict = target.placement_filter(req.pp) if target.name != "adaptis" else None
-            modes, costs, outcome, rc_info = _auto_recompute(
-                req, model, costs, outcome, baselines, table, progress, restrict, budget.scaled(rc_share), deadline
-            )
-        best = outcome.best
-        if target.runtime_schedule(best.layout.num_stages // req.pp) is not None:
-            # the classic baselines were costed without recomputation: they compete only when none is chosen
-            same_costs = baselines if all(m == uniform for m in modes) else {}
-            best = _with_runtime_order(target, best, costs, same_costs, req.num_microbatches)
-        strategy = "adaptive"
-        search_info = {
-            "source": best.label,
-            "plan": best.describe(),
-            "components": list(req.search),
-            "phases": outcome.phases,
-            "solver": outcome.solver,
-            "candidates_evaluated": outcome.evaluated,
-            "head_chunks": model.num_head_chunks,
-            "head_chunk_options": [m.num_head_chunks for m, _ in options],
-            "seed": req.seed,
-            "costs": cost_source(req.costs_path),
-            "budget": budget.summary(),
-            "aborted": deadline.aborted,
-            "abort_phase": deadline.where,
-        }
-    else:
-        modes, rc_info = [uniform] * (forced or model).num_layers, {}
-        if forced is not None:
-            model, costs = forced, table(forced)
-        best = classic_candidate(
-            costs, model.num_layers, req.num_microbatches, classic, req.partition or "uniform", req.stages_per_device
-        )
-        why = target.placement_problem(best.layout.stage_device, req.pp)
-        if why is not None:
-            raise InputError(
-                f"--strategy {classic} with --target {target.name}: {why}; choose a strategy {target.runtime} can"
-                " run, or --strategy adaptive"
-            )
-        strategy = classic
-        search_info = {
-            "source": best.label,
-            "partition": req.partition or "uniform",
-            "head_chunks": model.num_head_chunks,
-            "costs": cost_source(req.costs_path),
-        }
-    if target.name != "adaptis":
-        search_info["target"] = target.name
-        if unrestricted is not None:
-            search_info["unrestricted"] = {"step_time_s": unrestricted.step_time_s, **unrestricted_info}
+        opts = driver.PipelineOptions(req.search, req.seed, req.head_chunks, recompute, req.target)
+        budget = req.budget or _budget_for(req.time_limit_s)
+        got = driver.search_pipeline(model, tables, **shape, budget=budget, deadline=_deadline(req, model, t0),
+                                     options=opts, progress=progress)  # fmt: skip
+    best, m = got.best, req.num_microbatches
     result = with_expected(
-        best.layout,
-        costs,
-        best.programs,
-        req.num_microbatches,
-        best.result or simulate(best.layout, costs, best.programs, req.num_microbatches),
+        best.layout, got.costs, best.programs, m, best.result or simulate(best.layout, got.costs, best.programs, m)
     )
     if not result.fits_memory:
-        raise InfeasibleError(_memory_message(result, model, training, strategy, costs, rc_info))
-    search_info["recompute"] = _recompute_info(recompute, modes, rc_info, model, costs, table, best.layout, req)
+        raise InfeasibleError(_memory_message(result, got.model, training, got.strategy, got.costs, got.recompute_info))
     plan = make_plan(
-        strategy=strategy,
-        model=model,
-        hardware=hw,
-        training=training,
-        layout=best.layout,
-        programs=best.programs,
-        result=result,
-        costs=costs,
-        profile=None if isinstance(profile, str) else profile,
+        strategy=got.strategy, model=got.model, hardware=hw, training=training, layout=best.layout,
+        programs=best.programs, result=result, costs=got.costs, profile=None if isinstance(profile, str) else profile,
         cost_source="paper" if isinstance(profile, str) else None,
-        stage_recompute=_stage_recompute(best.layout, modes, model),
-        search=plan_file_search_info(search_info),
-        target=target.name,
-    )
-    base_results = {k: c.result for k, c in baselines.items() if c.result is not None}
+        stage_recompute=stage_recompute(best.layout.bounds, got.modes, [layer.kind for layer in got.model.layers]),
+        search=plan_file_search_info(got.info), target=req.target.lower(),
+    )  # fmt: skip
     return PlanOutcome(
-        plan=plan,
-        result=result,
-        layout=best.layout,
-        programs=best.programs,
-        model=model,
-        costs=costs,
-        baselines=base_results,
-        plan_time_s=time.perf_counter() - t0,
-        search_info=search_info,
-        unrestricted=unrestricted,
+        plan=plan, result=result, layout=best.layout, programs=best.programs, model=got.model, costs=got.costs,
+        baselines={k: c.result for k, c in got.baselines.items() if c.result is not None},
+        plan_time_s=time.perf_counter() - t0, search_info=got.info, unrestricted=got.unrestricted,
         notes=costs_notes(profile, hw, req.costs_path or "--costs"),
-    )
+    )  # fmt: skip
 
 
-def _with_runtime_order(target, best, costs: CostTable, baselines: dict, num_microbatches: int):  # noqa: ANN001, ANN202
-    """For a runtime that runs its own schedule (Megatron): the searched layout with that schedule's
-    order, or that schedule's classic plans (uniform / balanced partition) when one of them is
-    better; the prediction is then what the runtime runs."""
-    import dataclasses
+def _budget_for(time_limit_s: float) -> SearchBudget:
+    from adaptis_plan.search.budget import SearchBudget
 
-    from adaptis_plan.schedules import get_spec
-    from adaptis_plan.search.generator import better
-
-    pp = best.layout.num_devices
-    name = target.runtime_schedule(best.layout.num_stages // pp)
-    programs = get_spec(name).build(best.layout.stage_device, pp, num_microbatches)
-    result = simulate(best.layout, costs, programs, num_microbatches)
-    chosen = dataclasses.replace(
-        best,
-        programs=programs,
-        estimate_s=result.step_time_s,
-        result=result,
-        policy=f"{target.runtime}'s {name} order",
-        hint=None,
-        list_policy=None,
-        origin=f"{target.runtime}'s {name} order",
-    )
-    for key, cand in baselines.items():
-        ok = target.placement_problem(cand.layout.stage_device, pp) is None
-        same = target.runtime_schedule(cand.layout.num_stages // pp) == key.split("/")[0]
-        if ok and same and cand.result is not None and better(cand, chosen):
-            chosen = cand
-    return chosen
+    return SearchBudget.for_time_limit(time_limit_s)
 
 
-def _search_options(req: PlanRequest, options, baselines, progress, placement_ok, budget, deadline):  # noqa: ANN001, ANN202
-    """The generator over the head-chunk options (each a (model, cost table)) on `budget`'s work
-    under the command's `deadline`; (best index, outcome)."""
-    from adaptis_plan.search.head_chunks import search_head_options
+def _deadline(req: PlanRequest, model: ModelSpec, t0: float) -> Deadline:
+    """--time-limit is a hard abort on the whole command; keep back what writing the plan takes."""
+    from adaptis_plan.search.budget import Deadline
 
-    return search_head_options(
-        [c for _, c in options],
-        [m.num_layers for m, _ in options],
-        req.num_microbatches,
-        components=req.search,
-        time_limit_s=req.time_limit_s,
-        seed=req.seed,
-        progress=progress,
-        baselines=baselines,
-        budget=budget,
-        deadline=deadline,
-        placement_ok=placement_ok,
-    )
-
-
-def _memory_may_bind(baselines: dict) -> bool:
-    from adaptis_plan.search.recompute import memory_may_bind
-
-    return memory_may_bind(baselines)
-
-
-def _auto_recompute(  # noqa: ANN202
-    req: PlanRequest,
-    model: ModelSpec,
-    costs: CostTable,
-    outcome,
-    baselines,
-    table,
-    progress,
-    placement_ok,
-    budget,
-    deadline,  # noqa: ANN001
-):
-    """`--recompute auto` after the search without recomputation: when memory can bind, the recompute
-    candidates (`search.recompute`) share `budget` (three quarters of the command's work, see
-    `make_plan_for`), under the command's deadline; when it cannot, nothing more is searched (the
-    plan is `--recompute none`'s)."""
-    from adaptis_plan.search.recompute import memory_may_bind, search_recompute
-
-    if not memory_may_bind(baselines):
-        reason = "every classic plan fits memory (GPipe included): memory does not bind"
-        return ["none"] * model.num_layers, costs, outcome, {"reason": reason}
-    rc = search_recompute(
-        lambda modes: table(model, list(modes)),
-        costs,
-        outcome,
-        [layer.kind for layer in model.layers],
-        req.num_microbatches,
-        components=req.search,
-        time_limit_s=req.time_limit_s,
-        seed=req.seed,
-        budget=budget,
-        deadline=deadline,
-        progress=progress,
-        placement_ok=placement_ok,
-    )
-    return rc.modes, rc.costs, rc.outcome, rc.info
-
-
-def _recompute_info(
-    requested: str, modes: list[str], rc_info: dict, model: ModelSpec, costs: CostTable, table, layout, req
-) -> dict:
-    """`search.recompute` of the plan: what was asked, which stages recompute, the compute it adds,
-    and (auto) what was tried against the best plan without recomputation."""
-    info: dict = {"requested": requested, **rc_info}
-    if any(m != "none" for m in modes):
-        from adaptis_plan.search.recompute import recompute_report
-
-        plain = table(model, ["none"] * model.num_layers)
-        kinds = [layer.kind for layer in model.layers]
-        info.update(recompute_report(modes, costs, plain, layout, kinds, req.num_microbatches))
-    return info
-
-
-def _stage_recompute(layout: Layout, modes: list[str], model: ModelSpec) -> list[str]:
-    """Each stage's recompute mode (what `simulate` rebuilds the plan's costs from)."""
-    from adaptis_plan.cost.recompute import stage_recompute
-
-    return stage_recompute(layout.bounds, modes, [layer.kind for layer in model.layers])
-
-
-def plan_file_search_info(info: object) -> object:
-    """The search record without its wall times: what the plan file stores, so that the same
-    inputs give a byte-identical file under any machine load (`--json` keeps the wall times)."""
-    if isinstance(info, dict):
-        return {k: plan_file_search_info(v) for k, v in info.items() if k != "wall_s"}
-    if isinstance(info, list):
-        return [plan_file_search_info(v) for v in info]
-    return info
+    if not req.hard_stop:
+        return Deadline(math.inf)
+    planned_actions = req.num_microbatches * 3 * min(2 * req.pp, model.num_layers)
+    return Deadline(t0 + _ABORT_SHARE * req.time_limit_s - planned_actions * _FINALIZE_S_PER_ACTION)
 
 
 def _classic_strategy(strategy: str) -> str | None:

@@ -274,6 +274,16 @@ def plan_costs(layout: Layout, costs: CostTable, profile: CostProfile | None, so
     )
 
 
+def plan_file_search_info(info: object) -> object:
+    """The search record without its wall times: what the plan file stores, so that the same
+    inputs give a byte-identical file under any machine load (`--json` keeps the wall times)."""
+    if isinstance(info, dict):
+        return {k: plan_file_search_info(v) for k, v in info.items() if k != "wall_s"}
+    if isinstance(info, list):
+        return [plan_file_search_info(v) for v in info]
+    return info
+
+
 def make_plan(
     *,
     strategy: str,

@@ -1,7 +1,7 @@
 """The search's budget: how much work each phase may do, in units that do not depend on the machine.
 
-Data flow: `usecases.PlanRequest` (or a caller of `search.generator.search_plan`) -> one
-`SearchBudget` -> every phase of the generator reads its share from it. Plain frozen dataclass;
+Data flow: `usecases.PlanRequest` (or a caller of `search.driver` or `search.generator.search_plan`)
+-> one `SearchBudget` -> every phase of the generator reads its share from it. Plain frozen dataclass;
 imports nothing from the package.
 
 Why work units: a phase that stops on the wall clock finds a different plan on a busy machine
@@ -12,13 +12,15 @@ then give the same plan on any machine under any load, as long as that work ends
 `--time-limit`, which is only a hard wall-clock abort on top (`Deadline`); when it fires, the plan
 says so. `--no-hard-stop` (`PlanRequest.hard_stop`) removes the abort (`Deadline(math.inf)`).
 
-`SearchBudget.for_time_limit(T)` is the budget `adaptis plan --time-limit T` uses: about half
-of T of work on one idle core of a 2-core machine for mid-size pipelines (measured: list
-scheduling plus simulation cost 5-7 us per action; CP-SAT about 5-6 s of wall time per unit of
-its deterministic time on these models), so the abort fires only on a
-machine about twice slower than that, or on pipelines so big that one candidate is a large
-part of the limit; a longer limit buys proportionally more
-list scheduling (big pipelines evaluate more candidates) and more CP-SAT work.
+`SearchBudget.for_time_limit(T)` is the budget `adaptis plan --time-limit T` uses: sized so that
+its work ends within T on an idle core for mid-size pipelines, leaving the abort for slow or
+loaded machines and for pipelines so big that one candidate is a large part of the limit; a
+longer limit buys proportionally more list scheduling (big pipelines evaluate more candidates)
+and more CP-SAT work. Known limit: the sizing rests on per-action and per-unit costs of one
+machine (`experiments/findings-search.md`); a machine much slower than that reaches the abort.
+
+The outer search (`search.driver`) splits one budget between its searches with
+`recompute_share` and `target_share` before any phase reads it.
 """
 
 from __future__ import annotations
@@ -27,15 +29,13 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-#: CP-SAT window work per layout for each 5 s of `--time-limit` beyond the first 5 s. Windows cost
-#: about 1 s of wall time per unit on one core (nemotron-h-s 2K, V x4: 10 units in 9.5 s), so a
-#: longer limit buys order search in proportion: at 180 s, 10.6 units per layout, with which the
-#: growing windows reach the device bound on nemotron-h-s 2K (2.16 units stopped 2.9% above it).
+#: CP-SAT window work per layout added for each 5 s of `--time-limit` beyond the first 5 s: a longer
+#: limit buys order search in proportion (at 180 s, 10.6 units per layout).
 _WINDOW_DTIME_PER_EXTRA_5S = 0.3
 
-#: Seconds of `--time-limit` a command spends before and around the search whatever its budget: measured
-#: 0.85-1.25 s for the -s models at PP 4 on a 2-core machine (`plan --time-limit 0.1 --no-hard-stop`),
-#: 2 s for gemma-l; a limit under 5 s sizes the search's work from what is left (`for_time_limit`).
+#: Seconds of `--time-limit` a command spends before and around the search whatever its budget (an
+#: allowance: interpreter, imports, classic baselines, the first solve's set-up); a limit under 5 s
+#: sizes the search's work from what is left (`for_time_limit`).
 START_UP_S = 2.0
 
 
@@ -85,6 +85,10 @@ class SearchBudget:
     priority_layouts: int = 2
     #: layouts the successive halving starts from (the best by the plain ranks' estimate)
     priority_halving: int = 16
+    #: share of the work recompute "auto" gives its candidates when memory may bind (the rest: the plain search)
+    recompute_share: float = 0.75
+    #: with a target other than adaptis, share of the plain search's work for each of its two searches
+    target_share: float = 0.5
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -100,16 +104,12 @@ class SearchBudget:
         `_WINDOW_DTIME_PER_EXTRA_5S`); list scheduling grows too, so that the big
         pipelines (hundreds of thousands of actions per candidate) evaluate enough candidates.
         The whole-step order model is built only up to `order_full_max_actions` x limit / 5 s
-        actions, at most twice that (2,000 at 5 s, 4,000 from 10 s): its presolve and loading cost about
-        0.3-0.6 ms of wall time per action outside its deterministic budget, and above that size
-        four such solves (two head options x two layouts) took most of a 5 s limit, so the
-        wall-clock abort fired on a 2-core machine in 16 of the 36 paper-TP cases; with the cap,
-        1 of 36, with the same or better plans in 35 of 36 (windows still refine the big ones).
+        actions, at most twice that (2,000 at 5 s, 4,000 from 10 s): its presolve and loading take
+        wall time per action outside its deterministic budget, so bigger programs are left to the
+        windows.
 
         Below 5 s the work shrinks with the time left after `START_UP_S`, not with the whole limit:
-        the command's start-up (interpreter, imports, the classic baselines, the first CP-SAT solve's
-        set-up) takes about 1 s on a 2-core machine whatever the budget, so scaled with the whole
-        limit a 2-3 s search was cut short on an idle machine (nemotron-h-s 4K, PP 4: at 2 s and 3 s).
+        the command's start-up takes about the same time whatever the budget.
         """
         t = max(float(time_limit_s), 0.0)
         k = t / 5.0 if t >= 5.0 else max(t - START_UP_S, 0.1) / (5.0 - START_UP_S)
@@ -120,10 +120,9 @@ class SearchBudget:
             order_full_dtime=base.order_full_dtime * k,
             order_full_max_actions=int(base.order_full_max_actions * min(k, 2.0)),
             order_window_dtime=base.order_window_dtime * k + _WINDOW_DTIME_PER_EXTRA_5S * max(0.0, k - 1.0),
-            # past the default limit, one more layout (the list scheduler's ranking of layouts
-            # misses the best one for CP-SAT: nemotron-h-s 2K's V x4 ranked third)
-            # below half the default work, one layout fewer: each CP-SAT order solve spends 0.1-0.3 s
-            # presolving and loading whatever its deterministic budget (nemotron-h-s 4K, PP 4, at 3 s)
+            # past the default limit, one more layout (the list scheduler's ranking of layouts can
+            # miss the best one for CP-SAT); below half the default work, one layout fewer (each
+            # CP-SAT order solve spends wall time presolving and loading whatever its budget)
             order_layouts=base.order_layouts + (1 if k > 1.0 else 0) - (1 if k < 0.5 else 0),
             partition_dtime=base.partition_dtime * min(k, 4.0),
             packed_samples=int(base.packed_samples * k),
@@ -145,7 +144,10 @@ class SearchBudget:
         )
 
     def summary(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
+        """The per-phase work, as plans record it (the outer shares are applied before, by `search.driver`)."""
+        out = dataclasses.asdict(self)
+        del out["recompute_share"], out["target_share"]
+        return out
 
 
 class Deadline:

@@ -4,12 +4,12 @@ best plan over those choices.
 Data flow: the best plan without recomputation (the generator on the plain cost table) ->
 `memory_bound_devices` (does memory bind at all?) -> `recompute_candidates` (per-layer
 recompute lists, full or selective: the memory-bound devices' stages heaviest first, some or all
-of them, and the model's blocks heaviest first, whatever the layout) ->
-the use case's `table_for` builds one cost table per list -> `search_recompute` runs the
-generator (`search_plan`) on each, makes every stage of each winner run one mode, re-simulates
+of them, and the model's blocks heaviest first, whatever the layout) -> `table_for` (the
+caller's cost-table builder, bound to the model) builds one cost table per list ->
+`search_recompute` runs the generator (`search_plan`) on each, makes every stage of each winner run one mode, re-simulates
 it on that table, and keeps the plan that simulates fastest (the plain plan included, so "auto"
 is never worse than no recomputation on the same budget). An orchestration layer outside the
-generator, like `search.head_chunks`. Imports `core`, `judge`, `cost.recompute` and the
+generator, called by `search.driver`. Imports `core`, `judge`, `cost.recompute` and the
 generator; no solver at import time.
 
 Why these candidates. Recomputing a layer costs one more forward (full) or attention core
@@ -35,7 +35,7 @@ from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import Candidate, PlacementFilter, SearchOutcome, better, search_plan
 
-# A candidate recompute list (one mode per layer) -> its cost table; the use case builds it.
+# A candidate recompute list (one mode per layer) -> its cost table (`cost.source.CostTables.table` of one model).
 TableFor = Callable[[Sequence[str]], CostTable]
 
 # Fractions of the memory-bound stages, and of the blocks (heaviest first) recomputed in full,
@@ -176,7 +176,6 @@ def search_recompute(
     num_microbatches: int,
     *,
     components: Sequence[str],
-    time_limit_s: float,
     seed: int,
     budget: SearchBudget,
     deadline: Deadline,
@@ -229,7 +228,6 @@ def search_recompute(
             len(kinds),
             num_microbatches,
             components=components,
-            time_limit_s=time_limit_s,
             seed=seed,
             progress=_scaled(progress, n, len(cands), label),
             placement_ok=placement_ok,

@@ -2,7 +2,7 @@
 
 Data flow: a path on disk -> `read_data` (bytes -> JSON or YAML data, hardened) ->
 `validate` (data -> the pydantic boundary model, errors as one line) -> the loaders in
-`inputs/`, `usecases.load_costs_profile` and `planfile.io.read_plan`. `read_boundary_file`
+`inputs/`, `cost.source.load_costs_profile` and `planfile.io.read_plan`. `read_boundary_file`
 does both. Imports pydantic (and its `annotated_types`), pyyaml and `errors`: nothing else of
 the package, never torch, ortools, rich or click.
 

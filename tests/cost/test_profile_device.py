@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from helpers_cli import run_reader_gone, tiny_cost_profile
 
+from adaptis_plan.cost.source import costs_notes
 from adaptis_plan.cost.table import profile_device_mismatch
 from adaptis_plan.inputs.hardware import load_hardware
 from adaptis_plan.spec.cost_profile import CostProfile
-from adaptis_plan.usecases import costs_notes
 
 
 def _profile(device: str) -> CostProfile:

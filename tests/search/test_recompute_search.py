@@ -98,7 +98,7 @@ def test_auto_recomputes_where_memory_binds_and_keeps_only_a_faster_plan() -> No
     costs, plain = _plain(35.0)
     p = plain.best.result
     assert not p.fits_memory and memory_bound_devices(plain.best.layout, costs, p)
-    out = search_recompute(table, costs, plain, KINDS, 8, components=ALL, time_limit_s=20.0, seed=0, **_budget(20.0))
+    out = search_recompute(table, costs, plain, KINDS, 8, components=ALL, seed=0, **_budget(20.0))
     r = out.outcome.best.result
     assert r.fits_memory, (r.peak_memory_bytes, r.mem_limit_bytes)
     assert any(m == "full" for m in out.modes)
@@ -112,7 +112,7 @@ def test_auto_recomputes_where_memory_binds_and_keeps_only_a_faster_plan() -> No
     assert r.lower_bound_s == again.lower_bound_s > p.lower_bound_s  # the bound of its own costs
     # 45 bytes: the plan without recomputation fits, and no candidate is faster: it is kept
     costs, plain = _plain(45.0)
-    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, time_limit_s=20.0, seed=0, **_budget(20.0))
+    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, seed=0, **_budget(20.0))
     assert out.outcome is plain and out.modes == ["none"] * len(KINDS) and len(out.info["candidates"]) >= 3
     assert all(c["step_time_s"] >= plain.best.result.step_time_s for c in out.info["candidates"])
     assert "faster" in out.info["reason"]  # says why it kept the plain plan; the facts are asserted above
@@ -125,7 +125,7 @@ def test_the_budget_decides_how_many_recompute_candidates_run() -> None:
     costs, plain = _plain(35.0)
     budget = SearchBudget.for_time_limit(5.0).scaled(0.5)
     out = search_recompute(
-        table, costs, plain, KINDS, 8, components=ALL, time_limit_s=5.0, seed=0, budget=budget,
+        table, costs, plain, KINDS, 8, components=ALL, seed=0, budget=budget,
         deadline=Deadline.after(60.0),
     )  # fmt: skip
     runs = max(1, budget.schedule_actions // MIN_CANDIDATE_ACTIONS)
@@ -138,7 +138,7 @@ def _budget(time_limit_s: float) -> dict:
 
 def test_auto_leaves_plans_alone_when_memory_does_not_bind() -> None:
     costs, plain = _plain(mem_limit=float("inf"))
-    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, time_limit_s=1.0, seed=0, **_budget(1.0))
+    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, seed=0, **_budget(1.0))
     assert out.outcome is plain and out.modes == ["none"] * len(KINDS)
     assert out.info["reason"].startswith("no device comes within 10% of its memory limit")
     assert out.info["candidates"] == []
