@@ -174,27 +174,50 @@ def make_plan_for(
             raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
         opts = driver.PipelineOptions(req.search, req.seed, req.head_chunks, recompute, req.target)
         budget = req.budget or _budget_for(req.time_limit_s)
-        got = driver.search_pipeline(model, tables, **shape, budget=budget, deadline=_deadline(req, model, t0),
-                                     options=opts, progress=progress)  # fmt: skip
+        deadline = _deadline(req, model, t0)
+        got = driver.search_pipeline(
+            model, tables, **shape, budget=budget, deadline=deadline, options=opts, progress=progress
+        )
     best, m = got.best, req.num_microbatches
     result = with_expected(
         best.layout, got.costs, best.programs, m, best.result or simulate(best.layout, got.costs, best.programs, m)
     )
     if not result.fits_memory:
         raise InfeasibleError(_memory_message(result, got.model, training, got.strategy, got.costs, got.recompute_info))
+    return _outcome(req, hw, training, profile, got, result, t0)
+
+
+def _outcome(req: PlanRequest, hw, training, profile, got, result: SimResult, t0: float) -> PlanOutcome:  # noqa: ANN001
+    """The plan file and the outcome of a finished pipeline search (`got`, a `driver.PipelinePlan`)."""
+    best = got.best
     plan = make_plan(
-        strategy=got.strategy, model=got.model, hardware=hw, training=training, layout=best.layout,
-        programs=best.programs, result=result, costs=got.costs, profile=None if isinstance(profile, str) else profile,
+        strategy=got.strategy,
+        model=got.model,
+        hardware=hw,
+        training=training,
+        layout=best.layout,
+        programs=best.programs,
+        result=result,
+        costs=got.costs,
+        profile=None if isinstance(profile, str) else profile,
         cost_source="paper" if isinstance(profile, str) else None,
         stage_recompute=stage_recompute(best.layout.bounds, got.modes, [layer.kind for layer in got.model.layers]),
-        search=plan_file_search_info(got.info), target=req.target.lower(),
-    )  # fmt: skip
+        search=plan_file_search_info(got.info),
+        target=req.target.lower(),
+    )
     return PlanOutcome(
-        plan=plan, result=result, layout=best.layout, programs=best.programs, model=got.model, costs=got.costs,
+        plan=plan,
+        result=result,
+        layout=best.layout,
+        programs=best.programs,
+        model=got.model,
+        costs=got.costs,
         baselines={k: c.result for k, c in got.baselines.items() if c.result is not None},
-        plan_time_s=time.perf_counter() - t0, search_info=got.info, unrestricted=got.unrestricted,
+        plan_time_s=time.perf_counter() - t0,
+        search_info=got.info,
+        unrestricted=got.unrestricted,
         notes=costs_notes(profile, hw, req.costs_path or "--costs"),
-    )  # fmt: skip
+    )
 
 
 def _budget_for(time_limit_s: float) -> SearchBudget:
