@@ -287,8 +287,9 @@ def section(command: str, quick: bool) -> str:
 
     from adaptis_plan.planfile.io import write_plan
     from adaptis_plan.usecases import PlanRequest, make_plan_for
-    from bench.common import git_commit, machine
+    from bench.common import machine
     from bench.real import FULL, QUICK
+    from bench.records import checkout
 
     t0 = time.perf_counter()
     cfg = QUICK if quick else FULL
@@ -333,7 +334,7 @@ def section(command: str, quick: bool) -> str:
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     prov = (
         f"_Reproduce: `{command} --sections replay` · machine: {machine()} · date: {now} · commit:"
-        f" `{git_commit()}` · section wall time {time.perf_counter() - t0:.0f} s_"
+        f" `{checkout()[0]}{'' if checkout()[1] else '+dirty'}` · section wall time {time.perf_counter() - t0:.0f} s_"
     )
     med = statistics.median
     intro = [
