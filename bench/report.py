@@ -263,6 +263,10 @@ def render_benchmarks(recs: Mapping[str, Mapping]) -> str:
     return "\n".join(head + [t.rstrip() + "\n" for t in parts.values()]).rstrip() + "\n"
 
 
+def _the(name: str) -> str:
+    return name if name.startswith("the ") else f"the {name}"
+
+
 def render_readme_block(recs: Mapping[str, Mapping]) -> str:
     """README.md's results paragraph, between the markers (markers included)."""
     body: list[str] = []
@@ -280,7 +284,7 @@ def render_readme_block(recs: Mapping[str, Mapping]) -> str:
             if i1 and best:
                 parts.append(
                     f"{statistics.fmean(i1):.2f}x over Interleaved1F1B and {statistics.fmean(best):.2f}x over the"
-                    f" best classic schedule on {paper.COST_SETTING_NAMES[costs]}"
+                    f" best classic schedule with {_the(paper.COST_SETTING_NAMES[costs])}"
                     + (f" (the paper measured {paper.PAPER_HEADLINE_MEAN:.2f}x)" if costs == "paper" else "")
                 )
         p = rec["provenance"]
