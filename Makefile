@@ -31,8 +31,8 @@ demo: install  ## plan a built-in model on a built-in profile and show the resul
 test: install interop  ## the whole test suite (exit 5 = no tests collected counts as a failure)
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
 
-test-unit: install  ## the tests marked unit: no subprocess, no search, no solver (< 30 s on 2 cores)
-	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m unit tests
+test-unit: install  ## the tests marked unit: no subprocess, no search, no solver (< 30 s; one process: collection dominates)
+	$(BIN)/python -m pytest -p no:cacheprovider -m unit tests
 
 test-fast: install  ## everything but the tests marked slow (torchrun, the bench, long searches, most fuzz cases)
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m "not slow" tests
