@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.cost.recompute import stage_recompute
 from adaptis_plan.cost.source import CostTables, cost_table_for, costs_notes, load_costs_profile
-from adaptis_plan.cost.source import cost_source as cost_source  # re-exported for older importers
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.simulate import SimResult, simulate, with_expected
 from adaptis_plan.planfile.io import (

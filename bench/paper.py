@@ -382,10 +382,10 @@ def run_case(case: Case, keep_panels: bool = False) -> CaseResult:
 
 def _unsplit_costs(case: Case):
     """The cost table of the case's model as planned (head whole), the baselines' table."""
+    from adaptis_plan.cost.source import cost_table_for, load_costs_profile
     from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.spec.training import TrainingConfig
-    from adaptis_plan.usecases import cost_table_for, load_costs_profile
 
     model = load_model(case.model)
     training = TrainingConfig(
@@ -416,11 +416,11 @@ def _per_layer_extras(case: Case, cr: CaseResult) -> None:
 
 def _timeline_panels(case: Case, out, cr: CaseResult) -> list:
     """The best feasible classic plan (rebuilt on the unsplit model, as the baselines were) and the adaptive plan."""
+    from adaptis_plan.cost.source import cost_table_for
     from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.search.generator import classic_candidate
     from adaptis_plan.spec.training import TrainingConfig
-    from adaptis_plan.usecases import cost_table_for
 
     panels = []
     best = cr.best_classic
@@ -457,11 +457,11 @@ def plain_panel(title: str, result, programs, layout) -> dict:  # noqa: ANN001
 
 
 def run_ablation(task: AblationTask) -> AblationResult:
+    from adaptis_plan.cost.source import cost_table_for
     from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.search.generator import classic_candidate, search_plan
     from adaptis_plan.spec.training import TrainingConfig
-    from adaptis_plan.usecases import cost_table_for
 
     model = load_model(task.model)
     hw = load_hardware(task.hardware)
@@ -1333,10 +1333,10 @@ def ratio_rows(model: str, seq_len: int = 4096, hardware: str = "h200") -> tuple
     """Our analytic per-kind F / I / W relative to the reference kind's F, beside the paper's §2.3 profile.
 
     Also the head's share of one micro-batch's work under both (the paper's implied on our layer counts)."""
+    from adaptis_plan.cost.source import cost_table_for
     from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.spec.training import TrainingConfig
-    from adaptis_plan.usecases import cost_table_for
 
     fam = family_of(model)
     if fam not in PAPER_PROFILE:

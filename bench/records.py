@@ -12,7 +12,8 @@ A record is one JSON object:
      "data": {...the suite's results, plain JSON...}}
 
 `provenance.clean` is False when the checkout had uncommitted changes (tracked or untracked,
-bench/results/, BENCHMARKS.md and docs/img excluded); `make bench` refuses to write such a
+excluding `GENERATED`: bench/results/, BENCHMARKS.md, docs/img and README.md, the files a run
+itself writes); `make bench` refuses to write such a
 record unless `--allow-dirty` is given, and the renderer marks it plainly.
 """
 

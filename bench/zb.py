@@ -34,6 +34,7 @@ import dataclasses
 import heapq
 import itertools
 import math
+import statistics
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -945,10 +946,7 @@ def headline(rec: dict) -> str:
     ratios = sorted(r.ratio for r in grid if r.ratio is not None)
     if not ratios:
         return "no grid cell with a zero-bubble reference in this record"
-    median = (
-        ratios[len(ratios) // 2] if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
-    )
     return (
-        f"our step / best reference's: median {median:.3f}, worst {ratios[-1]:.3f}"
+        f"our step / best reference's: median {statistics.median(ratios):.3f}, worst {ratios[-1]:.3f}"
         f" over {len(ratios)} cells ({sum(r <= 1.0 + 1e-9 for r in ratios)} at or below 1.00)"
     )
