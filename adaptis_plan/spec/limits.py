@@ -37,6 +37,10 @@ MAX_PP = 1024
 MAX_TP = 1024
 #: data-parallel degree.
 MAX_DP = 2**20
+#: context-parallel degree.
+MAX_CP = 1024
+#: expert-parallel degree.
+MAX_EP = 1024
 #: micro-batches per step.
 MAX_MICROBATCHES = 8192
 #: pipeline ranks x micro-batches per step. A step has ~3 actions per pair and stage, and every

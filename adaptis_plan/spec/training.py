@@ -13,7 +13,9 @@ from pydantic import Field, model_validator
 from adaptis_plan.spec.base import StrictModel
 from adaptis_plan.spec.limits import (
     MAX_DEVICE_MICROBATCHES,
+    MAX_CP,
     MAX_DP,
+    MAX_EP,
     MAX_MICRO_BATCH_SIZE,
     MAX_MICROBATCHES,
     MAX_PP,
@@ -37,7 +39,16 @@ class TrainingConfig(StrictModel):
     pp: int = Field(ge=1, le=MAX_PP, description="pipeline ranks (devices in the pipeline group)")
     tp: int = Field(1, ge=1, le=MAX_TP, description="tensor-parallel degree inside each pipeline rank")
     dp: int = Field(1, ge=1, le=MAX_DP, description="data-parallel degree (shards optimizer state when zero >= 1)")
-    zero: Literal[0, 1, 2, 3] = Field(1, description="ZeRO stage over the dp group")
+    cp: int = Field(
+        1, ge=1, le=MAX_CP, description="context-parallel degree: each rank holds seq_len / cp tokens of a sequence"
+    )
+    ep: int = Field(
+        1,
+        ge=1,
+        le=MAX_EP,
+        description="expert-parallel degree: MoE experts sharded over ep of the dp x cp ranks (divides dp x cp)",
+    )
+    zero: Literal[0, 1, 2, 3] = Field(1, description="ZeRO stage over the dp (x cp) group")
     dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="compute and weight dtype")
     recompute: RecomputeRequest = Field(
         "none",
@@ -50,6 +61,16 @@ class TrainingConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check_size(self) -> TrainingConfig:
+        if (self.dp * self.cp) % self.ep:
+            raise ValueError(
+                f"ep = {self.ep} does not divide dp x cp = {self.dp} x {self.cp}: experts are sharded over"
+                " the data- and context-parallel ranks; use an ep that divides dp x cp"
+            )
+        if self.seq_len % self.cp:
+            raise ValueError(
+                f"cp = {self.cp} does not divide seq_len = {self.seq_len}: each context-parallel rank holds"
+                " seq_len / cp tokens; use a cp that divides the sequence length"
+            )
         if self.pp * self.num_microbatches > MAX_DEVICE_MICROBATCHES:
             raise ValueError(
                 f"pp x num_microbatches = {self.pp} x {self.num_microbatches} = {self.pp * self.num_microbatches:,}:"
