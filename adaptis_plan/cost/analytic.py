@@ -163,7 +163,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from adaptis_plan.cost.params import layer_params
+from adaptis_plan.cost.comm import GRAD_REDUCE_BYTES, Placement
+from adaptis_plan.cost.params import layer_params, mlp_params
 from adaptis_plan.spec.hardware import DeviceTypeSpec, LinkSpec
 from adaptis_plan.spec.model import SSD_CHUNK, AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 from adaptis_plan.spec.training import TrainingConfig
@@ -184,7 +185,7 @@ _FP32 = 4
 _INT64 = 8
 
 Op = Literal["F", "I", "W"]
-CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter"]
+CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 KernelKind = Literal["gemm", "attention", "scan"]
 
 
@@ -208,10 +209,14 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Collective:
-    """A tensor-parallel collective over `nbytes` (the full, unsharded tensor)."""
+    """A collective over `nbytes` (the full, unsharded tensor; an all-to-all's: what one rank holds)
+    on the `group` of ranks (`cost.comm.Placement`). `overlap`: it runs beside the op's attention
+    core (ring attention's KV exchange) and only what the core does not cover is exposed."""
 
     kind: CollectiveKind
     nbytes: float
+    group: Literal["tp", "cp", "ep"] = "tp"
+    overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,6 +259,8 @@ class LayerWork:
     recompute: str = "none"
     tp: int = 1
     recompute_i: OpWork = OpWork()
+    dense_params: float = 0.0  # parameters this rank holds outside routed experts (per TP rank)
+    expert_params: float = 0.0  # routed experts' parameters this rank holds (per TP and EP rank)
 
     def op(self, op: Op) -> OpWork:
         return {"F": self.f, "I": self.i, "W": self.w}[op]
@@ -278,6 +285,8 @@ class _Builder:
 
     e: int
     t: int
+    cp: int = 1
+    ep: int = 1
     f_kernels: list[Kernel] = field(default_factory=list)
     i_kernels: list[Kernel] = field(default_factory=list)
     w_kernels: list[Kernel] = field(default_factory=list)
@@ -292,6 +301,7 @@ class _Builder:
     i_launches: int = 0
     w_launches: int = 0
     gemm_params: float = 0.0  # weights whose gradient a GEMM epilogue accumulates (full sizes)
+    expert_params: float = 0.0  # routed experts' weights this rank holds (full TP size, after EP)
 
     def gemm(self, m: float, n: float, k: float, what: str, count: int = 1, shard: Literal["n", "k"] = "n") -> None:
         """A weight GEMM [m, k] x [k, n] (full sizes) split over t along n (column) or k (row).
@@ -367,9 +377,11 @@ def _norm_block(bld: _Builder, tokens: float, h: int) -> None:
 
 
 def _attention(bld: _Builder, a: AttentionSpec, b: int, s: int, h: int, rotary: bool = True) -> None:
-    e, T = bld.e, float(b * s)
+    """`s` is the whole sequence; with context parallelism a rank holds s / cp of its tokens and
+    their queries attend over all earlier keys (load-balanced causal chunks: 1 / cp of the FLOPs)."""
+    e, T = bld.e, float(b * s) / bld.cp
     _norm_block(bld, T, h)
-    keys = b * causal_keys(s, a.sliding_window)
+    keys = b * causal_keys(s, a.sliding_window) / bld.cp
     nh = a.num_heads
     if a.type == "gqa":
         d, nkv = a.head_dim, a.num_kv_heads
@@ -387,6 +399,7 @@ def _attention(bld: _Builder, a: AttentionSpec, b: int, s: int, h: int, rotary: 
             bld.mem(f=2 * T * qkv_saved * e, i=T * qkv_saved * e, launches=(1, 1, 0))
         copies = 1  # q / k / v to the attention kernel's layout
         attn_dim = float(d)
+        kv_width = 2 * kv_dim
     else:
         assert a.kv_lora_rank and a.qk_nope_head_dim and a.qk_rope_head_dim and a.v_head_dim
         nope, rope, vd, kvl = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
@@ -412,6 +425,7 @@ def _attention(bld: _Builder, a: AttentionSpec, b: int, s: int, h: int, rotary: 
         qkv_saved = 2 * nh * qk + nh * vd
         copies = 3  # split of the kv_a output, q = [q_nope, q_pe], k = [k_nope, k_pe expanded]
         attn_dim = (qk + vd) / 2.0  # FLOP-weighted: QK^T runs over qk dims, PV over vd
+        kv_width = nh * (qk + vd)
     # rotary on q and k (one fused kernel each) + the layout copies; ALiBi and learned positions
     # rotate nothing (flash attention adds ALiBi's bias inside its kernel)
     if not rotary:
@@ -428,6 +442,13 @@ def _attention(bld: _Builder, a: AttentionSpec, b: int, s: int, h: int, rotary: 
     # q, k, v after rotary + the flash output (shared with o_proj's input) + fp32 log-sum-exp
     bld.keep(act=T * (qkv_saved + v_dim) * e + T * nh * _FP32 + extra_saved, act_w=T * gemm_inputs * e)
     bld.tp_block(T * h * e)
+    if bld.cp > 1:
+        # ring attention (Megatron-Core's context parallelism): the K and V of every chunk pass
+        # around the cp ranks (an all-gather's traffic) beside the attention core; the backward
+        # passes them again and returns dK, dV (a reduce-scatter's)
+        kv = float(b * s) * kv_width * e / bld.t
+        bld.f_coll.append(Collective("all_gather", kv, "cp", overlap=True))
+        bld.i_coll += [Collective("all_gather", kv, "cp", overlap=True), Collective("reduce_scatter", kv, "cp", True)]
 
 
 def _mlp(bld: _Builder, m: MlpSpec, b: int, s: int, h: int) -> None:
@@ -452,10 +473,20 @@ def _moe(bld: _Builder, m: MoeSpec, b: int, s: int, h: int) -> None:
     gated = m.activation in ("swiglu", "geglu")
     g = 2 if gated else 1
     routed_tokens = T * k
-    per_expert = routed_tokens / E  # balanced routing
+    # balanced routing; with expert parallelism a rank runs E / ep experts on the tokens the ep
+    # ranks route to them: the same FLOPs per rank, ep x the tokens per expert
+    local = E // bld.ep
+    per_expert = routed_tokens / E * bld.ep
     bld.gemm(T, E, h, "router")
-    bld.gemm(per_expert, g * ie, h, "expert_in", count=E)
-    bld.gemm(per_expert, h, ie, "expert_out", count=E, shard="k")
+    gemm_before = bld.gemm_params
+    bld.gemm(per_expert, g * ie, h, "expert_in", count=local)
+    bld.gemm(per_expert, h, ie, "expert_out", count=local, shard="k")
+    bld.expert_params += bld.gemm_params - gemm_before
+    if bld.ep > 1:
+        # token dispatch and combine: two all-to-alls in F, two for the gradients in I
+        a2a = [Collective("all_to_all", routed_tokens * h * e / bld.t, "ep")] * 2
+        bld.f_coll += a2a
+        bld.i_coll += a2a
     act_f, act_i = (3, 5) if gated else (2, 3)
     bld.mem(
         # router softmax + top-k (fp32), permute, expert activations, unpermute + weighted combine
@@ -561,12 +592,14 @@ def head_out_bytes(model: ModelSpec, layer: LayerSpec, b: int, s: int) -> float:
     return 0.0 if hi == model.vocab_size else float(b * s) * (model.hidden_size + 2) * _FP32
 
 
-def bytes_per_param(training: TrainingConfig) -> float:
-    """Weights + fp32 gradient buffer + Adam state, per parameter, after ZeRO sharding over dp."""
+def bytes_per_param(training: TrainingConfig, shard: int | None = None) -> float:
+    """Weights + fp32 gradient buffer + Adam state, per parameter, after ZeRO sharding over `shard`
+    ranks (default dp x cp: Megatron's distributed optimizer shards over the data- and
+    context-parallel ranks; routed experts shard over dp x cp / ep)."""
     weights = float(DTYPE_BYTES[training.dtype])
     grads = 4.0
     optimizer = 8.0 if training.dtype == "fp32" else 12.0
-    dp = training.dp
+    dp = training.dp * training.cp if shard is None else shard
     if training.zero >= 1:
         optimizer /= dp
     if training.zero >= 2:
@@ -587,9 +620,10 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
     """FLOPs, bytes, collectives and memory of one layer on one tensor-parallel rank, without
     recomputation (`cost.recompute.recompute_work` applies a recomputation mode to it)."""
     e, t = DTYPE_BYTES[training.dtype], training.tp
-    b, s, h = training.micro_batch_size, training.seq_len, model.hidden_size
+    b, h = training.micro_batch_size, model.hidden_size
+    s = training.seq_len // training.cp  # the tokens of a sequence one context-parallel rank holds
     T = float(b * s)
-    bld = _Builder(e=e, t=t)
+    bld = _Builder(e=e, t=t, cp=training.cp, ep=training.ep)
     if layer.kind == "embedding":
         _embedding(bld, model, b, s)
     elif layer.kind == "head":
@@ -598,16 +632,22 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
         if layer.mamba is not None:
             _mamba(bld, layer.mamba, b, s, h)
         if layer.attention is not None:
-            _attention(bld, layer.attention, b, s, h, rotary=model.position_encoding is None)
+            _attention(bld, layer.attention, b, training.seq_len, h, rotary=model.position_encoding is None)
         if layer.mlp is not None:
             _mlp(bld, layer.mlp, b, s, h)
         if layer.moe is not None:
             _moe(bld, layer.moe, b, s, h)
+    # routed experts beyond this rank's E / ep are held elsewhere
     params = held_params(model, layer)
+    moe = layer.moe
+    expert_all = moe.num_experts * mlp_params(h, moe.activation, moe.expert_intermediate_size) if moe else 0
+    dense = float(params - expert_all)
+    expert = bld.expert_params
     # the other parameters (norms, conv1d, the embedding table) accumulate their gradient in a
     # separate memory-bound pass; a tied head's second copy of the vocabulary matrix is a GEMM's
-    bld.w_bytes += GRAD_ACCUM_BYTES_PER_PARAM * max(params - bld.gemm_params, 0.0) / t
+    bld.w_bytes += GRAD_ACCUM_BYTES_PER_PARAM * max(dense + expert - bld.gemm_params, 0.0) / t
     act, act_w = bld.act, bld.act_w
+    edp = training.dp * training.cp // training.ep
     return LayerWork(
         kind=layer.kind,
         f=OpWork(tuple(bld.f_kernels), bld.f_bytes, tuple(bld.f_coll), bld.f_launches),
@@ -615,10 +655,12 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
         w=OpWork(tuple(bld.w_kernels), bld.w_bytes, (), bld.w_launches),
         act_bytes=act,
         act_w_bytes=min(act_w, act),
-        static_bytes=params / t * bytes_per_param(training),
+        static_bytes=(dense * bytes_per_param(training) + expert * bytes_per_param(training, edp)) / t,
         out_bytes=head_out_bytes(model, layer, b, s) if layer.kind == "head" else T * h * e / t,
         params_held=params,
         tp=t,
+        dense_params=dense / t,
+        expert_params=expert / t,
     )
 
 
@@ -659,27 +701,60 @@ def kernel_seconds(kernel: Kernel, device: DeviceTypeSpec) -> float:
     return max(kernel.flops / rate, kernel.io_bytes / bw)
 
 
-def work_seconds(work: OpWork, device: DeviceTypeSpec, t: int = 1, link: LinkSpec | None = None) -> float:
-    """Time of one op's work on one device: kernels + memory-bound bytes + launches (+ TP collectives)."""
+def work_seconds(
+    work: OpWork, device: DeviceTypeSpec, t: int = 1, link: LinkSpec | None = None, place: Placement | None = None
+) -> float:
+    """Time of one op's work on one device: kernels + memory-bound bytes + launches + collectives.
+
+    Tensor-parallel collectives run on `place.tp` (else on `link`, the intra-node link), context-
+    and expert-parallel ones on their groups in `place`; an overlapped one (ring attention's KV
+    exchange) costs only what the op's attention core does not cover.
+    """
     bw = device.hbm_bandwidth_gbps * 1e9 * device.memory_efficiency
     seconds = sum(kernel_seconds(k, device) for k in work.kernels) + work.mem_bytes / bw
     seconds += device.kernel_overhead_s * work.launches
     if work.launches:  # an op with no kernel (the embedding's I) has no host time either
         seconds += device.layer_overhead_s
-    if work.collectives and t > 1:
-        if link is None:
+    if not work.collectives:
+        return seconds
+    tp = [c for c in work.collectives if c.group == "tp"]
+    if tp and t > 1:
+        if place is not None:
+            seconds += sum(place.tp.seconds(c.kind, c.nbytes) for c in tp)
+        elif link is None:
             raise ValueError("tensor parallelism needs the intra-node link to time its collectives")
-        seconds += sum(collective_seconds(c, t, link) for c in work.collectives)
+        else:
+            seconds += sum(collective_seconds(c, t, link) for c in tp)
+    others = [c for c in work.collectives if c.group != "tp"]
+    if others:
+        if place is None:
+            raise ValueError("context and expert parallelism need the placement to time their collectives")
+        hidden = sum(place.group(c.group).seconds(c.kind, c.nbytes) for c in others if c.overlap)
+        core = sum(kernel_seconds(k, device) for k in work.kernels if k.kind == "attention")
+        seconds += max(0.0, hidden - core)
+        seconds += sum(place.group(c.group).seconds(c.kind, c.nbytes) for c in others if not c.overlap)
     return seconds
 
 
-def op_seconds(work: LayerWork, device: DeviceTypeSpec, link: LinkSpec | None = None) -> tuple[float, float, float]:
-    """(F, I, W) seconds of a layer on a device; I includes the recomputed work, if any."""
-    f = work_seconds(work.f, device, work.tp, link)
-    i = work_seconds(work.i, device, work.tp, link)
-    w = work_seconds(work.w, device, work.tp, link)
+def op_seconds(
+    work: LayerWork, device: DeviceTypeSpec, link: LinkSpec | None = None, place: Placement | None = None
+) -> tuple[float, float, float]:
+    """(F, I, W) seconds of a layer on a device; I includes the recomputed work, if any.
+
+    Under ZeRO-3 (`place.zero == 3`) each op waits for its parameters' all-gather over the
+    data-parallel group, prefetched under the previous layer's op (FSDP), and W for its gradients'
+    reduce-scatter: an op takes max(compute, its collective) (`cost.comm`)."""
+    f = work_seconds(work.f, device, work.tp, link, place)
+    i = work_seconds(work.i, device, work.tp, link, place)
+    w = work_seconds(work.w, device, work.tp, link, place)
     if work.recompute_i.kernels or work.recompute_i.mem_bytes or work.recompute_i.launches:
-        i += work_seconds(work.recompute_i, device, work.tp, link)
+        i += work_seconds(work.recompute_i, device, work.tp, link, place)
+    if place is not None and place.zero == 3:
+        gather = place.dp.ring("all_gather", work.dense_params * place.param_bytes)
+        gather += place.edp.ring("all_gather", work.expert_params * place.param_bytes)
+        scatter = place.dp.ring("reduce_scatter", work.dense_params * GRAD_REDUCE_BYTES)
+        scatter += place.edp.ring("reduce_scatter", work.expert_params * GRAD_REDUCE_BYTES)
+        f, i, w = max(f, gather), max(i, gather), max(w, scatter)
     return f, i, w
 
 

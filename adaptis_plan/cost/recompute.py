@@ -83,16 +83,17 @@ def uniform_modes(layers: Sequence[LayerSpec], training: TrainingConfig) -> list
 
 
 def input_bytes(model: ModelSpec, training: TrainingConfig) -> float:
-    """A block's input per micro-batch on one tensor-parallel rank: b*s*h*e / t."""
+    """A block's input per micro-batch on one tensor- and context-parallel rank: b*s*h*e / (t*cp)."""
     e = DTYPE_BYTES[training.dtype]
-    return float(training.micro_batch_size * training.seq_len) * model.hidden_size * e / training.tp
+    tokens = float(training.micro_batch_size * training.seq_len) / training.cp
+    return tokens * model.hidden_size * e / training.tp
 
 
 def lse_bytes(layer: LayerSpec, training: TrainingConfig) -> float:
     """The flash attention core's fp32 log-sum-exp per micro-batch and rank (what selective drops)."""
     if layer.attention is None:
         return 0.0
-    tokens = float(training.micro_batch_size * training.seq_len)
+    tokens = float(training.micro_batch_size * training.seq_len) / training.cp
     return tokens * layer.attention.num_heads * _FP32 / training.tp
 
 

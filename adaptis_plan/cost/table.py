@@ -46,6 +46,7 @@ import numpy as np
 
 from adaptis_plan.core import CostTable
 from adaptis_plan.cost.analytic import LayerWork, layer_work, op_seconds
+from adaptis_plan.cost.comm import Placement, placement
 from adaptis_plan.cost.params import layer_params
 from adaptis_plan.cost.recompute import check_modes, measured_recompute, recompute_work, recomputes, uniform_modes
 from adaptis_plan.errors import InputError
@@ -78,14 +79,14 @@ def _works(model: ModelSpec, training: TrainingConfig, modes: Sequence[str] | No
     return works
 
 
-def _slots(hardware: HardwareProfile, pp: int, tp: int) -> list[tuple[str, int]]:
+def _slots(hardware: HardwareProfile, pp: int, tp: int, width: int | None = None) -> list[tuple[str, int]]:
     try:
-        return hardware.rank_slots(pp, tp)
+        return hardware.rank_slots(pp, tp, width)
     except ValueError as e:
         raise InputError(str(e)) from None
 
 
-def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str) -> np.ndarray:
+def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str, place: Placement) -> np.ndarray:
     """[3, num_layers] F / I / W seconds of every layer on one device type."""
     device = hardware.device_types[device_type]
     link = hardware.intra_node
@@ -94,7 +95,7 @@ def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str) 
     for col, work in enumerate(works):
         times = per_work.get(id(work))
         if times is None:
-            times = per_work[id(work)] = op_seconds(work, device, link)
+            times = per_work[id(work)] = op_seconds(work, device, link, place)
         out[:, col] = times
     return out
 
@@ -459,10 +460,11 @@ def build_cost_table(
     check_sequence_length(model, training.seq_len)
     modes = list(recompute) if recompute is not None else uniform_modes(model.layers, training)
     check_modes(modes, model.num_layers)
-    slots = _slots(hardware, training.pp, training.tp)
+    slots = _slots(hardware, training.pp, training.tp, training.tp * training.cp * training.dp)
     works = _works(model, training, modes)
     num_devices = len(slots)
-    by_type = {dt: _times(works, hardware, dt) for dt in dict.fromkeys(dt for dt, _ in slots)}
+    place = placement(hardware, training)
+    by_type = {dt: _times(works, hardware, dt, place) for dt in dict.fromkeys(dt for dt, _ in slots)}
     times = np.stack([by_type[dt] for dt, _ in slots], axis=1)  # [3, devices, layers]
     f_s, i_s, w_s = times[0], times[1], times[2]
     act = np.array([w.act_bytes for w in works], dtype=float)
@@ -475,7 +477,7 @@ def build_cost_table(
         _check_profile(profile, model, training, profile_source)
         plain_works = _works(model, training)
         if any(w.recompute != "none" for w in works):
-            plain_times = np.stack([_times(plain_works, hardware, dt) for dt, _ in slots], axis=1)
+            plain_times = np.stack([_times(plain_works, hardware, dt, place) for dt, _ in slots], axis=1)
             # the analytic seconds each layer's recomputation adds to I, per second of its F
             # (taken before the measured numbers overwrite `times`)
             f0 = plain_times[0]
@@ -546,7 +548,7 @@ def layer_cost_rows(model: ModelSpec, hardware: HardwareProfile, training: Train
     check_sequence_length(model, training.seq_len)
     device_type, _ = _slots(hardware, 1, training.tp)[0]
     works = _works(model, training, uniform_modes(model.layers, training))
-    times = _times(works, hardware, device_type)
+    times = _times(works, hardware, device_type, placement(hardware, training))
     rows = []
     for index, (layer, work) in enumerate(zip(model.layers, works, strict=True)):
         rows.append(

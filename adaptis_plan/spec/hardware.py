@@ -169,11 +169,15 @@ class HardwareProfile(StrictModel):
     def num_devices(self) -> int:
         return sum(g.num_nodes * g.devices_per_node for g in self.groups)
 
-    def rank_slots(self, pp: int, tp: int = 1) -> list[tuple[str, int]]:
+    def rank_slots(self, pp: int, tp: int = 1, width: int | None = None) -> list[tuple[str, int]]:
         """(device type, global node id) of each of `pp` pipeline ranks, each `tp` devices wide.
 
-        Raises ValueError when the cluster is too small.
+        `width` (default tp): the ranks one pipeline rank spans in the global order, tp x cp x dp
+        (tp fastest, pp slowest, as Megatron lays them out): pipeline rank r starts at global rank
+        r x width, and its node is that rank's. Raises ValueError when the cluster is too small.
         """
+        if width is not None and width > tp:
+            return self._wide_slots(pp, tp, width)
         slots: list[tuple[str, int]] = []
         node = 0
         for g in self.groups:
@@ -191,6 +195,27 @@ class HardwareProfile(StrictModel):
                 " add nodes to the profile's groups or lower --pp"
             )
         return slots[:pp]
+
+    def _wide_slots(self, pp: int, tp: int, width: int) -> list[tuple[str, int]]:
+        """`rank_slots` when a pipeline rank spans `width` > tp devices (data / context parallel)."""
+        if all(g.devices_per_node < tp for g in self.groups):
+            raise ValueError(f"tp {tp} exceeds devices_per_node of every group of hardware '{self.name}'")
+        slots: list[tuple[str, int]] = []
+        node = 0
+        for g in self.groups:
+            per_node = g.devices_per_node // tp * tp  # devices a tp-wide rank can use on a node
+            devices = g.num_nodes * per_node
+            first = 0
+            while len(slots) < pp and first + width <= devices:
+                slots.append((g.device_type, node + first // per_node))
+                first += width
+            node += g.num_nodes
+        if len(slots) < pp:
+            raise ValueError(
+                f"hardware '{self.name}' has room for {len(slots)} pipeline ranks of {width} devices"
+                f" (tp x cp x dp), pp {pp} asked; add nodes to the profile's groups or lower --pp"
+            )
+        return slots
 
     def fingerprint(self) -> str:
         data = self.model_dump(mode="json", exclude={"name", "description"})

@@ -1,0 +1,202 @@
+"""Communication of the whole training configuration: where each parallel group's ranks sit, what
+its collectives cost, the data-parallel gradient sync and the optimizer step.
+
+Data flow: `TrainingConfig` (tp, cp, ep, dp, pp, zero) + `HardwareProfile` -> `Placement` -> one
+`GroupLink` per dimension -> `cost.analytic` times the tensor-, context- and expert-parallel
+collectives inside each op with it, and `step_extras` prices what runs once per step around the
+pipeline (gradient sync, parameter all-gather, optimizer). Imports only the specs. Never prints.
+
+Rank placement (Megatron-LM's order, `RANK_ORDER`): global rank = tp_rank + tp * (cp_rank + cp *
+(dp_rank + dp * pp_rank)); tp varies fastest. Expert parallelism shards the experts over ep of the
+dp x cp ranks, consecutive in that order (stride tp x cp), as Megatron-Core's expert-model-parallel
+groups are built inside the data-parallel group. A group of `size` ranks at `stride` fits in one
+node when stride x size <= devices per node; otherwise `per_node` = devices_per_node // stride of
+its members (at least 1) share each node.
+
+Collectives (NCCL's ring algorithms; nccl-tests' PERFORMANCE.md defines the bus bandwidth they run
+at): on n ranks an all-gather or reduce-scatter of S bytes (the whole, unsharded tensor) takes
+(n - 1) x (latency + S / n / busbw); an all-reduce twice that. busbw:
+- inside a node: the intra-node link's `bandwidth_gbps` (NVLink; the tensor-parallel collectives
+  have always used it);
+- across nodes: min(intra-node bandwidth, per_node x inter-node bandwidth). Each GPU has its own
+  NIC (`inter_node.bandwidth_gbps` is per GPU) and NCCL runs one ring per NIC, so the k members of a
+  group on one node cross the network on k NICs at once: the node's NICs are shared by the groups
+  whose members it holds. Published: DGX A100 (8 x 200 Gb/s HDR = 8 x 25 GB/s) multi-node all-reduce
+  reaches ~190 GB/s busbw (NVIDIA/nccl-tests issues 149, 178: 8 x 25 = 200 predicted), a
+  one-GPU-per-node group gets one NIC's 25 GB/s.
+- All-to-all (expert dispatch / combine) of S bytes per rank: S x (k - 1) / n over the intra-node
+  link and S x (n - k) / n over the rank's own NIC, concurrently, plus (n - 1) latencies.
+
+Data-parallel gradient sync, per pipeline rank, over its dense parameters on the dp x cp group and
+its expert parameters on the dp x cp / ep group (Megatron reduces over data- and context-parallel
+ranks together). Gradients are reduced in fp32 (Megatron-LM forces
+`accumulate_allreduce_grads_in_fp32` with bf16: megatron/training/arguments.py):
+- ZeRO 0: all-reduce of the fp32 gradients, once per step;
+- ZeRO 1 (Megatron's distributed optimizer): reduce-scatter of the fp32 gradients, then an
+  all-gather of the updated bf16 parameters;
+- ZeRO 2: gradients are sharded, so each micro-batch's are reduce-scattered as its backward ends
+  (as DeepSpeed's ZeRO-2 does under gradient accumulation): M reduce-scatters, one all-gather;
+- ZeRO 3: parameters are sharded too: each stage all-gathers its parameters before every F and
+  every backward and reduce-scatters its gradients after it, prefetched one layer ahead (FSDP);
+  `cost.analytic` prices that inside the ops (`zero3_op_seconds`); nothing is left for the step end.
+With `overlap` (Megatron's --overlap-grad-reduce / --overlap-param-gather, FSDP's prefetch) the
+reduce-scatter / all-reduce runs bucket by bucket under the backward of the last micro-batch on
+that pipeline rank, and the parameter all-gather under the next step's first forward; what does
+not fit in those windows is exposed. Without it both run after the pipeline drains.
+
+Optimizer step (Adam, fp32 master weights, multi-tensor apply: memory-bound): per parameter it
+reads the fp32 master, m, v and the fp32 gradient (16 bytes) and writes master, m, v (12) and the
+bf16 weight (2): 30 bytes over HBM (4 + 4 + 4 + 4 reads, the same writes less the gradient, as
+apex's / torch's fused Adam kernels move them), on the parameters the rank owns after sharding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from adaptis_plan.spec.hardware import HardwareProfile, LinkSpec
+from adaptis_plan.spec.training import TrainingConfig
+
+RANK_ORDER = ("tp", "cp", "dp", "pp")
+Dim = Literal["tp", "cp", "ep", "dp", "edp", "pp"]
+GRAD_REDUCE_BYTES = 4  # fp32 gradients (module docstring)
+ADAM_BYTES_PER_PARAM = 30.0  # fp32 master, m, v, gradient read; master, m, v, bf16 weight written
+
+
+@dataclass(frozen=True)
+class GroupLink:
+    """The ranks of one parallel group and the links their collectives run on."""
+
+    size: int
+    per_node: int  # members of the group on one node (size when the group fits in a node)
+    intra_bps: float
+    intra_latency_s: float
+    inter_bps: float
+    inter_latency_s: float
+
+    @property
+    def in_node(self) -> bool:
+        return self.per_node >= self.size
+
+    @property
+    def bus_bps(self) -> float:
+        if self.in_node:
+            return self.intra_bps
+        return min(self.intra_bps, self.per_node * self.inter_bps)
+
+    @property
+    def latency_s(self) -> float:
+        return self.intra_latency_s if self.in_node else self.inter_latency_s
+
+    def ring(self, kind: str, nbytes: float) -> float:
+        """All-gather / reduce-scatter (one ring pass) or all-reduce (two) of `nbytes`, whole tensor."""
+        n = self.size
+        if n <= 1:
+            return 0.0
+        one = (n - 1) * (self.latency_s + nbytes / n / self.bus_bps)
+        return 2.0 * one if kind == "all_reduce" else one
+
+    def all_to_all(self, nbytes: float) -> float:
+        """Each rank sends (n-1)/n of its `nbytes`: inside the node over NVLink, the rest on its NIC."""
+        n, k = self.size, min(self.per_node, self.size)
+        if n <= 1:
+            return 0.0
+        intra = nbytes * (k - 1) / n / self.intra_bps
+        inter = nbytes * (n - k) / n / self.inter_bps
+        return max(intra, inter) + (n - 1) * self.latency_s
+
+    def seconds(self, kind: str, nbytes: float) -> float:
+        return self.all_to_all(nbytes) if kind == "all_to_all" else self.ring(kind, nbytes)
+
+
+def _group(size: int, stride: int, devices_per_node: int, intra: LinkSpec, inter: LinkSpec) -> GroupLink:
+    per_node = size if stride * size <= devices_per_node else max(1, devices_per_node // stride)
+    return GroupLink(
+        size=size,
+        per_node=min(per_node, size),
+        intra_bps=intra.bandwidth_gbps * 1e9,
+        intra_latency_s=intra.latency_s,
+        inter_bps=inter.bandwidth_gbps * 1e9,
+        inter_latency_s=inter.latency_s,
+    )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Every parallel group of one configuration on a hardware profile (module docstring)."""
+
+    tp: GroupLink
+    cp: GroupLink
+    ep: GroupLink
+    dp: GroupLink  # the dense parameters' gradient group: dp x cp ranks
+    edp: GroupLink  # the expert parameters' gradient group: dp x cp / ep ranks
+    zero: int = 1
+    param_bytes: int = 2  # bytes of one weight in the training dtype
+
+    def group(self, dim: str) -> GroupLink:
+        return getattr(self, dim)
+
+
+def devices_per_node(hardware: HardwareProfile) -> int:
+    """GPUs per node: the smallest group's (a placement spanning groups takes the tighter one)."""
+    return min(g.devices_per_node for g in hardware.groups)
+
+
+def placement(hardware: HardwareProfile, training: TrainingConfig) -> Placement:
+    t, c, d, e = training.tp, training.cp, training.dp, training.ep
+    dpn = devices_per_node(hardware)
+    intra, inter = hardware.intra_node, hardware.inter_node
+
+    def group(size: int, stride: int) -> GroupLink:
+        return _group(size, stride, dpn, intra, inter)
+
+    return Placement(
+        tp=group(t, 1),
+        cp=group(c, t),
+        ep=group(e, t),
+        # the dp x cp gradient group: cp ranks at stride t, then dp at stride t x cp: contiguous
+        dp=group(d * c, t),
+        edp=group(d * c // e, t * e),
+        zero=training.zero,
+        param_bytes=4 if training.dtype == "fp32" else 2,
+    )
+
+
+@dataclass(frozen=True)
+class StepExtras:
+    """What one pipeline rank spends around the pipeline per step (seconds) and why."""
+
+    grad_sync_s: float  # reduce-scatter / all-reduce of its gradients
+    param_gather_s: float  # all-gather of updated parameters (ZeRO >= 1)
+    optimizer_s: float  # Adam over the parameters it owns
+
+
+def step_extras(
+    dense_params: float, expert_params: float, training: TrainingConfig, place: Placement, hbm_bps: float
+) -> StepExtras:
+    """Gradient sync, parameter gather and optimizer time of one pipeline rank holding
+    `dense_params` + `expert_params` parameters per tensor-parallel rank (module docstring)."""
+    z, m = training.zero, training.num_microbatches
+    e = 4.0 if training.dtype == "fp32" else 2.0
+    sync = gather = 0.0
+    for params, group in ((dense_params, place.dp), (expert_params, place.edp)):
+        if params <= 0 or group.size <= 1:
+            continue
+        grads = params * GRAD_REDUCE_BYTES
+        if z == 0:
+            sync += group.ring("all_reduce", grads)
+        elif z in (1, 2):
+            sync += group.ring("reduce_scatter", grads) * (m if z == 2 else 1)
+            gather += group.ring("all_gather", params * e)
+    owned = dense_params / (place.dp.size if z >= 1 else 1) + expert_params / (place.edp.size if z >= 1 else 1)
+    return StepExtras(sync, gather, owned * ADAM_BYTES_PER_PARAM / hbm_bps)
+
+
+def exposed(comm_s: float, window_s: float, overlap: bool) -> float:
+    """What of `comm_s` is left when it may hide under `window_s` of compute."""
+    return max(0.0, comm_s - window_s) if overlap else comm_s
+
+
+def gpus(training: TrainingConfig) -> int:
+    return training.tp * training.cp * training.dp * training.pp
