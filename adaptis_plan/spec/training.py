@@ -12,8 +12,8 @@ from pydantic import Field, model_validator
 
 from adaptis_plan.spec.base import StrictModel
 from adaptis_plan.spec.limits import (
-    MAX_DEVICE_MICROBATCHES,
     MAX_CP,
+    MAX_DEVICE_MICROBATCHES,
     MAX_DP,
     MAX_EP,
     MAX_MICRO_BATCH_SIZE,
