@@ -9,6 +9,7 @@ rich, no click: renderers print, this returns data. ortools and torch are reache
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from adaptis_plan.cost.recompute import stage_recompute
 from adaptis_plan.cost.source import CostTables, cost_table_for, costs_notes, load_costs_profile
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.simulate import SimResult, simulate, with_expected
+from adaptis_plan.judge.training_step import TrainingStep, training_step
 from adaptis_plan.planfile.io import (
     check_model_matches,
     make_plan,
@@ -71,6 +73,18 @@ class PlanRequest:
     seed: int = 0
     target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
     budget: SearchBudget | None = None  # the search's work; None = SearchBudget.for_time_limit(time_limit_s)
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    zero: int = 1
+    # the whole configuration (`search.configuration`): with `gpus`, every dimension left None is
+    # searched (tp, pp, dp, cp, ep, zero, micro_batch_size, num_microbatches)
+    gpus: int | None = None
+    global_batch_size: int | None = None
+    fixed: dict | None = None
+    dp_overlap: bool = True  # gradient sync / parameter gather overlap compute (`judge.training_step`)
+    attention: str = "flash"  # the attention core the runtime uses (`TrainingConfig.attention`)
+    tp_comm_overlap: bool = False  # TP collectives overlap their GEMMs (`TrainingConfig.tp_comm_overlap`)
 
 
 @dataclass
@@ -87,9 +101,15 @@ class PlanOutcome:
     # with a --target other than adaptis: the best plan without the target's restriction
     unrestricted: SimResult | None = None
     notes: list[str] = field(default_factory=list)  # for stderr: what the user may not have meant (`costs_notes`)
+    step: TrainingStep | None = None  # the whole step around the pipeline (`judge.training_step`)
+    cluster: dict | None = None  # with --gpus: `search.configuration.configuration_record`
 
     def json_summary(self) -> dict:
         out = {"strategy": self.plan.strategy, **self.result.summary(), "plan_time_s": self.plan_time_s}
+        if self.step is not None:
+            out["training_step"] = self.step.summary()
+        if self.cluster is not None:
+            out.update(self.cluster)
         out["target"] = self.plan.target
         if self.unrestricted is not None:
             u = self.unrestricted
@@ -122,6 +142,13 @@ def _training(req: PlanRequest, recompute: str) -> TrainingConfig:
         seq_len=req.seq_len,
         pp=req.pp,
         tp=req.tp,
+        dp=req.dp,
+        cp=req.cp,
+        ep=req.ep,
+        zero=req.zero,
+        dp_overlap=req.dp_overlap,
+        attention=req.attention,
+        tp_comm_overlap=req.tp_comm_overlap,
         recompute=recompute,
     )
 
@@ -148,13 +175,18 @@ def make_plan_for(
     from adaptis_plan.search import driver
 
     t0 = time.perf_counter() if started_at is None else started_at
+    if req.gpus is not None:
+        return make_configuration_plan(req, progress, started_at=t0)
     classic = _classic_strategy(req.strategy)
     recompute = _recompute_request(req, classic)
     if classic is None and req.time_limit_s <= 0:
         raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
-    training = _training(req, recompute)
+    try:
+        training = _training(req, recompute)
+    except ValueError as e:
+        raise InputError(f"--dp / --cp / --ep: {_first_error(e)}") from None
     if req.pp > model.num_layers:
         raise InputError(
             f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp"
@@ -184,6 +216,58 @@ def make_plan_for(
     if not result.fits_memory:
         raise InfeasibleError(_memory_message(result, got.model, training, got.strategy, got.costs, got.recompute_info))
     return _outcome(req, hw, training, profile, got, result, t0)
+
+
+def _first_error(e: ValueError) -> str:
+    """The message of a pydantic validation error (its first), or the error's text."""
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return str(first.get("ctx", {}).get("error", first.get("msg", e)))
+    return str(e)
+
+
+def make_configuration_plan(
+    req: PlanRequest, progress: ProgressFn | None = None, *, started_at: float | None = None
+) -> PlanOutcome:
+    """`adaptis plan --gpus N --global-batch-size B`: the whole configuration (`search.configuration`)."""
+    from adaptis_plan.inputs.hardware import load_hardware
+    from adaptis_plan.inputs.models.load import load_model
+    from adaptis_plan.search import configuration as config
+
+    t0 = time.perf_counter() if started_at is None else started_at
+    if req.costs_path is not None:
+        raise InputError(
+            f"--costs {req.costs_path} with --gpus: a cost profile holds one step shape (tp, micro-batch size);"
+            " the configuration search varies them: drop --costs, or fix the configuration without --gpus"
+        )
+    if req.global_batch_size is None:
+        raise InputError("--gpus needs --global-batch-size B (sequences per optimizer step)")
+    _recompute_request(req, None)
+    model = load_model(req.model_arg)
+    hw = load_hardware(req.hardware_arg)
+    request = config.Request(
+        gpus=req.gpus,
+        global_batch_size=req.global_batch_size,
+        seq_len=req.seq_len,
+        fixed=dict(req.fixed or {}),
+        recompute=req.recompute,
+        strategy=req.strategy,
+        stages_per_device=req.stages_per_device,
+        seed=req.seed,
+        dp_overlap=req.dp_overlap,
+        attention=req.attention,
+        tp_comm_overlap=req.tp_comm_overlap,
+    )
+    budget = req.budget or _budget_for(req.time_limit_s)
+    deadline = _deadline(req, model, t0)
+    choice = config.search_configuration(model, hw, request, budget=budget, deadline=deadline, progress=progress)
+    got, training = choice.plan, choice.training
+    req = dataclasses.replace(req, pp=choice.point.pp, num_microbatches=choice.point.num_microbatches)
+    outcome = _outcome(req, choice.hardware, training, None, got, got.best.result, t0)
+    outcome.step = choice.step
+    outcome.cluster = config.configuration_record(choice, model, request)
+    return outcome
 
 
 def _outcome(req: PlanRequest, hw, training, profile, got, result: SimResult, t0: float) -> PlanOutcome:  # noqa: ANN001
@@ -216,6 +300,7 @@ def _outcome(req: PlanRequest, hw, training, profile, got, result: SimResult, t0
         search_info=got.info,
         unrestricted=got.unrestricted,
         notes=costs_notes(profile, hw, req.costs_path or "--costs"),
+        step=training_step(best.layout, best.programs, result, got.model, training, hw, got.costs.device_names),
     )
 
 

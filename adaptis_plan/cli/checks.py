@@ -82,6 +82,30 @@ def _check_training_options(pp: int, microbatches: int, seq_len: int, micro_batc
         )
 
 
+def _check_configuration_options(gpus: int | None, global_batch_size: int | None, fixed: dict) -> None:
+    """--gpus / --global-batch-size and the fixed dimensions: positive, within the limits, and the
+    pipeline shape (--pp, --microbatches) given when the configuration is not searched."""
+    from adaptis_plan.spec import limits
+
+    # the flags' names: --microbatches fixes num_microbatches
+    sizes = {("microbatches" if k == "num_microbatches" else k): v for k, v in fixed.items() if k != "zero"}
+    _check_positive(gpus=gpus, global_batch_size=global_batch_size, **sizes)
+    _check_at_most(
+        gpus=(gpus, limits.MAX_DP), global_batch_size=(global_batch_size, limits.MAX_DP * limits.MAX_MICRO_BATCH_SIZE)
+    )
+    if gpus is None:
+        if global_batch_size is not None:
+            raise InputError("--global-batch-size needs --gpus N (the whole-configuration search)")
+        missing = [f"--{k}" for k in ("pp", "num_microbatches") if fixed.get(k) is None]
+        if missing:
+            raise InputError(
+                f"{' and '.join(m.replace('num_microbatches', 'microbatches') for m in missing)} missing: give the"
+                " pipeline shape (--pp P --microbatches M), or --gpus N --global-batch-size B to search it"
+            )
+    elif global_batch_size is None:
+        raise InputError("--gpus needs --global-batch-size B (sequences per optimizer step)")
+
+
 def _head_chunks_option(value: str) -> int | None:
     """--head-chunks: None for auto, else a whole number of vocabulary chunks within the sane maximum."""
     from adaptis_plan.spec.limits import MAX_HEAD_CHUNKS

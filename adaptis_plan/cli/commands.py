@@ -17,6 +17,7 @@ import click
 
 from adaptis_plan.cli.checks import (
     _check_at_most,
+    _check_configuration_options,
     _check_output,
     _check_positive,
     _check_training_options,
@@ -145,11 +146,42 @@ def hardware_show(name: str, as_json: bool) -> None:
 @cli.command("plan")
 @click.option("--model", "model_arg", required=True, help="built-in name, HF config.json (or folder), or spec file")
 @click.option("--hardware", "hardware_arg", required=True, help="built-in profile name or profile file")
-@click.option("--pp", required=True, type=int, help="pipeline ranks")
-@click.option("--microbatches", required=True, type=int, help="micro-batches per step")
+@click.option("--pp", type=int, default=None, help="pipeline ranks (required without --gpus)")
+@click.option("--microbatches", type=int, default=None, help="micro-batches per step (required without --gpus)")
 @click.option("--seq-len", default=4096, show_default=True, type=int)
-@click.option("--micro-batch-size", default=1, show_default=True, type=int)
-@click.option("--tp", default=1, show_default=True, type=int)
+@click.option(
+    "--micro-batch-size", type=int, default=None, help="sequences per micro-batch [default: 1; --gpus: searched]"
+)
+@click.option("--tp", type=int, default=None, help="tensor-parallel degree [default: 1; --gpus: searched]")
+@click.option(
+    "--gpus", type=int, default=None, help="plan the whole configuration for this many GPUs of the profile's type"
+)
+@click.option("--global-batch-size", type=int, default=None, help="sequences per optimizer step (with --gpus)")
+@click.option("--dp", type=int, default=None, help="data-parallel degree [default: 1; --gpus: searched]")
+@click.option("--cp", type=int, default=None, help="context-parallel degree [default: 1; --gpus: searched]")
+@click.option("--ep", type=int, default=None, help="expert-parallel degree [default: 1; --gpus: searched]")
+@click.option(
+    "--zero", type=click.IntRange(0, 3), default=None, help="ZeRO stage over dp x cp [default: 1; --gpus: searched]"
+)
+@click.option(
+    "--attention",
+    type=click.Choice(["flash", "unfused"]),
+    default="flash",
+    show_default=True,
+    help="the runtime's attention core: flash, or unfused (s x s scores through memory, as pre-2023 Megatron-LM)",
+)
+@click.option(
+    "--tp-comm-overlap/--no-tp-comm-overlap",
+    default=False,
+    show_default=True,
+    help="tensor-parallel collectives overlap their GEMMs (Megatron-Core --tp-comm-overlap)",
+)
+@click.option(
+    "--dp-overlap/--no-dp-overlap",
+    default=True,
+    show_default=True,
+    help="data-parallel gradient reduce and parameter gather overlap the pipeline's compute",
+)
 @click.option("--strategy", default="adaptive", show_default=True, help="adaptive, or a classic schedule name")
 @click.option("--partition", type=click.Choice(["uniform", "balanced"]), default=None, help="classic strategies only")
 @click.option("--stages-per-device", type=int, default=None, help="classic loop strategies: chunks per device")
@@ -221,6 +253,15 @@ def plan_cmd(
     seq_len,
     micro_batch_size,
     tp,
+    gpus,
+    global_batch_size,
+    dp,
+    cp,
+    ep,
+    zero,
+    attention,
+    tp_comm_overlap,
+    dp_overlap,
     strategy,
     partition,
     stages_per_device,
@@ -238,7 +279,11 @@ def plan_cmd(
     """Plan partition, placement and schedule; write one JSON plan."""
     from adaptis_plan.spec.limits import MAX_STAGES_PER_DEVICE, MAX_TIME_LIMIT_S
 
-    _check_training_options(pp, microbatches, seq_len, micro_batch_size, tp)
+    fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero}
+    fixed |= {"micro_batch_size": micro_batch_size, "num_microbatches": microbatches}
+    _check_configuration_options(gpus, global_batch_size, fixed)
+    if gpus is None:
+        _check_training_options(pp, microbatches, seq_len, micro_batch_size or 1, tp or 1)
     if not math.isfinite(time_limit) or not 0 < time_limit <= MAX_TIME_LIMIT_S:
         raise InputError(
             f"--time-limit = {time_limit}: must be a finite number of seconds in (0, {MAX_TIME_LIMIT_S:,g}];"
@@ -253,11 +298,21 @@ def plan_cmd(
     req = PlanRequest(
         model_arg=model_arg,
         hardware_arg=hardware_arg,
-        pp=pp,
-        num_microbatches=microbatches,
+        pp=pp or 1,
+        num_microbatches=microbatches or 1,
         seq_len=seq_len,
-        micro_batch_size=micro_batch_size,
-        tp=tp,
+        micro_batch_size=micro_batch_size or 1,
+        tp=tp or 1,
+        dp=dp or 1,
+        cp=cp or 1,
+        ep=ep or 1,
+        zero=1 if zero is None else zero,
+        gpus=gpus,
+        global_batch_size=global_batch_size,
+        fixed=fixed,
+        attention=attention,
+        tp_comm_overlap=tp_comm_overlap,
+        dp_overlap=dp_overlap,
         strategy=strategy,
         partition=partition,
         stages_per_device=stages_per_device,

@@ -160,7 +160,7 @@ Memory, per tensor-parallel rank:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from adaptis_plan.cost.comm import GRAD_REDUCE_BYTES, Placement
@@ -287,6 +287,7 @@ class _Builder:
     t: int
     cp: int = 1
     ep: int = 1
+    unfused: bool = False  # Megatron's pre-flash attention core (`_unfused_core`)
     f_kernels: list[Kernel] = field(default_factory=list)
     i_kernels: list[Kernel] = field(default_factory=list)
     w_kernels: list[Kernel] = field(default_factory=list)
@@ -437,10 +438,15 @@ def _attention(bld: _Builder, a: AttentionSpec, b: int, s: int, h: int, rotary: 
         launches=(rotary_launches + copies, rotary_launches + copies, 0),
     )
     flash_io = T * (qkv_saved + v_dim) * e
-    # flash attention: one forward kernel; backward = dO.O preprocess, the main kernel, dQ conversion
-    bld.core(core_flops, flash_io, FLASH_BACKWARD_FACTOR, "attention core", "attention", (1, 3), attn_dim)
-    # q, k, v after rotary + the flash output (shared with o_proj's input) + fp32 log-sum-exp
-    bld.keep(act=T * (qkv_saved + v_dim) * e + T * nh * _FP32 + extra_saved, act_w=T * gemm_inputs * e)
+    if bld.unfused:
+        qk_dim = q_dim / nh
+        _unfused_core(bld, b, T / b, float(s), nh, qk_dim, v_dim / nh)
+        bld.keep(act=T * (qkv_saved + v_dim) * e + extra_saved, act_w=T * gemm_inputs * e)
+    else:
+        # flash attention: one forward kernel; backward = dO.O preprocess, the main kernel, dQ conversion
+        bld.core(core_flops, flash_io, FLASH_BACKWARD_FACTOR, "attention core", "attention", (1, 3), attn_dim)
+        # q, k, v after rotary + the flash output (shared with o_proj's input) + fp32 log-sum-exp
+        bld.keep(act=T * (qkv_saved + v_dim) * e + T * nh * _FP32 + extra_saved, act_w=T * gemm_inputs * e)
     bld.tp_block(T * h * e)
     if bld.cp > 1:
         # ring attention (Megatron-Core's context parallelism): the K and V of every chunk pass
@@ -449,6 +455,35 @@ def _attention(bld: _Builder, a: AttentionSpec, b: int, s: int, h: int, rotary: 
         kv = float(b * s) * kv_width * e / bld.t
         bld.f_coll.append(Collective("all_gather", kv, "cp", overlap=True))
         bld.i_coll += [Collective("all_gather", kv, "cp", overlap=True), Collective("reduce_scatter", kv, "cp", True)]
+
+
+#: bytes per attention score the unfused core moves (module docstring of `_unfused_core`)
+UNFUSED_F_BYTES_PER_SCORE = 9.0  # softmax: read 2 + write 2; dropout: read 2, write 2 + a 1-byte mask
+UNFUSED_I_BYTES_PER_SCORE = 11.0  # dropout backward: read 2 + mask 1, write 2; softmax backward: read 4, write 2
+UNFUSED_SAVED_BYTES_PER_SCORE = 5.0  # softmax output 2, dropout mask 1, dropout output 2 (Korthikanti: 5as^2b)
+
+
+def _unfused_core(bld: _Builder, b: int, sq: float, sk: float, nh: int, qk_dim: float, v_dim: float) -> None:
+    """Megatron-LM's attention core before flash attention (the path of its 2021-2022 published runs):
+    QK^T and PV as batched GEMMs over the whole s x s scores (the causal mask is applied to them,
+    not skipped), the fused scale-mask-softmax kernel and attention dropout between them, every score
+    through HBM. Backward: the four GEMMs of dQ, dK, dV, dP and the dropout / softmax backward.
+    Saved per score: 5 bytes (Korthikanti et al. 2022, the 5as^2b term of their activation model).
+    Heads split over t; `sq` queries per sequence on this rank, `sk` keys."""
+    e, t = bld.e, bld.t
+    count = b * nh / t
+    scores = count * sq * sk
+    qk = Kernel(2 * scores * qk_dim, (count * (sq + sk) * qk_dim + scores) * e, "scores", "gemm", 1,
+                (sq * count, sk, qk_dim))  # fmt: skip
+    pv = Kernel(2 * scores * v_dim, (scores + count * (sk + sq) * v_dim) * e, "context", "gemm", 1,
+                (sq * count, v_dim, sk))  # fmt: skip
+    bld.f_kernels += [replace(qk, kind="attention"), replace(pv, kind="attention")]
+    bld.i_kernels += [replace(k, kind="attention", what=k.what + " backward") for k in (qk, qk, pv, pv)]
+    bld.f_bytes += scores * UNFUSED_F_BYTES_PER_SCORE
+    bld.i_bytes += scores * UNFUSED_I_BYTES_PER_SCORE
+    bld.f_launches += 2
+    bld.i_launches += 2
+    bld.act += scores * UNFUSED_SAVED_BYTES_PER_SCORE
 
 
 def _mlp(bld: _Builder, m: MlpSpec, b: int, s: int, h: int) -> None:
@@ -623,7 +658,7 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
     b, h = training.micro_batch_size, model.hidden_size
     s = training.seq_len // training.cp  # the tokens of a sequence one context-parallel rank holds
     T = float(b * s)
-    bld = _Builder(e=e, t=t, cp=training.cp, ep=training.ep)
+    bld = _Builder(e=e, t=t, cp=training.cp, ep=training.ep, unfused=training.attention == "unfused")
     if layer.kind == "embedding":
         _embedding(bld, model, b, s)
     elif layer.kind == "head":
@@ -690,7 +725,7 @@ def attention_efficiency(device: DeviceTypeSpec, head_dim: float) -> float:
 
 def kernel_seconds(kernel: Kernel, device: DeviceTypeSpec) -> float:
     """Roofline time of a compute kernel (all its launches), launch overhead apart."""
-    if kernel.kind == "gemm":
+    if kernel.kind == "gemm" or kernel.kind == "attention" and kernel.shape[0] > 0:  # unfused: batched GEMMs
         eff = gemm_efficiency(device, *kernel.shape)
     elif kernel.kind == "attention":
         eff = attention_efficiency(device, kernel.head_dim)
@@ -720,7 +755,11 @@ def work_seconds(
     tp = [c for c in work.collectives if c.group == "tp"]
     if tp and t > 1:
         if place is not None:
-            seconds += sum(place.tp.seconds(c.kind, c.nbytes) for c in tp)
+            comm = sum(place.tp.seconds(c.kind, c.nbytes) for c in tp)
+            if place.tp_overlap:  # pipelined with the GEMMs beside them: only the excess shows
+                gemms = sum(kernel_seconds(k, device) for k in work.kernels if k.kind == "gemm")
+                comm = max(0.0, comm - gemms)
+            seconds += comm
         elif link is None:
             raise ValueError("tensor parallelism needs the intra-node link to time its collectives")
         else:

@@ -133,6 +133,7 @@ class Placement:
     edp: GroupLink  # the expert parameters' gradient group: dp x cp / ep ranks
     zero: int = 1
     param_bytes: int = 2  # bytes of one weight in the training dtype
+    tp_overlap: bool = False  # tensor-parallel collectives hide under the op's GEMMs
 
     def group(self, dim: str) -> GroupLink:
         return getattr(self, dim)
@@ -160,6 +161,7 @@ def placement(hardware: HardwareProfile, training: TrainingConfig) -> Placement:
         edp=group(d * c // e, t * e),
         zero=training.zero,
         param_bytes=4 if training.dtype == "fp32" else 2,
+        tp_overlap=training.tp_comm_overlap,
     )
 
 

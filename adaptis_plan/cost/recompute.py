@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from adaptis_plan.cost.analytic import DTYPE_BYTES, LayerWork, OpWork
+from adaptis_plan.cost.analytic import DTYPE_BYTES, UNFUSED_SAVED_BYTES_PER_SCORE, LayerWork, OpWork
 from adaptis_plan.spec.model import LayerSpec, ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.training import RECOMPUTE_MODES, TrainingConfig
@@ -90,9 +90,14 @@ def input_bytes(model: ModelSpec, training: TrainingConfig) -> float:
 
 
 def lse_bytes(layer: LayerSpec, training: TrainingConfig) -> float:
-    """The flash attention core's fp32 log-sum-exp per micro-batch and rank (what selective drops)."""
+    """What selective recomputation stops saving per micro-batch and rank: the flash attention core's
+    fp32 log-sum-exp, or the unfused core's scores (`cost.analytic.selective_bytes`)."""
     if layer.attention is None:
         return 0.0
+    if training.attention == "unfused":
+        a = layer.attention
+        b, s, cp, t = training.micro_batch_size, training.seq_len, training.cp, training.tp
+        return b * a.num_heads / t * (s / cp) * s * UNFUSED_SAVED_BYTES_PER_SCORE
     tokens = float(training.micro_batch_size * training.seq_len) / training.cp
     return tokens * layer.attention.num_heads * _FP32 / training.tp
 

@@ -538,6 +538,15 @@ def build_cost_table(
     )
 
 
+def layer_param_shares(model: ModelSpec, training: TrainingConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, the (dense, routed-expert) parameters one rank holds (after TP and EP sharding)."""
+    works = _works(model, training)
+    return (
+        np.array([w.dense_params for w in works], dtype=float),
+        np.array([w.expert_params for w in works], dtype=float),
+    )
+
+
 def layer_cost_rows(model: ModelSpec, hardware: HardwareProfile, training: TrainingConfig) -> list[dict[str, Any]]:
     """Per-layer costs on the first pipeline rank's device type, for `adaptis model show --hardware`.
 

@@ -49,6 +49,27 @@ class TrainingConfig(StrictModel):
         description="expert-parallel degree: MoE experts sharded over ep of the dp x cp ranks (divides dp x cp)",
     )
     zero: Literal[0, 1, 2, 3] = Field(1, description="ZeRO stage over the dp (x cp) group")
+    attention: Literal["flash", "unfused"] = Field(
+        "flash",
+        description=(
+            "attention core: flash (fused, no s x s scores in memory) or unfused (Megatron-LM's pre-flash"
+            " path: batched score GEMMs over the whole s x s, fused scale-mask-softmax, attention dropout)"
+        ),
+    )
+    tp_comm_overlap: bool = Field(
+        False,
+        description=(
+            "tensor-parallel all-gathers / reduce-scatters overlap the GEMMs next to them (Megatron-Core's"
+            " --tp-comm-overlap, TransformerEngine userbuffers)"
+        ),
+    )
+    dp_overlap: bool = Field(
+        True,
+        description=(
+            "data-parallel gradient reduce-scatter overlaps the last micro-batch's backward and the parameter"
+            " all-gather the next step's first forward (Megatron's --overlap-grad-reduce / --overlap-param-gather)"
+        ),
+    )
     dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="compute and weight dtype")
     recompute: RecomputeRequest = Field(
         "none",

@@ -1,0 +1,524 @@
+"""The whole-configuration search: N GPUs, a model and a global batch -> TP, PP, DP, CP, EP, ZeRO,
+the micro-batch split, recomputation and the pipeline, with a configuration-level lower bound.
+
+Contract: `search_configuration(model, hardware, request, budget=..., deadline=...)` returns the
+best `Choice` (its `driver.PipelinePlan`, training config and whole step) and one `Considered`
+row per legal configuration saying what happened to it. Same inputs and budget, same answer:
+every order is a sort on numbers and labels, every search runs on a deterministic budget.
+
+Legal points (`legal_points`): tp divides every head count and inner size (`check_tensor_parallel`)
+and stays within a node; cp divides the sequence into 2 x cp load-balanced chunks and only
+attention models take it (no Mamba); pp <= layers; dp = gpus / (tp x cp x pp) divides the global
+batch; ep divides the experts and dp x cp (MoE models only); micro-batch size b divides
+B / dp with M = B / (dp x b) micro-batches. ZeRO 1, 2 and 3 are tried where dp x cp > 1: ZeRO 0
+is never better in this cost model (it holds more memory than ZeRO 1 and its all-reduce moves
+fp32 gradients twice where ZeRO 1's reduce-scatter + bf16 all-gather moves 1.5 times).
+
+Then, per point, without planning (`_screen_bound`): a proven memory check (parameters, gradients
+and optimizer state over an even split of the layers must fit; no schedule holds less on its
+fullest rank) and a lower bound on the whole step: the pipeline's bound (`judge.bound.lower_bound`,
+any partition, placement and schedule, on the costs without recomputation, which only adds work)
+plus the optimizer step (`judge.training_step.layer_extras`): every rank ends with its own, so
+step >= max(pipeline bound + the smallest layer's, (all work + all optimizer steps) / pp).
+The least bound over every point that may fit is the configuration-level lower bound.
+
+Points are screened in the order of their bounds with 1F1B (uniform partition; recomputation
+none, selective, then full: the first that fits), priced as whole steps, until the next bound
+is above the best screened step (the rest are pruned: they cannot win) or the screening budget
+is spent; the best screened points are then planned with the full pipeline search (`driver`),
+each with an equal share of the budget. A point whose search finds no plan that fits keeps its
+screened 1F1B plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from adaptis_plan.core import ProgressFn
+from adaptis_plan.cost.comm import devices_per_node
+from adaptis_plan.cost.source import CostTables
+from adaptis_plan.cost.table import check_tensor_parallel
+from adaptis_plan.errors import InfeasibleError, InputError
+from adaptis_plan.judge.bound import lower_bound
+from adaptis_plan.judge.simulate import simulate, with_expected
+from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
+from adaptis_plan.search import driver
+from adaptis_plan.search.budget import Deadline, SearchBudget
+from adaptis_plan.search.generator import classic_candidate
+from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
+from adaptis_plan.spec.limits import (
+    MAX_CP,
+    MAX_DEVICE_MICROBATCHES,
+    MAX_MICRO_BATCH_SIZE,
+    MAX_MICROBATCHES,
+    MAX_PP,
+)
+from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.spec.training import TrainingConfig
+
+DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch_size", "num_microbatches")
+#: micro-batch sizes tried when not given: powers of two up to this (larger ones only raise the
+#: activation memory; the GEMMs are near their asymptote at b x s = 16K tokens and above)
+MAX_SEARCHED_MICRO_BATCH = 8
+#: points screened with 1F1B at most, and of those planned with the full pipeline search
+SCREEN_LIMIT = 48
+PLAN_LIMIT = 3
+SCREEN_STRATEGY = "1F1B"
+#: tokens of a sequence a context-parallel rank holds at least when cp is searched (Megatron-Core
+#: runs cp 2 at 8K and cp 16 at 128K in its published recipes: 4K-8K per rank)
+MIN_CP_TOKENS = 1024
+RECOMPUTE_LADDER = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user gave: the cluster, the batch and any dimension fixed (None = searched)."""
+
+    gpus: int
+    global_batch_size: int
+    seq_len: int
+    fixed: dict[str, int | None] = field(default_factory=dict)
+    recompute: str = "auto"
+    strategy: str = "adaptive"
+    stages_per_device: int | None = None
+    seed: int = 0
+    dp_overlap: bool = True
+    attention: str = "flash"
+    tp_comm_overlap: bool = False
+
+
+@dataclass(frozen=True, order=True)
+class Point:
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    zero: int
+    micro_batch_size: int
+    num_microbatches: int
+
+    def training(self, req: Request, recompute: str = "none") -> TrainingConfig:
+        """The training config of this point under `req`'s sequence length and runtime settings."""
+        return TrainingConfig(
+            num_microbatches=self.num_microbatches,
+            micro_batch_size=self.micro_batch_size,
+            seq_len=req.seq_len,
+            pp=self.pp,
+            tp=self.tp,
+            dp=self.dp,
+            cp=self.cp,
+            ep=self.ep,
+            zero=self.zero,
+            recompute=recompute,
+            dp_overlap=req.dp_overlap,
+            attention=req.attention,
+            tp_comm_overlap=req.tp_comm_overlap,
+        )
+
+    @property
+    def label(self) -> str:
+        return (
+            f"tp{self.tp} pp{self.pp} dp{self.dp} cp{self.cp} ep{self.ep} zero{self.zero}"
+            f" mbs{self.micro_batch_size} x{self.num_microbatches}"
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in DIMENSIONS}
+
+
+def screen_strategy(req: Request) -> str:
+    """The classic schedule points are screened with: the requested one, or 1F1B for adaptive."""
+    return SCREEN_STRATEGY if req.strategy.lower() == "adaptive" else req.strategy
+
+
+@dataclass
+class Considered:
+    """One legal point and what became of it. `status`: planned, screened, pruned (its bound is above
+    the best step found), out_of_memory, not_screened (the budget ran out before its bound came up)."""
+
+    point: Point
+    bound_s: float
+    status: str
+    step_time_s: float | None = None
+    reason: str = ""
+    recompute: str | None = None
+    strategy: str | None = None
+    overflow_bytes: float = 0.0
+
+    def record(self) -> dict:
+        out: dict = {"configuration": self.point.as_dict(), "lower_bound_s": self.bound_s, "status": self.status}
+        if self.step_time_s is not None:
+            out["step_time_s"] = self.step_time_s
+        if self.recompute is not None:
+            out["recompute"] = self.recompute
+        if self.strategy is not None:
+            out["strategy"] = self.strategy
+        if self.reason:
+            out["reason"] = self.reason
+        if self.overflow_bytes:
+            out["overflow_bytes"] = self.overflow_bytes
+        return out
+
+
+@dataclass
+class Choice:
+    point: Point
+    training: TrainingConfig
+    hardware: HardwareProfile
+    plan: driver.PipelinePlan
+    step: TrainingStep
+    considered: list[Considered]
+    lower_bound_s: float
+
+
+def cluster(hardware: HardwareProfile, gpus: int, source: str = "--gpus") -> HardwareProfile:
+    """`hardware` sized to `gpus` GPUs: its one device group's node count (a slice of one node when
+    gpus < devices per node). Raises InputError for a size the profile cannot be cut to."""
+    if gpus < 1:
+        raise InputError(f"{source} = {gpus}: must be at least 1")
+    if len(hardware.groups) != 1:
+        if gpus == hardware.num_devices:
+            return hardware
+        raise InputError(
+            f"{source} = {gpus}: hardware '{hardware.name}' mixes {len(hardware.groups)} device groups"
+            f" ({hardware.num_devices} GPUs); a mixed cluster is planned at its own size: use {source}"
+            f" {hardware.num_devices}"
+        )
+    g = hardware.groups[0]
+    if gpus <= g.devices_per_node:
+        group = DeviceGroupSpec(device_type=g.device_type, num_nodes=1, devices_per_node=gpus)
+    elif gpus % g.devices_per_node:
+        raise InputError(
+            f"{source} = {gpus}: not a whole number of {hardware.name} nodes ({g.devices_per_node} GPUs each);"
+            f" use a multiple of {g.devices_per_node}"
+        )
+    else:
+        group = DeviceGroupSpec(device_type=g.device_type, num_nodes=gpus // g.devices_per_node,
+                                devices_per_node=g.devices_per_node)  # fmt: skip
+    return hardware.model_copy(update={"groups": [group]})
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _tp_ok(model: ModelSpec, tp: int) -> bool:
+    try:
+        check_tensor_parallel(model, tp)
+    except InputError:
+        return False
+    return True
+
+
+def _choices(name: str, fixed: dict[str, int | None], options: Sequence[int]) -> list[int]:
+    value = fixed.get(name)
+    return [value] if value is not None else list(options)
+
+
+def legal_points(model: ModelSpec, hardware: HardwareProfile, req: Request) -> list[Point]:
+    """Every legal configuration of `req` on `hardware` (module docstring), sorted."""
+    n, B, S, fixed = req.gpus, req.global_batch_size, req.seq_len, req.fixed
+    dpn = devices_per_node(hardware)
+    experts = {layer.moe.num_experts for layer in model.layers if layer.moe is not None}
+    has_mamba = any(layer.mamba is not None for layer in model.layers)
+    tps = [t for t in _choices("tp", fixed, [d for d in _divisors(n) if d <= dpn]) if _tp_ok(model, t)]
+    points: list[Point] = []
+    for tp in tps:
+        if n % tp:
+            continue
+        # a context-parallel rank keeps at least MIN_CP_TOKENS of each sequence (shorter chunks
+        # leave the attention core too small to hide the KV exchange)
+        cps = [1] if has_mamba else [
+            c for c in _divisors(n // tp) if c == 1 or (S % (2 * c) == 0 and S // c >= MIN_CP_TOKENS)
+        ]  # fmt: skip
+        for cp in _choices("cp", fixed, cps):
+            if n % (tp * cp) or (cp > 1 and S % cp):
+                continue
+            for pp in _choices("pp", fixed, _divisors(n // (tp * cp))):
+                if n % (tp * cp * pp) or pp > model.num_layers:
+                    continue
+                dp = n // (tp * cp * pp)
+                if fixed.get("dp") not in (None, dp) or B % dp:
+                    continue
+                eps = [1]
+                if experts:
+                    eps = [e for e in _divisors(dp * cp) if all(x % e == 0 for x in experts)]
+                mbs_all = [b for b in _divisors(B // dp) if b <= MAX_SEARCHED_MICRO_BATCH]
+                zeros = [1, 2, 3] if dp * cp > 1 else [1]
+                for ep in _choices("ep", fixed, eps):
+                    if (dp * cp) % ep:
+                        continue
+                    for zero in _choices("zero", fixed, zeros):
+                        for b in _choices("micro_batch_size", fixed, mbs_all):
+                            if (B // dp) % b:
+                                continue
+                            m = B // (dp * b)
+                            if fixed.get("num_microbatches") not in (None, m):
+                                continue
+                            if m > MAX_MICROBATCHES or pp * m > MAX_DEVICE_MICROBATCHES:
+                                continue
+                            if max(cp, ep) > MAX_CP or pp > MAX_PP or b > MAX_MICRO_BATCH_SIZE:
+                                continue
+                            points.append(Point(tp, pp, dp, cp, ep, zero, b, m))
+    return sorted(points)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+@dataclass
+class _Screen:
+    considered: Considered
+    tables: CostTables | None = None
+    candidate: object = None
+    step: TrainingStep | None = None
+    mode: str = "none"
+
+
+def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Point) -> Considered:
+    """The proven memory check and the lower bound of one point (module docstring)."""
+    training = point.training(req, "none")
+    try:
+        costs = CostTables(hw, training).table(model)
+    except InputError as e:
+        return Considered(point, math.inf, "out_of_memory", reason=str(e))
+    limit = float(costs.mem_limit_bytes.min())
+    static = float(costs.static_bytes.sum()) / point.pp
+    if static > limit:
+        return Considered(
+            point, math.inf, "out_of_memory",
+            reason=f"weights, gradients and optimizer state alone need {_gib(static)} per GPU at best,"
+            f" {_gib(limit)} usable", overflow_bytes=static - limit,
+        )  # fmt: skip
+    extras = layer_extras(model, training, hw, costs.device_names[0])
+    work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
+    bound = max(
+        lower_bound(costs, point.pp, point.num_microbatches) + float(extras.min()),
+        (point.num_microbatches * float(work.sum()) + float(extras.sum())) / point.pp,
+    )
+    return Considered(point, bound, "not_screened")
+
+
+def _screen(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered, modes: Sequence[str]) -> _Screen:
+    """1F1B at the point with the first recompute mode of `modes` that fits, as a whole step."""
+    p = row.point
+    worst = 0.0
+    strategy = screen_strategy(req)
+    for mode in modes:
+        training = p.training(req, mode)
+        tables = CostTables(hw, training, default_mode=mode)
+        costs = tables.table(model)
+        try:
+            cand = classic_candidate(
+                costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=req.stages_per_device
+            )
+        except InputError as e:
+            row.status, row.reason = "out_of_memory", str(e)
+            return _Screen(row)
+        result = cand.result or simulate(cand.layout, costs, cand.programs, p.num_microbatches)
+        if not result.fits_memory:
+            worst = max(result.overflow_bytes)
+            continue
+        step = training_step(cand.layout, cand.programs, result, model, training, hw, costs.device_names)
+        row.status, row.step_time_s, row.recompute, row.strategy = "screened", step.step_time_s, mode, strategy
+        return _Screen(row, tables, cand, step, mode)
+    row.status, row.overflow_bytes = "out_of_memory", worst
+    row.reason = f"{strategy} with {modes[-1]} recomputation is {_gib(worst)} over the memory limit"
+    return _Screen(row)
+
+
+def search_configuration(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    req: Request,
+    *,
+    budget: SearchBudget,
+    deadline: Deadline,
+    progress: ProgressFn | None = None,
+) -> Choice:
+    """The best configuration of `req` (module docstring). Raises InputError when no point is legal
+    and InfeasibleError when none fits in memory."""
+    hw = cluster(hardware, req.gpus)
+    points = legal_points(model, hw, req)
+    if not points:
+        given = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in req.fixed.items() if v is not None)
+        raise InputError(
+            f"--gpus {req.gpus} --global-batch-size {req.global_batch_size} --seq-len {req.seq_len}"
+            + (f" with {given}" if given else "")
+            + f": no legal configuration of {model.name} (tp must divide the heads and stay in a node,"
+            " dp x micro-batch size x micro-batches must equal the global batch); change the fixed sizes"
+        )
+    rows = [_screen_bound(model, hw, req, p) for p in points]
+    order = sorted((r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.bound_s, r.point))
+    fixed_mode = None if req.recompute == "auto" else req.recompute
+    modes = (fixed_mode,) if fixed_mode else RECOMPUTE_LADDER
+    screened: list[_Screen] = []
+    best = math.inf
+    for k, row in enumerate(order):
+        if row.bound_s >= best:
+            for rest in order[k:]:
+                rest.status = "pruned"
+                rest.reason = f"lower bound {rest.bound_s:.4g} s >= the best step found, {best:.4g} s"
+            break
+        if len(screened) >= SCREEN_LIMIT:
+            break
+        got = _screen(model, hw, req, row, modes)
+        if got.step is not None:
+            screened.append(got)
+            best = min(best, got.step.step_time_s)
+        if progress is not None:
+            progress("configurations", min(1.0, (k + 1) / max(1, min(len(order), SCREEN_LIMIT))))
+    if not screened:
+        worst = min((r for r in rows if r.status == "out_of_memory"), key=lambda r: (r.overflow_bytes, r.point))
+        raise InfeasibleError(
+            f"no configuration of {model.name} on {req.gpus} GPUs fits in memory; the closest, {worst.point.label},"
+            f" {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch"
+        )
+    screened.sort(key=lambda s: (s.step.step_time_s, s.considered.point))
+    chosen = screened[:PLAN_LIMIT]
+    share = budget.scaled(1.0 / len(chosen))
+    results = []
+    for got in chosen:
+        results.append(_plan_point(model, hw, req, got, share, deadline, progress))
+    results.sort(key=lambda c: (c.step.step_time_s, c.point))
+    lower = min(r.bound_s for r in order) if order else math.inf
+    win = results[0]
+    win.considered = rows
+    win.lower_bound_s = lower
+    return win
+
+
+def _plan_point(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    req: Request,
+    got: _Screen,
+    budget: SearchBudget,
+    deadline: Deadline,
+    progress: ProgressFn | None,
+) -> Choice:
+    """The full pipeline search at a screened point; its 1F1B plan when the search finds none better."""
+    p, row = got.considered.point, got.considered
+    recompute = req.recompute if req.recompute != "auto" else "auto"
+    base_mode = "none" if recompute == "auto" else recompute
+    training = p.training(req, recompute)
+    tables = CostTables(hw, training, default_mode=base_mode)
+    planned: driver.PipelinePlan | None = None
+    try:
+        if req.strategy.lower() == "adaptive":
+            opts = driver.PipelineOptions(recompute=recompute, seed=req.seed)
+            planned = driver.search_pipeline(
+                model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
+                options=opts, progress=progress,
+            )  # fmt: skip
+    except (InfeasibleError, InputError):
+        planned = None
+    step = None
+    if planned is not None:
+        best = planned.best
+        result = with_expected(
+            best.layout, planned.costs, best.programs, p.num_microbatches,
+            best.result or simulate(best.layout, planned.costs, best.programs, p.num_microbatches),
+        )  # fmt: skip
+        if result.fits_memory:
+            best.result = result
+            step = training_step(best.layout, best.programs, result, planned.model, training, hw,
+                                 planned.costs.device_names)  # fmt: skip
+    if step is None or step.step_time_s > got.step.step_time_s:
+        # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
+        strategy = screen_strategy(req)
+        planned = driver.classic_pipeline(
+            model, got.tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches,
+            stages_per_device=req.stages_per_device,
+        )  # fmt: skip
+        training = p.training(req, got.mode)
+        best = planned.best
+        best.result = with_expected(best.layout, planned.costs, best.programs, p.num_microbatches,
+                                    got.candidate.result or simulate(best.layout, planned.costs, best.programs,
+                                                                     p.num_microbatches))  # fmt: skip
+        step = got.step
+        row.strategy, row.recompute = strategy, got.mode
+    else:
+        row.strategy = planned.strategy
+        row.recompute = recompute
+    row.status, row.step_time_s = "planned", step.step_time_s
+    return Choice(p, training, hw, planned, step, [], math.inf)
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Model FLOPs per trained token: 6 x the parameters a token uses (active experts only, the
+    embedding and head included) + causal attention, 6 x heads x head_dim x seq_len per attention
+    layer (half of the 12 x L x h x s of non-causal attention; no recomputation counted)."""
+    from adaptis_plan.cost.params import layer_params
+
+    active = sum(layer_params(model, layer).active for layer in model.layers)
+    attn = 0.0
+    for layer in model.layers:
+        a = layer.attention
+        if a is None:
+            continue
+        width = a.num_heads * (
+            a.head_dim
+            if a.type == "gqa"
+            else ((a.qk_nope_head_dim or 0) + (a.qk_rope_head_dim or 0) + (a.v_head_dim or 0)) / 2
+        )  # noqa: E501
+        window = min(a.sliding_window or seq_len, seq_len)
+        attn += 6.0 * width * window
+    return 6.0 * active + attn
+
+
+def throughput(choice: Choice, model: ModelSpec, seq_len: int) -> tuple[float, float]:
+    """(tokens per second of the cluster, MFU) of a chosen configuration."""
+    p = choice.point
+    tokens = p.dp * p.micro_batch_size * p.num_microbatches * seq_len
+    tps = tokens / choice.step.step_time_s
+    gpus = p.tp * p.cp * p.dp * p.pp
+    peaks = [choice.hardware.device_types[g.device_type].peak_bf16_tflops for g in choice.hardware.groups]
+    mfu = tps * model_flops_per_token(model, seq_len) / (gpus * min(peaks) * 1e12)
+    return tps, mfu
+
+
+def configuration_record(choice: Choice, model: ModelSpec, req: Request) -> dict:
+    """The `--json` keys of a whole-configuration plan (DESIGN.md, "Whole configuration")."""
+    tps, mfu = throughput(choice, model, req.seq_len)
+    p = choice.point
+    plan = choice.plan
+    rows = sorted(
+        choice.considered,
+        key=lambda r: (r.step_time_s is None, r.step_time_s or math.inf, r.bound_s, r.point),
+    )
+    return {
+        "gpus": req.gpus,
+        "tokens_per_s": tps,
+        "tokens_per_s_per_gpu": tps / req.gpus,
+        "mfu": mfu,
+        "configuration": {
+            **p.as_dict(),
+            "recompute": choice.training.recompute,
+            "strategy": plan.strategy,
+            "stages_per_device": plan.best.layout.num_stages // p.pp,
+        },
+        "training_step": choice.step.summary(),
+        "configuration_lower_bound_s": choice.lower_bound_s,
+        "configuration_gap": choice.step.step_time_s / choice.lower_bound_s - 1 if choice.lower_bound_s > 0 else None,
+        "configurations": [r.record() for r in rows],
+    }
+
+
+__all__ = [
+    "Choice",
+    "Considered",
+    "Point",
+    "Request",
+    "cluster",
+    "configuration_record",
+    "legal_points",
+    "model_flops_per_token",
+    "search_configuration",
+    "throughput",
+]

@@ -1,0 +1,288 @@
+"""Published runs at scale: predicted against measured tokens/s per GPU with the published
+configuration forced, and what the free configuration search picks for the same model, GPUs and batch.
+
+Run: `python -m bench.run --suites scale [--quick]` (suite `scale`: writes bench/results/scale.json,
+then re-renders BENCHMARKS.md).
+
+Data flow: `bench/published_runs.json` (`bench.published_runs.load_runs`: every run's source, model,
+parallel configuration and measured throughput, derived from the source's own FLOP accounting) ->
+`run_one` writes the run's model as a native spec and plans it twice through
+`usecases.make_plan_for` (the path `adaptis plan --gpus` takes): once with every dimension fixed to the
+published one (classic 1F1B, or Interleaved1F1B with the published virtual stages, and the published
+recomputation), once free (`--recompute auto`, adaptive) -> `ScaleRow` -> the record -> `render`.
+
+Settings: the analytic cost model on the built-in `a100` / `h100` profiles (an A100-40GB run uses
+the `a100` profile with 40 GB of HBM). The data-parallel overlap is the source's: Megatron-LM before
+its distributed optimizer (Narayanan 2021, Korthikanti 2022 and the Megatron-LM baseline of MegaScale,
+which lists overlap as its own addition) reduces gradients after the pipeline drains; Megatron-Core
+2024, Llama 3 (FSDP) and llm-foundry (FSDP) overlap it. Imports `adaptis_plan` use cases, the
+published runs and `bench.paper`'s formatting; no CLI, no rich.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import statistics
+import tempfile
+import time
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.paper import Provenance, table
+from bench.published_runs import load_runs
+
+HEADING = "## Published runs at scale: predicted against measured tokens/s per GPU"
+#: sources whose runtime reduces data-parallel gradients after the pipeline drains (module docstring)
+NO_DP_OVERLAP = ("narayanan2021", "korthikanti2022", "megascale2024")
+#: sources whose runtime computed attention without flash attention (module docstring)
+UNFUSED_ATTENTION = ("narayanan2021", "korthikanti2022", "megascale2024")
+#: sources that state tensor-parallel communication overlap (Megatron-Core --tp-comm-overlap)
+TP_COMM_OVERLAP = ("megatron_core_h100_2024",)
+HARDWARE = {"a100-80gb": ("a100", None), "a100-40gb": ("a100", 40_000_000_000), "h100-80gb": ("h100", None)}
+#: the figures `issues` holds the cost model to: median and worst |error| over the dense runs
+MEDIAN_TARGET, WORST_TARGET = 0.10, 0.25
+QUICK_IDS = ("narayanan21-gpt-1.7b-32", "korthikanti22-gpt-175b-64", "llama3-405b-16384-cp1", "mcore24-gpt-70b-768")
+
+
+@dataclass
+class ScaleRow:
+    id: str
+    source_key: str
+    device: str
+    gpus: int
+    configuration: str
+    measured: float  # tokens/s per GPU
+    predicted: float | None = None
+    forced_error: str | None = None
+    free: float | None = None
+    free_configuration: str | None = None
+    free_strategy: str | None = None
+    free_gap: float | None = None
+    free_error: str | None = None
+    used_for_calibration: bool = False
+    forced_s: float = 0.0
+    free_s: float = 0.0
+
+    @property
+    def error(self) -> float | None:
+        return None if self.predicted is None else self.predicted / self.measured - 1.0
+
+    @property
+    def gain(self) -> float | None:
+        return None if self.free is None or self.predicted is None else self.free / self.predicted
+
+
+def model_spec(run: dict) -> dict:
+    """The run's model as a native model spec (GPT: learned positions, LayerNorm, GeLU; Llama: RoPE,
+    RMSNorm, SwiGLU, grouped-query attention)."""
+    m = run["model"]
+    attention = {"num_heads": m["num_heads"], "num_kv_heads": m["num_kv_heads"],
+                 "head_dim": m["hidden_size"] // m["num_heads"]}  # fmt: skip
+    block = {"kind": "decoder", "attention": attention,
+             "mlp": {"activation": m["activation"], "intermediate_size": m["ffn_hidden_size"]}}  # fmt: skip
+    spec = {
+        "name": run["id"],
+        "hidden_size": m["hidden_size"],
+        "vocab_size": m["vocab_size"],
+        "norm": "layernorm" if m["position"] == "learned" or m["activation"] == "gelu" else "rmsnorm",
+        "tie_word_embeddings": m["tied_embeddings"],
+        "layers": [{"kind": "embedding"}] + [block] * m["num_layers"] + [{"kind": "head"}],
+    }
+    if m["position"] in ("learned", "alibi"):
+        spec["position_encoding"] = m["position"]
+    if m["position"] == "learned":
+        spec["max_position_embeddings"] = run["seq_len"]
+    return spec
+
+
+def _inputs(run: dict, folder: Path) -> tuple[str, str]:
+    from adaptis_plan.inputs.hardware import load_hardware
+
+    model_path = folder / f"{run['id']}.model.json"
+    model_path.write_text(json.dumps(model_spec(run), indent=1))
+    name, hbm = HARDWARE[run["device"]]
+    if hbm is None:
+        return str(model_path), name
+    hw = load_hardware(name).model_dump(mode="json")
+    for dt in hw["device_types"].values():
+        dt["hbm_bytes"] = hbm
+    hw["name"] = f"{name}-40gb"
+    hw_path = folder / f"{run['id']}.hardware.json"
+    hw_path.write_text(json.dumps(hw, indent=1))
+    return str(model_path), str(hw_path)
+
+
+def forced_request_args(run: dict) -> dict:
+    """The published configuration, every dimension fixed."""
+    vp = run.get("virtual_stages", 1)
+    m = run["global_batch_size"] // (run["dp"] * run["micro_batch_size"])
+    fixed = {"tp": run["tp"], "pp": run["pp"], "dp": run["dp"], "cp": run["cp"], "ep": 1,
+             "zero": min(run["zero"], 3) if run["dp"] * run["cp"] > 1 else 1,
+             "micro_batch_size": run["micro_batch_size"], "num_microbatches": m}  # fmt: skip
+    if run["zero"] == 0 and run["dp"] * run["cp"] > 1:
+        fixed["zero"] = 0
+    return {
+        "fixed": fixed,
+        "recompute": run["recompute"],
+        "strategy": "Interleaved1F1B" if vp > 1 else "1F1B",
+        "stages_per_device": vp if vp > 1 else None,
+    }
+
+
+def runtime(run: dict) -> dict:
+    """The runtime settings of the run's software (module docstring), as `PlanRequest` fields."""
+    key = run["source_key"]
+    return {
+        "dp_overlap": key not in NO_DP_OVERLAP,
+        "attention": "unfused" if key in UNFUSED_ATTENTION else "flash",
+        "tp_comm_overlap": key in TP_COMM_OVERLAP,
+    }
+
+
+def run_one(run: dict) -> ScaleRow:
+    from adaptis_plan.errors import AdaptisError
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+
+    cfg = forced_request_args(run)
+    f = cfg["fixed"]
+    label = (f"tp{f['tp']} pp{f['pp']} dp{f['dp']} cp{f['cp']} mbs{f['micro_batch_size']}"
+             f" gbs{run['global_batch_size']} {run['recompute']}"
+             + (f" vp{run['virtual_stages']}" if run.get("virtual_stages", 1) > 1 else ""))  # fmt: skip
+    row = ScaleRow(run["id"], run["source_key"], run["device"], run["gpus"], label, run["tokens_per_s_per_gpu"],
+                   used_for_calibration=run.get("used_for_calibration", False))  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        model_arg, hw_arg = _inputs(run, Path(tmp))
+        common = {"model_arg": model_arg, "hardware_arg": hw_arg, "pp": 1, "num_microbatches": 1,
+                  "seq_len": run["seq_len"], "gpus": run["gpus"], "global_batch_size": run["global_batch_size"],
+                  "hard_stop": False, **runtime(run)}  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            out = make_plan_for(PlanRequest(**common, **cfg))
+            row.predicted = out.cluster["tokens_per_s_per_gpu"]
+        except AdaptisError as e:
+            row.forced_error = str(e)
+        row.forced_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        try:
+            out = make_plan_for(PlanRequest(**common, recompute="auto"))
+            c = out.cluster
+            row.free = c["tokens_per_s_per_gpu"]
+            k = c["configuration"]
+            row.free_configuration = (
+                f"tp{k['tp']} pp{k['pp']} dp{k['dp']} cp{k['cp']} zero{k['zero']} mbs{k['micro_batch_size']}"
+            )
+            row.free_strategy = k["strategy"] + (f" x{k['stages_per_device']}" if k["stages_per_device"] > 1 else "")
+            row.free_gap = c["configuration_gap"]
+        except AdaptisError as e:
+            row.free_error = str(e)
+        row.free_s = time.perf_counter() - t0
+    return row
+
+
+def run_rows(quick: bool = False, workers: int = 1, log=None) -> list[ScaleRow]:  # noqa: ANN001
+    runs = [r for r in load_runs() if not quick or r["id"] in QUICK_IDS]
+    if workers > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            rows = list(pool.map(run_one, runs))
+    else:
+        rows = [run_one(r) for r in runs]
+    if log is not None:
+        for r in rows:
+            log(f"{r.id}: predicted {r.predicted} measured {r.measured} free {r.free}")
+    return rows
+
+
+SUITE = "scale"
+
+
+def run_suite(quick: bool, workers: int, log=None) -> dict:  # noqa: ANN001
+    from bench.records import to_json
+
+    return {"rows": to_json(run_rows(quick, workers, log))}
+
+
+def results_from_record(rec: Mapping) -> list[ScaleRow]:
+    from bench.records import from_json
+
+    return from_json(list[ScaleRow], rec["results"]["rows"])
+
+
+def summary(rows: list[ScaleRow]) -> dict:
+    """Median and worst |error| of the forced predictions, over the runs not used for calibration."""
+    held = [r for r in rows if r.error is not None and not r.used_for_calibration]
+    errs = [abs(r.error) for r in held]
+    gains = [r.gain for r in held if r.gain is not None]
+    return {
+        "runs": len(held),
+        "sources": len({r.source_key for r in held}),
+        "median_abs_error": statistics.median(errs) if errs else None,
+        "worst_abs_error": max(errs) if errs else None,
+        "free_slower": sum(1 for g in gains if g < 1 - 1e-9),
+        "mean_gain": statistics.fmean(gains) if gains else None,
+        "max_gpus": max((r.gpus for r in held), default=0),
+        "min_gpus": min((r.gpus for r in held), default=0),
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def render(rec: Mapping) -> str:
+    rows = results_from_record(rec)
+    s = summary(rows)
+    prov = Provenance.of(rec)
+    lines = [
+        HEADING,
+        "",
+        "Every run below is a published, measured training run (bench/published_runs.json names each source, its"
+        " table and its FLOP accounting); tokens/s per GPU are derived from the source's own accounting. Predicted:"
+        " `adaptis plan --gpus N --global-batch-size B` with every dimension fixed to the published one (1F1B, or"
+        " Interleaved1F1B with the published virtual stages), analytic cost model, built-in `a100` / `h100`"
+        " profiles, 90% of HBM. Free: the same model, GPUs and batch with nothing fixed (`--recompute auto`).",
+        "",
+        f"- {s['runs']} runs from {s['sources']} sources, {s['min_gpus']} to {s['max_gpus']:,} GPUs: median |error|"
+        f" {_pct(s['median_abs_error'])}, worst {_pct(s['worst_abs_error'])} (targets {MEDIAN_TARGET:.0%} /"
+        f" {WORST_TARGET:.0%}); the runs marked * calibrated the H100 profile and are not counted.",
+        f"- Free search against the published configuration: mean predicted gain {s['mean_gain'] or 0:.2f}x,"
+        f" slower on {s['free_slower']} runs.",
+        "",
+    ]
+    body = []
+    for r in rows:
+        body.append([
+            r.id + ("*" if r.used_for_calibration else ""), r.device, f"{r.gpus:,}", r.configuration,
+            f"{r.measured:,.1f}", "-" if r.predicted is None else f"{r.predicted:,.1f}", _pct(r.error),
+            "-" if r.free is None else f"{r.free:,.1f}", r.free_configuration or (r.free_error or "-")[:60],
+            r.free_strategy or "-", "-" if r.gain is None else f"{r.gain:.2f}x",
+            "-" if r.free_gap is None else f"{r.free_gap * 100:.1f}%",
+        ])  # fmt: skip
+    lines.append(
+        table(
+            [
+                "run",
+                "device",
+                "GPUs",
+                "published configuration",
+                "measured tok/s/GPU",
+                "predicted",
+                "error",
+                "free search",
+                "free configuration",
+                "free schedule",
+                "gain",
+                "gap to bound",
+            ],
+            body,
+        )  # fmt: skip
+    )
+    errors = [r for r in rows if r.forced_error]
+    if errors:
+        lines += ["", "Forced configurations the planner refused:", ""]
+        lines += [f"- {r.id}: {r.forced_error}" for r in errors]
+    lines += ["", prov.line()]
+    return "\n".join(lines)
