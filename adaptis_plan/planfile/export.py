@@ -12,7 +12,7 @@ over plain data: no IO, no torch, no Megatron, no torchtitan. Imports only `core
 - `megatron_layout`: Megatron-LM's `--pipeline-model-parallel-layout` string.
 - `megatron_args`: Megatron-LM's command-line arguments for the whole training configuration
   (parallel degrees, batch, sequence, precision, ZeRO, recomputation and the layout), one per
-  line ending in ` \\`, after `#` lines for what Megatron cannot express as planned.
+  line ending in ` \\`, then `#` lines for what Megatron cannot express as planned.
 - `torchtitan_fqns`: torchtitan's `module_fqns_per_model_part` (one list of module names per
   stage, in stage order), with torchtitan 0.3's module names.
 - `torchtitan_config_module`: a torchtitan 0.3 config module (its configs are Python functions
@@ -151,9 +151,11 @@ def megatron_args(
     num_experts: Sequence[int] = (),
     title: str = "the plan",
 ) -> str:
-    """Megatron-LM's command-line arguments for the plan: `#` lines first (the source of the flag
-    names, the world size, and every setting Megatron runs differently from the plan), then one
-    argument per line ending in ` \\`, values quoted for the shell. Deterministic.
+    """Megatron-LM's command-line arguments for the plan: one argument per line ending in ` \\`,
+    values quoted for the shell, then `#` lines (the source of the flag names, the world size,
+    and every setting Megatron runs differently from the plan). Pasted at the end of a command
+    (`torchrun ... pretrain_gpt.py MODEL-ARGS \\`), the first `#` line ends it; a `#` line among
+    the arguments would end it early, hence comments last. Deterministic.
 
     Mapping (flag names and rules from `MEGATRON_SOURCE`):
     - degrees: `--tensor-model-parallel-size` (with `--sequence-parallel` when tp > 1),
@@ -225,8 +227,8 @@ def megatron_args(
         f" (Megatron derives its data-parallel size {t.dp} from it)",
         "schedule: Megatron runs its own "
         + ("1F1B" if vpp == 1 else f"interleaved 1F1B ({vpp} virtual stages per rank)")
-        + " on this layout, not a per-device order of the plan's; the plan's prediction is Megatron's only"
-        " for a plan made with --target megatron",
+        + " on this layout; a plan with another per-device order (adaptive, zero-bubble) runs as that"
+        " (plan with --target megatron to predict what Megatron runs)",
     ]
     if vpp > 1:
         notes.append(
@@ -294,9 +296,8 @@ def megatron_args(
             f"recompute: Megatron sets one mode for every block, so every stage recomputes {mode}; planned with"
             f" less: {_stage_modes(t.stage_recompute, more)} (they run slower than planned, in no more memory)"
         )
-    lines = [f"# {note}" for note in notes]
-    for flag, value in args:
-        lines.append(f"{flag} \\" if value is None else f"{flag} {shlex.quote(str(value))} \\")
+    lines = [f"{flag} \\" if value is None else f"{flag} {shlex.quote(str(value))} \\" for flag, value in args]
+    lines += [f"# {note}" for note in notes]  # after: the first one ends the command the lines continue
     return "\n".join(lines) + "\n"
 
 
