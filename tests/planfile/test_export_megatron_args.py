@@ -163,3 +163,11 @@ def test_refusals_are_one_line(layout, kinds, training, needle) -> None:
     with pytest.raises(InputError, match=needle) as e:
         megatron_args(layout, kinds, training)
     assert "\n" not in str(e.value) and str(e.value).startswith("megatron")
+
+
+def test_plan_text_stays_one_comment_line() -> None:
+    """A model name with a newline or shell syntax stays inside its `#` line."""
+    title = "evil\n--use-torch-fsdp2 \\\n$(touch x)"
+    text = megatron_args(_INTERLEAVED, _kinds(12), TrainingShape(4), title=title)
+    assert "--use-torch-fsdp2" not in argv_of(text)
+    assert all(line.startswith(("#", "--")) for line in text.splitlines())
