@@ -524,7 +524,7 @@ def simulate_plan_file(
     return SimOutcome(plan, layout, programs, result, title, differs, inputs.cost_source, notes)
 
 
-EXPORT_FORMATS = ("torch-csv", "megatron-layout", "torchtitan")
+EXPORT_FORMATS = ("torch-csv", "megatron-layout", "megatron-args", "torchtitan")
 
 
 def export_plan_file(
@@ -541,7 +541,14 @@ def export_plan_file(
     checked against what the format's runtime can run (`schedules.targets`): nothing is
     written that the runtime would reject later.
     """
-    from adaptis_plan.planfile.export import megatron_layout, to_torch_csv, torchtitan_base, torchtitan_config_module
+    from adaptis_plan.planfile.export import (
+        TrainingShape,
+        megatron_args,
+        megatron_layout,
+        to_torch_csv,
+        torchtitan_base,
+        torchtitan_config_module,
+    )
     from adaptis_plan.schedules.targets import check_exportable
 
     if fmt not in EXPORT_FORMATS:
@@ -571,23 +578,35 @@ def export_plan_file(
     except InputError as e:
         raise InputError(f"{plan_path}: {e}") from None
     kinds = [layer.kind for layer in model.layers]
-    if fmt == "torch-csv":
-        return [(output, to_torch_csv(programs))]
-    if fmt == "megatron-layout":
-        return [(output, megatron_layout(layout, kinds) + "\n")]
     config_path = Path(str(output))
     csv_path = config_path.with_suffix(".csv")
-    module = torchtitan_config_module(
-        layout,
-        kinds,
-        csv_name=csv_path.name,
-        base=str(torchtitan_config),
-        num_microbatches=plan.training.num_microbatches,
-        micro_batch_size=plan.training.micro_batch_size,
-        seq_len=plan.training.seq_len,
-        title=f"{plan.model.name}, {plan.strategy} plan, pp {plan.training.pp},"
-        f" {plan.training.num_microbatches} micro-batches",
+    t = plan.training
+    training = TrainingShape(
+        num_microbatches=t.num_microbatches,
+        micro_batch_size=t.micro_batch_size,
+        seq_len=t.seq_len,
+        tp=t.tp,
+        dp=t.dp,
+        cp=t.cp,
+        ep=t.ep,
+        zero=t.zero,
+        dtype=t.dtype,
+        stage_recompute=tuple(stage.recompute for stage in plan.stages),
     )
+    title = f"{plan.model.name}, {plan.strategy} plan, pp {t.pp}, {t.num_microbatches} micro-batches"
+    try:
+        if fmt == "torch-csv":
+            return [(output, to_torch_csv(programs))]
+        if fmt == "megatron-layout":
+            return [(output, megatron_layout(layout, kinds) + "\n")]
+        if fmt == "megatron-args":
+            experts = [layer.moe.num_experts for layer in model.layers if layer.moe is not None]
+            return [(output, megatron_args(layout, kinds, training, num_experts=experts, title=title))]
+        module = torchtitan_config_module(
+            layout, kinds, csv_name=csv_path.name, base=str(torchtitan_config), training=training, title=title
+        )
+    except InputError as e:
+        raise InputError(f"{plan_path}: {e}") from None
     return [(str(csv_path), to_torch_csv(programs)), (str(config_path), module)]
 
 

@@ -408,7 +408,9 @@ def _write_text_atomic(path: str, text: str) -> None:
 # ----------------------------------------------------------------------------- export
 @cli.command("export")
 @click.argument("plan_path", type=click.Path())
-@click.option("--format", "fmt", required=True, type=click.Choice(["torch-csv", "megatron-layout", "torchtitan"]))
+@click.option(
+    "--format", "fmt", required=True, type=click.Choice(["torch-csv", "megatron-layout", "megatron-args", "torchtitan"])
+)
 @click.option("--model", "model_arg", default=None, help="model (default: the one embedded in the plan)")
 @click.option(
     "-o", "--output", default=None, type=click.Path(), help="file to write (default: stdout; torchtitan: CONFIG.py)"

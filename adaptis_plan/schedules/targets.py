@@ -33,7 +33,12 @@ from adaptis_plan.errors import InputError
 TARGETS = ("adaptis", "torch", "torchtitan", "megatron")
 
 #: export format -> the runtime that reads it
-FORMAT_TARGET = {"torch-csv": "torch", "torchtitan": "torchtitan", "megatron-layout": "megatron"}
+FORMAT_TARGET = {
+    "torch-csv": "torch",
+    "torchtitan": "torchtitan",
+    "megatron-layout": "megatron",
+    "megatron-args": "megatron",
+}
 
 _RUNTIME = {
     "adaptis": "the adaptis executor",

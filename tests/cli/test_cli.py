@@ -88,7 +88,7 @@ def test_contract_options(adaptis, command: str, options: str) -> None:
     for opt in options.split():
         assert opt in r.stdout, (command, opt)
     if command == "export":
-        assert "torch-csv|megatron-layout|torchtitan" in r.stdout
+        assert "torch-csv|megatron-layout|megatron-args|torchtitan" in r.stdout  # DESIGN.md order
 
 
 # ----------------------------------------------------------------------------- catalogues
@@ -270,9 +270,52 @@ def test_export_exact_outputs(adaptis, tmp_path: Path) -> None:
     assert r.exit_code == 0 and r.stdout == "" and out.read_text() == "Ett|tt|tt|ttL\n"
 
 
+def test_export_megatron_args_whole_configuration(adaptis, tmp_path: Path) -> None:
+    """A tp 2 plan with full recomputation, then its training edited to dp 4, cp 2, ZeRO 2: the
+    arguments carry each, and a shell reads them as the arguments the parser was given."""
+    from helpers_megatron import argv_of, parse_megatron_args
+
+    plan_path = tmp_path / "tp2.json"
+    args = (*TINY, "--tp", "2", "--recompute", "full", "--strategy", "interleaved1f1b", "-o", plan_path)
+    assert adaptis("plan", *args).exit_code == 0
+    r = adaptis("export", plan_path, "--format", "megatron-args")
+    assert r.exit_code == 0, r.stderr
+    ns = parse_megatron_args(r.stdout)
+    assert (ns.tensor_model_parallel_size, ns.sequence_parallel, ns.pipeline_model_parallel_size) == (2, True, 2)
+    assert (ns.recompute_granularity, ns.recompute_method, ns.recompute_num_layers) == ("full", "uniform", 1)
+    assert (
+        ns.pipeline_model_parallel_layout == adaptis("export", plan_path, "--format", "megatron-layout").stdout.strip()
+    )
+    assert (ns.global_batch_size, ns.micro_batch_size, ns.seq_length) == (4, 1, 128)
+
+    plan = load(plan_path)
+    plan["training"].update(dp=4, cp=2, zero=2)
+    edited = tmp_path / "dp4.json"
+    edited.write_text(json.dumps(plan))
+    out = tmp_path / "megatron.args"
+    r = adaptis("export", edited, "--format", "megatron-args", "-o", out)
+    assert r.exit_code == 0 and r.stdout == "", r.stderr
+    text = out.read_text()
+    ns = parse_megatron_args(text)
+    assert (ns.context_parallel_size, ns.global_batch_size) == (2, 4 * 1 * 4)
+    assert (ns.use_distributed_optimizer, ns.use_megatron_fsdp, ns.data_parallel_sharding_strategy) == (
+        True,
+        True,
+        "optim_grads",
+    )
+    assert "world size = tp 2 x pp 2 x cp 2 x dp 4 = 32 GPUs" in text
+    # pasted after a command, as a script would: bash sees exactly these arguments
+    shell = subprocess.run(["bash", "-c", "printf '%s\\n' \\\n" + text], capture_output=True, text=True, timeout=60)
+    assert shell.returncode == 0 and shell.stdout.splitlines() == argv_of(text), shell.stderr
+
+
 def test_export_megatron_refuses_v_placement(adaptis, tmp_path: Path, zbv_plan: Path) -> None:
     r = adaptis("export", zbv_plan, "--format", "megatron-layout")
     one_line_error(r, 2, "megatron-layout", "rank s % 2", "--target megatron")
+    out = tmp_path / "megatron.args"
+    r = adaptis("export", zbv_plan, "--format", "megatron-args", "-o", out)
+    one_line_error(r, 2, "megatron-args", "rank s % 2", "--target megatron")
+    assert not out.exists()
     config = tmp_path / "zbv_pipeline.py"
     r = adaptis("export", zbv_plan, "--format", "torchtitan", "--torchtitan-config", "llama3:llama3_8b", "-o", config)
     assert r.exit_code == 0, r.stderr  # a V of 2 stages per rank: torchtitan's ZBV stage-to-rank style
@@ -497,7 +540,7 @@ def test_head_chunks_plan_simulate_export(adaptis, tmp_path: Path) -> None:
     r = adaptis("simulate", p, "--json")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["step_time_s"] == pytest.approx(plan["predicted"]["step_time_s"])
-    for fmt in ("torch-csv", "megatron-layout"):  # only the adaptis executor runs a split head
+    for fmt in ("torch-csv", "megatron-layout", "megatron-args"):  # only the adaptis executor runs a split head
         r = adaptis("export", p, "--format", fmt)
         assert r.exit_code == 2 and "vocabulary chunks" in r.stderr and "--target" in r.stderr
 

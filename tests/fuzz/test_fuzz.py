@@ -150,7 +150,7 @@ def _command(target: str, rng: random.Random, path: Path, plans: list[Path], out
     if target == "plan":
         if rng.random() < 0.5:
             return ["simulate", str(path), "--json"]
-        fmt = rng.choice(["torch-csv", "megatron-layout", "torchtitan"])
+        fmt = rng.choice(["torch-csv", "megatron-layout", "megatron-args", "torchtitan"])
         return ["export", str(path), "--format", fmt, "-o", str(out)]
     # options: a classic plan of the tiny model with one or two hostile values
     opts = {

@@ -73,6 +73,58 @@ def test_megatron_core_parses_our_layout(tmp_path: Path, name, model, hw, pp, mb
     assert start == len(kinds)
 
 
+# (name, training edits, stage recompute): a plan's training block as `adaptis plan --gpus` writes it
+MEGATRON_ARGS_CASES = [
+    ("classic", {}, None),
+    ("tp2-dp4-zero1-full", {"tp": 2, "dp": 4, "zero": 1}, "full"),
+    ("tp2-cp2-dp2-zero3-selective", {"tp": 2, "cp": 2, "dp": 2, "zero": 3}, "selective"),
+]
+
+
+@pytest.mark.parametrize(("name", "edits", "recompute"), MEGATRON_ARGS_CASES, ids=[c[0] for c in MEGATRON_ARGS_CASES])
+def test_megatron_core_config_takes_our_arguments(tmp_path: Path, name, edits, recompute) -> None:
+    """megatron-core's TransformerConfig (its own checks of the parallel degrees, sequence parallelism,
+    recomputation and the layout) accepts the arguments megatron-args writes, parsed with Megatron's
+    flag declarations (`tests/helpers_megatron.py`)."""
+    import torch
+    from helpers_megatron import parse_megatron_args
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    path, plan = _plan(tmp_path, "tiny-llama", name, *"--hardware cpu --pp 2 --microbatches 4 --seq-len 64".split(),
+                       "--strategy", "Interleaved1F1B")  # fmt: skip
+    plan["training"].update(edits)
+    for stage in plan["stages"]:
+        stage["recompute"] = recompute or "none"
+    path.write_text(json.dumps(plan))
+    r = run_adaptis("export", path, "--format", "megatron-args")
+    assert r.exit_code == 0, r.stderr
+    ns = parse_megatron_args(r.stdout)
+    spec = plan["model"]["spec"]
+    heads = next(layer["attention"]["num_heads"] for layer in spec["layers"] if layer.get("attention"))
+    config = TransformerConfig(
+        num_layers=ns.num_layers,
+        hidden_size=spec["hidden_size"],
+        num_attention_heads=heads,
+        tensor_model_parallel_size=ns.tensor_model_parallel_size,
+        sequence_parallel=ns.sequence_parallel,
+        pipeline_model_parallel_size=ns.pipeline_model_parallel_size,
+        pipeline_dtype=torch.bfloat16,
+        pipeline_model_parallel_layout=ns.pipeline_model_parallel_layout,
+        context_parallel_size=ns.context_parallel_size,
+        expert_model_parallel_size=ns.expert_model_parallel_size,
+        bf16=ns.bf16,
+        recompute_granularity=ns.recompute_granularity,
+        recompute_method=ns.recompute_method,
+        recompute_num_layers=ns.recompute_num_layers,
+    )
+    t = plan["training"]
+    assert (config.tensor_model_parallel_size, config.context_parallel_size) == (t["tp"], t["cp"])
+    assert config.sequence_parallel == (t["tp"] > 1)
+    assert config.virtual_pipeline_model_parallel_size == len(plan["stages"]) // t["pp"]
+    assert config.recompute_granularity == (None if recompute is None else recompute)
+    assert ns.global_batch_size == t["dp"] * t["micro_batch_size"] * t["num_microbatches"]
+
+
 def test_megatron_export_refuses_what_it_cannot_express(tmp_path: Path) -> None:
     path, _ = _plan(tmp_path, "tiny-llama", "zbv", *"--hardware cpu --pp 2 --microbatches 4 --seq-len 64".split(),
                     "--strategy", "ZBVZeroBubble")  # fmt: skip
@@ -99,27 +151,41 @@ def _debugmodel_spec() -> ModelSpec:
 
 
 TORCHTITAN_CASES = [
-    ("gpipe", ("--strategy", "GPipe")),  # one stage per rank
-    ("interleaved", ("--strategy", "Interleaved1F1B")),  # loop, 2 per rank
-    ("zbv", ("--strategy", "ZBVZeroBubble")),  # V, 2 per rank
-    ("adaptive", ("--target", "torchtitan")),
+    # (name, plan options, training edits, every stage's recompute): the edits are a plan's training
+    # block as `adaptis plan --gpus` writes it (the degrees beside the pipeline)
+    ("gpipe", ("--strategy", "GPipe"), {}, "none"),  # one stage per rank
+    ("interleaved", ("--strategy", "Interleaved1F1B"), {"tp": 2, "dp": 4, "cp": 2, "ep": 2, "zero": 3}, "full"),
+    ("zbv", ("--strategy", "ZBVZeroBubble"), {"tp": 4, "dp": 2, "zero": 1}, "selective"),
+    ("adaptive", ("--target", "torchtitan"), {"dp": 8, "zero": 0, "dtype": "fp32"}, "none"),
 ]
+# ZeRO stage -> (data_parallel_replicate_degree, data_parallel_shard_degree) as multiples of dp
+_TT_DP = {0: (1, 0), 1: (0, 1), 2: (0, 1), 3: (0, 1)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "extra"), TORCHTITAN_CASES, ids=[c[0] for c in TORCHTITAN_CASES])
-def test_torchtitan_loads_and_splits_our_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name, extra) -> None:
+@pytest.mark.parametrize(
+    ("name", "extra", "edits", "recompute"), TORCHTITAN_CASES, ids=[c[0] for c in TORCHTITAN_CASES]
+)
+def test_torchtitan_loads_and_splits_our_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name, extra, edits, recompute
+) -> None:
     pytest.importorskip("torchtitan", reason="the interop extras (pip install .[interop])")
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
     from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
     from torchtitan.distributed.pipeline_parallel import _build_pipeline_schedule, _pipeline_module_split
 
     spec = tmp_path / "model.json"
     spec.write_text(json.dumps(_debugmodel_spec().model_dump(mode="json")))
     path, plan = _plan(tmp_path, spec, name, *"--hardware cpu --pp 2 --microbatches 4 --seq-len 64".split(), *extra)
+    plan["training"].update(edits)
+    for stage in plan["stages"]:
+        stage["recompute"] = recompute
+    path.write_text(json.dumps(plan))
+    t = plan["training"]
     module = f"adaptis_tt_{name}"
     config_file = tmp_path / "tt" / f"{module}.py"
     r = run_adaptis(
@@ -133,6 +199,23 @@ def test_torchtitan_loads_and_splits_our_export(tmp_path: Path, monkeypatch: pyt
     assert par.pipeline_parallel_degree == 2
     assert Path(par.pipeline_parallel_schedule_csv).read_text() == config_file.with_suffix(".csv").read_text()
     assert config.training.local_batch_size // par.pipeline_parallel_microbatch_size == 4
+    # every degree of the plan, as torchtitan's own config parser read it back
+    replicate, shard = _TT_DP[t["zero"]]
+    assert (par.tensor_parallel_degree, par.context_parallel_degree, par.expert_parallel_degree) == (
+        t["tp"],
+        t["cp"],
+        t["ep"],
+    )
+    assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (
+        t["dp"] if replicate else 1,
+        t["dp"] if shard else 1,
+    )
+    assert par.fsdp_reshard_after_forward == ("always" if t["zero"] == 3 else "never")
+    assert config.training.global_batch_size == t["dp"] * config.training.local_batch_size
+    assert config.training.seq_len == 64
+    assert config.training.mixed_precision_param == {"bf16": "bfloat16", "fp32": "float32"}[t["dtype"]]
+    want_ac = {"none": type(None), "selective": SelectiveAC.Config, "full": FullAC.Config}[recompute]
+    assert type(config.activation_checkpoint) is want_ac
 
     expected = {s["stage"]: s for s in plan["stages"]}
     kinds = [layer["kind"] for layer in plan["model"]["spec"]["layers"]]

@@ -10,7 +10,14 @@ import pytest
 
 from adaptis_plan.core import Action, Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.planfile.export import megatron_layout, to_torch_csv, torchtitan_fqns
+from adaptis_plan.planfile.export import (
+    TrainingShape,
+    megatron_layout,
+    to_torch_csv,
+    torchtitan_config_module,
+    torchtitan_fqns,
+    torchtitan_parallelism,
+)
 from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
 
 pytestmark = pytest.mark.unit
@@ -160,3 +167,52 @@ def test_torchtitan_fqns_single_stage_and_v() -> None:
     ]
     with pytest.raises(InputError, match="layer_kinds has 3 entries"):
         torchtitan_fqns(Layout((0, 4), (0,), 1), _kinds(3))
+
+
+# ---------------------------------------------------------------- torchtitan degrees
+@pytest.mark.parametrize(
+    ("zero", "replicate", "shard", "reshard"),
+    [(0, 8, 1, "never"), (1, 1, 8, "never"), (2, 1, 8, "never"), (3, 1, 8, "always")],
+)
+def test_torchtitan_parallelism_by_zero_stage(zero, replicate, shard, reshard) -> None:
+    par = torchtitan_parallelism(TrainingShape(4, tp=2, dp=8, cp=2, ep=2, zero=zero))
+    assert par == {
+        "tensor_parallel_degree": 2,
+        "context_parallel_degree": 2,
+        "expert_parallel_degree": 2,
+        "data_parallel_replicate_degree": replicate,
+        "data_parallel_shard_degree": shard,
+        "fsdp_reshard_after_forward": reshard,
+    }
+
+
+def test_torchtitan_refuses_what_its_mesh_and_dtypes_cannot_hold() -> None:
+    # ZeRO 0 is DDP: torchtitan's experts borrow ranks from FSDP, CP and TP only
+    with pytest.raises(InputError, match=r"ep = 4 must divide data-parallel shard x cp x tp = 1 x 1 x 2"):
+        torchtitan_parallelism(TrainingShape(4, tp=2, dp=4, ep=4, zero=0))
+    assert torchtitan_parallelism(TrainingShape(4, tp=2, dp=4, ep=4, zero=1))["expert_parallel_degree"] == 4
+    layout = Layout(uniform_bounds(10, 2), placement("sequential", 2), 2)
+    with pytest.raises(InputError, match="no fp16"):
+        torchtitan_config_module(
+            layout,
+            _kinds(10),
+            csv_name="a.csv",
+            base="llama3:llama3_8b",
+            training=TrainingShape(4, dtype="fp16"),
+            title="t",
+        )
+
+
+def test_torchtitan_module_values() -> None:
+    layout = Layout(uniform_bounds(10, 4), placement("loop", 2, 2), 2)
+    training = TrainingShape(8, micro_batch_size=2, seq_len=512, tp=2, dp=4, zero=3, stage_recompute=("full",) * 4)
+    source = torchtitan_config_module(
+        layout, _kinds(10), csv_name="a.csv", base="llama3:llama3_8b", training=training, title="t"
+    )
+    space: dict = {"__file__": "/x/adaptis_pipeline.py"}
+    exec(compile(source, "adaptis_pipeline.py", "exec"), space)  # defines names only; torchtitan is not imported
+    assert space["PARALLELISM"]["tensor_parallel_degree"] == 2
+    assert space["PARALLELISM"]["data_parallel_shard_degree"] == 4
+    assert (space["LOCAL_BATCH_SIZE"], space["GLOBAL_BATCH_SIZE"], space["SEQ_LEN"]) == (16, 64, 512)
+    assert (space["ACTIVATION_CHECKPOINT"], space["MIXED_PRECISION_PARAM"]) == ("full", "bfloat16")
+    assert "tp x pp x cp x dp = 16 ranks" in source

@@ -15,7 +15,7 @@ from helpers_cli import leftovers, one_line_error
 
 from adaptis_plan.core import Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.planfile.export import torchtitan_base, torchtitan_config_module
+from adaptis_plan.planfile.export import TrainingShape, torchtitan_base, torchtitan_config_module
 from adaptis_plan.planfile.io import read_plan
 from tests.conftest import run_adaptis
 
@@ -31,9 +31,7 @@ def _module(title: str = "tiny-llama, adaptive plan", csv_name: str = "adaptis_p
         _KINDS,
         csv_name=csv_name,
         base=_BASE,
-        num_microbatches=4,
-        micro_batch_size=1,
-        seq_len=128,
+        training=TrainingShape(num_microbatches=4, micro_batch_size=1, seq_len=128),
         title=title,
     )
 
