@@ -80,8 +80,15 @@ def _works(model: ModelSpec, training: TrainingConfig, modes: Sequence[str] | No
 
 
 def _slots(hardware: HardwareProfile, pp: int, tp: int, width: int | None = None) -> list[tuple[str, int]]:
+    """Pipeline ranks' (device type, node). A profile too small for every data- and context-parallel
+    replica (a plan made without --gpus) places one replica, tp-wide ranks, as `rank_slots(pp, tp)`."""
     try:
-        return hardware.rank_slots(pp, tp, width)
+        if width is not None and width > tp:
+            try:
+                return hardware.rank_slots(pp, tp, width)
+            except ValueError:
+                pass
+        return hardware.rank_slots(pp, tp)
     except ValueError as e:
         raise InputError(str(e)) from None
 
