@@ -495,15 +495,19 @@ class SimOutcome:
     stored_differs: bool
     cost_source: str = ""
     notes: tuple[str, ...] = ()  # for stderr (`costs_notes`)
+    step: TrainingStep | None = None  # the whole step around the pipeline (`judge.training_step`)
 
     def json_summary(self) -> dict:
-        return {
+        out = {
             "strategy": self.plan.strategy,
             **self.result.summary(),
             "stored_step_time_s": self.plan.predicted.step_time_s,
             "stored_differs": self.stored_differs,
             "cost_source": self.cost_source,
         }
+        if self.step is not None:
+            out["training_step"] = self.step.summary()
+        return out
 
 
 def simulate_plan_file(
@@ -521,7 +525,9 @@ def simulate_plan_file(
     )
     source = inputs.profile_source or f"{plan_path}: costs.profile"
     notes = tuple(costs_notes(inputs.profile, inputs.hardware, source))
-    return SimOutcome(plan, layout, programs, result, title, differs, inputs.cost_source, notes)
+    names = inputs.cost_table().device_names
+    step = training_step(layout, programs, result, inputs.model, plan.training, inputs.hardware, names)
+    return SimOutcome(plan, layout, programs, result, title, differs, inputs.cost_source, notes, step)
 
 
 EXPORT_FORMATS = ("torch-csv", "megatron-layout", "megatron-args", "torchtitan")

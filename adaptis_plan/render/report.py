@@ -121,10 +121,77 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
             console.print(line)
         for line in search_lines(outcome.search_info, r.step_time_s):
             console.print(line)
+    if outcome.cluster is not None:
+        print_configurations(console, outcome.cluster)
     from adaptis_plan.render.terminal import timeline
 
     console.print(timeline(r, outcome.programs, outcome.layout, width=min(console.width - 12, 110)))
     console.print(f"wrote {shown(output_path, 4096)}")
+
+
+#: configurations listed in the report (the `--json` list has every legal one)
+TOP_CONFIGURATIONS = 5
+
+
+def _dims(c: dict) -> str:
+    return (
+        f"tp {c['tp']} pp {c['pp']} dp {c['dp']} cp {c['cp']} ep {c['ep']} zero {c['zero']}"
+        f" mbs {c['micro_batch_size']} x {c['num_microbatches']}"
+    )
+
+
+def print_configurations(console: Console, cluster: dict) -> None:
+    """The whole configuration (`plan --gpus`): the winner, the runners-up, why the runner-up lost,
+    what was rejected and why, the configuration-level bound."""
+    rows = cluster["configurations"]
+    ranked = [r for r in rows if r.get("step_time_s") is not None]
+    best = cluster["configuration"]
+    step = cluster["training_step"]
+    console.print(
+        f"[bold]configuration[/] on {cluster['gpus']:,} GPUs: {_dims(best)}, {shown(best['strategy'])},"
+        f" recompute {shown(best['recompute'])}: step {_ms(step['training_step_time_s'])} ms"
+        f" ({_ms(step['pipeline_step_time_s'])} ms pipeline, {_ms(step['grad_sync_exposed_s'])} ms exposed gradient"
+        f" sync, {_ms(step['optimizer_s'])} ms optimizer), {cluster['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU,"
+        f" MFU {cluster['mfu']:.1%}"
+    )
+    t = Table(title="best configurations (whole step)")
+    for col in ("configuration", "status", "schedule", "recompute", "step ms", "bound ms"):
+        t.add_column(col, justify="right" if col.endswith("ms") else "left")
+    for r in ranked[:TOP_CONFIGURATIONS]:
+        t.add_row(
+            _dims(r["configuration"]), r["status"], shown(r.get("strategy", "-")), shown(r.get("recompute", "-")),
+            _ms(r["step_time_s"]), _ms(r["lower_bound_s"]),
+        )  # fmt: skip
+    console.print(t)
+    if len(ranked) > 1:
+        a, b = ranked[0], ranked[1]
+        console.print(
+            f"runner-up {_dims(b['configuration'])} ({b['status']}) takes {b['step_time_s'] / a['step_time_s'] - 1:.1%}"
+            " longer: " + _why_lost(a["configuration"], b["configuration"])
+        )
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    console.print(
+        f"{len(rows):,} legal configurations: " + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in counts.items())
+    )
+    oom = sorted((r for r in rows if r["status"] == "out_of_memory"), key=lambda r: r.get("overflow_bytes", 0.0))
+    if oom:
+        r = oom[0]
+        console.print(f"closest out of memory: {_dims(r['configuration'])}: {shown(r.get('reason', ''), 300)}")
+    gap = cluster.get("configuration_gap")
+    console.print(
+        f"configuration lower bound {_ms(cluster['configuration_lower_bound_s'])} ms (the least over every legal"
+        f" configuration that may fit); this plan is {gap:.1%} above it."
+        if gap is not None
+        else "no configuration bound"
+    )
+
+
+def _why_lost(win: dict, other: dict) -> str:
+    """The dimensions in which the runner-up differs from the winner."""
+    diff = [f"{k} {other[k]} (not {win[k]})" for k in win if k in other and other[k] != win[k]]
+    return ", ".join(diff) if diff else "the same dimensions, a slower schedule"
 
 
 def why_lines(outcome) -> list[str]:

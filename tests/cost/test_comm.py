@@ -1,0 +1,113 @@
+"""The communication of the whole configuration (`cost.comm`), context and expert parallelism and the
+unfused attention core in `cost.analytic`, and the whole step (`judge.training_step`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptis_plan.cost.analytic import Collective, collective_seconds, layer_work, op_seconds
+from adaptis_plan.cost.comm import placement, step_extras
+from adaptis_plan.cost.recompute import recompute_work
+from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.inputs.models.load import load_model
+from adaptis_plan.search.configuration import cluster
+from adaptis_plan.spec.training import TrainingConfig
+
+pytestmark = pytest.mark.unit
+
+
+def _train(**kw) -> TrainingConfig:
+    base = {"num_microbatches": 8, "pp": 4, "seq_len": 4096}
+    return TrainingConfig(**(base | kw))
+
+
+def test_groups_inside_a_node_use_nvlink_and_spanning_groups_share_the_nics() -> None:
+    hw = cluster(load_hardware("h100"), 256)
+    nvlink, nic = hw.intra_node.bandwidth_gbps * 1e9, hw.inter_node.bandwidth_gbps * 1e9
+    place = placement(hw, _train(tp=8, dp=8))
+    assert place.tp.in_node and place.tp.bus_bps == nvlink
+    # dp ranks sit 8 apart: one per node, each on its own NIC
+    assert not place.dp.in_node and place.dp.per_node == 1 and place.dp.bus_bps == nic
+    place = placement(hw, _train(tp=2, dp=16))
+    # 4 of the 16 dp ranks per node: 4 NICs at once, still below NVLink
+    assert place.dp.per_node == 4 and place.dp.bus_bps == pytest.approx(4 * nic)
+    place = placement(hw, _train(tp=1, dp=4))
+    assert place.dp.in_node and place.dp.bus_bps == nvlink
+
+
+def test_tensor_parallel_ring_matches_the_intra_node_collective() -> None:
+    hw = load_hardware("h200")
+    place = placement(hw, _train(tp=4))
+    c = Collective("all_gather", 3.0e7)
+    assert place.tp.seconds(c.kind, c.nbytes) == collective_seconds(c, 4, hw.intra_node)
+    ar = Collective("all_reduce", 3.0e7)
+    assert place.tp.seconds(ar.kind, ar.nbytes) == pytest.approx(2 * place.tp.seconds("all_gather", 3.0e7))
+
+
+def test_zero_stages_price_the_gradient_sync_as_their_runtimes_do() -> None:
+    hw = cluster(load_hardware("h100"), 64)
+    hbm = 3.35e12
+    got = {}
+    for zero in (0, 1, 2, 3):
+        t = _train(tp=8, dp=8, pp=1, zero=zero)
+        got[zero] = step_extras(1e9, 0.0, t, placement(hw, t), hbm)
+    # ZeRO 0 all-reduces fp32 gradients (2 passes); ZeRO 1 reduce-scatters them + gathers bf16 weights
+    assert got[0].grad_sync_s == pytest.approx(2 * got[1].grad_sync_s, rel=1e-6)
+    assert got[1].param_gather_s == pytest.approx(got[1].grad_sync_s / 2, rel=1e-3)
+    # ZeRO 2 reduce-scatters every micro-batch
+    assert got[2].grad_sync_s == pytest.approx(8 * got[1].grad_sync_s)
+    # ZeRO 3's collectives run inside the ops; the optimizer shards from ZeRO 1 on
+    assert got[3].grad_sync_s == 0.0 and got[3].param_gather_s == 0.0
+    assert got[1].optimizer_s == pytest.approx(got[0].optimizer_s / 8)
+
+
+def test_context_parallelism_splits_tokens_and_overlaps_the_kv_exchange() -> None:
+    model = load_model("llama-2-7b")
+    block = model.layers[1]
+    hw = cluster(load_hardware("h100"), 16)
+    dev = next(iter(hw.device_types.values()))
+    one, two = _train(seq_len=8192, dp=4), _train(seq_len=8192, dp=2, cp=2)
+    w1, w2 = layer_work(model, block, one), layer_work(model, block, two)
+    assert w2.f.flops == pytest.approx(w1.f.flops / 2, rel=1e-9)
+    assert w2.act_bytes == pytest.approx(w1.act_bytes / 2, rel=1e-9)
+    assert w2.static_bytes == pytest.approx(w1.static_bytes)  # optimizer shards over dp x cp = 4 both
+    kv = [c for c in w2.f.collectives if c.group == "cp"]
+    assert kv and all(c.overlap for c in kv)
+    f1 = op_seconds(w1, dev, hw.intra_node, placement(hw, one))[0]
+    f2 = op_seconds(w2, dev, hw.intra_node, placement(hw, two))[0]
+    assert f2 == pytest.approx(f1 / 2, rel=0.05)  # the exchange hides under the attention core
+
+
+def test_expert_parallelism_shards_experts_and_adds_all_to_alls() -> None:
+    model = load_model("deepseek-v2-lite")
+    moe = next(layer for layer in model.layers if layer.moe is not None)
+    plain, sharded = _train(dp=8), _train(dp=8, ep=8)
+    w1, w8 = layer_work(model, moe, plain), layer_work(model, moe, sharded)
+    assert w8.expert_params == pytest.approx(w1.expert_params / 8)
+    assert w8.dense_params == w1.dense_params
+    assert w8.f.flops == pytest.approx(w1.f.flops, rel=1e-9)  # same routed tokens per rank
+    assert [c.kind for c in w8.f.collectives if c.group == "ep"] == ["all_to_all", "all_to_all"]
+    assert w8.static_bytes < w1.static_bytes
+
+
+def test_unfused_attention_moves_and_keeps_the_scores() -> None:
+    model = load_model("llama-2-7b")
+    block = model.layers[1]
+    flash, unfused = _train(seq_len=2048), _train(seq_len=2048, attention="unfused")
+    dev = next(iter(load_hardware("a100").device_types.values()))
+    wf, wu = layer_work(model, block, flash), layer_work(model, block, unfused)
+    scores = 2048 * 2048 * block.attention.num_heads
+    assert wu.act_bytes - wf.act_bytes == pytest.approx(5 * scores - 2048 * block.attention.num_heads * 4)
+    assert sum(op_seconds(wu, dev)) > sum(op_seconds(wf, dev))
+    selective = recompute_work(wu, block, model, unfused, "selective")
+    assert wu.act_bytes - selective.act_bytes == pytest.approx(5 * scores)
+
+
+def test_cluster_sizes_the_profile_and_refuses_partial_nodes() -> None:
+    from adaptis_plan.errors import InputError
+
+    hw = load_hardware("h100")
+    assert cluster(hw, 1024).num_devices == 1024
+    assert cluster(hw, 4).groups[0].devices_per_node == 4
+    with pytest.raises(InputError, match="multiple of 8"):
+        cluster(hw, 12)

@@ -1,0 +1,127 @@
+"""The whole-configuration search (`adaptis plan --gpus N --global-batch-size B`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.inputs.models.load import load_model
+from adaptis_plan.search.configuration import Request, cluster, legal_points
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
+SMALL = ("--model", "llama-2-7b", "--hardware", "h100", "--seq-len", "2048", "--time-limit", "2", "--no-hard-stop")
+
+
+@pytest.mark.unit
+def test_legal_points_respect_every_rule() -> None:
+    model = load_model("deepseek-v2-lite")
+    hw = cluster(load_hardware("h100"), 64)
+    req = Request(gpus=64, global_batch_size=256, seq_len=4096)
+    points = legal_points(model, hw, req)
+    assert points
+    experts = {layer.moe.num_experts for layer in model.layers if layer.moe is not None}
+    heads = model.layers[1].attention.num_heads
+    for p in points:
+        assert p.tp * p.cp * p.pp * p.dp == 64
+        assert p.dp * p.micro_batch_size * p.num_microbatches == 256
+        assert heads % p.tp == 0 and p.tp <= 8
+        assert (p.dp * p.cp) % p.ep == 0 and all(e % p.ep == 0 for e in experts)
+        assert p.pp <= model.num_layers and 4096 % (2 * p.cp) == 0
+    assert {p.ep for p in points} > {1}  # expert parallelism is searched for a MoE model
+    fixed = legal_points(model, hw, Request(64, 256, 4096, fixed={"tp": 2, "pp": 4, "zero": 1}))
+    assert fixed and all((p.tp, p.pp, p.zero) == (2, 4, 1) for p in fixed)
+
+
+@pytest.mark.unit
+def test_hybrid_models_take_no_context_parallelism() -> None:
+    model = load_model("nemotron-h-8b")
+    hw = cluster(load_hardware("h100"), 32)
+    assert {p.cp for p in legal_points(model, hw, Request(32, 64, 8192))} == {1}
+
+
+def test_plan_gpus_reports_the_whole_configuration(adaptis, tmp_path) -> None:
+    out = tmp_path / "plan.json"
+    r = adaptis("plan", *SMALL, "--gpus", "16", "--global-batch-size", "64", "-o", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    c = d["configuration"]
+    assert d["gpus"] == 16 and c["tp"] * c["pp"] * c["dp"] * c["cp"] == 16
+    assert c["dp"] * c["micro_batch_size"] * c["num_microbatches"] == 64
+    step = d["training_step"]["training_step_time_s"]
+    assert d["tokens_per_s"] == pytest.approx(64 * 2048 / step)
+    assert 0 < d["mfu"] < 1
+    rows = d["configurations"]
+    assert {r["status"] for r in rows} <= {"planned", "screened", "pruned", "out_of_memory", "not_screened"}
+    timed = [r["step_time_s"] for r in rows if "step_time_s" in r]
+    assert min(timed) == pytest.approx(step)
+    # the configuration bound is below every plan and is the least bound of any point that may fit
+    assert d["configuration_lower_bound_s"] <= step * (1 + 1e-9)
+    bounds = [r["lower_bound_s"] for r in rows if r["status"] != "out_of_memory"]
+    assert d["configuration_lower_bound_s"] == pytest.approx(min(bounds))
+    assert all(r["lower_bound_s"] <= r["step_time_s"] * (1 + 1e-9) for r in rows if "step_time_s" in r)
+    # the plan file holds the chosen configuration, and simulate prices the same whole step
+    plan = json.loads(out.read_text())
+    assert {k: plan["training"][k] for k in ("tp", "pp", "dp", "cp", "zero")} == {
+        k: c[k] for k in ("tp", "pp", "dp", "cp", "zero")
+    }
+    sim = adaptis("simulate", out, "--json")
+    assert sim.exit_code == 0, sim.stderr
+    assert json.loads(sim.stdout)["training_step"]["training_step_time_s"] == pytest.approx(step, rel=1e-9)
+
+
+def test_forcing_every_dimension_plans_that_configuration(adaptis, tmp_path) -> None:
+    fixed = ["--tp", "2", "--pp", "2", "--dp", "4", "--cp", "1", "--zero", "1", "--micro-batch-size", "2"]
+    r = adaptis("plan", *SMALL, "--gpus", "16", "--global-batch-size", "64", *fixed, "-o", tmp_path / "p.json",
+                "--json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert len(d["configurations"]) == 1
+    c = d["configuration"]
+    assert (c["tp"], c["pp"], c["dp"], c["zero"], c["micro_batch_size"], c["num_microbatches"]) == (2, 2, 4, 1, 2, 8)
+
+
+def test_same_inputs_same_configuration_plan(adaptis, tmp_path) -> None:
+    args = (*SMALL, "--gpus", "16", "--global-batch-size", "32")
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert adaptis("plan", *args, "-o", a).exit_code == 0
+    assert adaptis("plan", *args, "-o", b).exit_code == 0
+    assert a.read_bytes() == b.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--gpus", "16"), "--global-batch-size"),
+        (("--global-batch-size", "16", "--pp", "2", "--microbatches", "4"), "--gpus"),
+        (("--gpus", "12", "--global-batch-size", "24"), "multiple of 8"),
+        (("--gpus", "16", "--global-batch-size", "64", "--tp", "3"), "no legal configuration"),
+        (("--gpus", "16", "--global-batch-size", "64", "--costs", "paper"), "--costs"),
+        (("--gpus", "0", "--global-batch-size", "64"), "--gpus"),
+    ],
+)
+def test_plan_gpus_bad_input_is_one_line(adaptis, tmp_path, extra, needle) -> None:
+    out = tmp_path / "p.json"
+    r = adaptis("plan", *SMALL, *extra, "-o", out)
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert not out.exists()
+
+
+def test_no_configuration_fits_exits_3(adaptis, tmp_path) -> None:
+    r = adaptis("plan", "--model", str(CONFIGS / "llama-3.1-405b.json"), "--hardware", "h100", "--gpus", "8",
+                "--global-batch-size", "8", "-o", tmp_path / "p.json")  # fmt: skip
+    assert r.exit_code == 3, r.stderr
+    assert "fits in memory" in r.stderr and "GiB" in r.stderr
+
+
+@pytest.mark.slow
+def test_a_70b_model_on_1024_gpus_plans(adaptis, tmp_path) -> None:
+    r = adaptis("plan", "--model", str(CONFIGS / "llama-3.1-70b.json"), "--hardware", "h100", "--gpus", "1024",
+                "--global-batch-size", "1024", "--no-hard-stop", "-o", tmp_path / "p.json", "--json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["gpus"] == 1024 and d["configuration_gap"] >= 0
