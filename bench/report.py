@@ -26,7 +26,7 @@ from bench import charts, paper, records
 from bench.common import REPO
 
 #: the suites in document order: `bench.run` runs all but gpu_check (it needs a GPU)
-SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "gpu_check")
+SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "gpu_check")
 #: each suite's heading when it has no record yet
 TITLES = {
     "paper": "## Paper cases (simulated, h200)",
@@ -35,6 +35,7 @@ TITLES = {
     "targets": "## What a target runtime costs (adaptis plan --target, simulated, h200 profile)",
     "torchcsv": "## The same adaptive plan in torch's runtime and ours (CPU, gloo)",
     "zb": "## Against the zero-bubble schedulers",
+    "scale": "## Published runs at scale: predicted against measured tokens/s per GPU",
     "gpu_check": "## GPU check",
 }
 MATCH_HEADING = "## Does the model match real runs?"
@@ -194,7 +195,22 @@ def headline_rows(recs: Mapping[str, Mapping], link: Callable[[str], str]) -> li
             ]
         )
     rows.append(_zb_row(recs, link))
+    rows.append(_scale_row(recs, link))
     return rows
+
+
+def _scale_row(recs: Mapping[str, Mapping], link: Callable[[str], str]) -> list[str]:
+    rec = recs.get("scale")
+    if rec is None:
+        return ["model vs published runs at scale", "published training runs", not_run("scale")]
+    from bench import scale
+
+    s = scale.summary(scale.results_from_record(rec))
+    return [
+        "model vs published runs at scale",
+        f"[{s['runs']} runs, {s['sources']} sources, {s['min_gpus']}-{s['max_gpus']:,} GPUs]({link('scale')})",
+        f"median abs. error {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} (configuration forced)",
+    ]
 
 
 def _zb_row(recs: Mapping[str, Mapping], link: Callable[[str], str]) -> list[str]:
@@ -230,6 +246,7 @@ def sections(recs: Mapping[str, Mapping]) -> dict[str, str]:
     for name in ("targets", "torchcsv"):
         out[name] = interop.render(recs[name]) if name in recs else _missing(name)
     out["zb"] = _foreign("zb", recs["zb"]) if "zb" in recs else _missing("zb")
+    out["scale"] = _foreign("scale", recs["scale"]) if "scale" in recs else _missing("scale")
     if "gpu_check" in recs:
         out["gpu_check"] = _foreign("gpu_check", recs["gpu_check"])
     return out

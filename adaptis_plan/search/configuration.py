@@ -62,8 +62,12 @@ DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch_size", "num_mic
 #: micro-batch sizes tried when not given: powers of two up to this (larger ones only raise the
 #: activation memory; the GEMMs are near their asymptote at b x s = 16K tokens and above)
 MAX_SEARCHED_MICRO_BATCH = 8
-#: points screened with 1F1B at most, and of those planned with the full pipeline search
+#: points screened with 1F1B: at least SCREEN_LIMIT, then more while the screened plans' actions
+#: (pipeline ranks x micro-batches x 3 per point) stay under SCREEN_ACTIONS (a deterministic budget:
+#: small pipelines screen every point, a 16,384-GPU one its best SCREEN_LIMIT); the best PLAN_LIMIT
+#: of them are planned with the full pipeline search
 SCREEN_LIMIT = 48
+SCREEN_ACTIONS = 400_000
 PLAN_LIMIT = 3
 SCREEN_STRATEGY = "1F1B"
 #: tokens of a sequence a context-parallel rank holds at least when cp is searched (Megatron-Core
@@ -142,6 +146,7 @@ class Considered:
     point: Point
     bound_s: float
     status: str
+    estimate_s: float = math.inf  # the screening order (`_screen_bound`); not a bound
     step_time_s: float | None = None
     reason: str = ""
     recompute: str | None = None
@@ -297,11 +302,22 @@ def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Po
         )  # fmt: skip
     extras = layer_extras(model, training, hw, costs.device_names[0])
     work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
+    m, pp = point.num_microbatches, point.pp
     bound = max(
-        lower_bound(costs, point.pp, point.num_microbatches) + float(extras.min()),
-        (point.num_microbatches * float(work.sum()) + float(extras.sum())) / point.pp,
+        lower_bound(costs, pp, m) + float(extras.min()),
+        (m * float(work.sum()) + float(extras.sum())) / pp,
     )
-    return Considered(point, bound, "not_screened")
+    # the screening order: the bound, plus a full forward again per micro-batch where 1F1B's first
+    # rank (its layers' share of static bytes and min(pp, M) micro-batches of activations) would not
+    # fit without recomputation; last where even the block inputs alone would not
+    act = float(costs.act_bytes.sum()) / pp * min(pp, m)
+    estimate = bound
+    if static + act > limit:
+        estimate += m * float(costs.f_s.min(axis=0).sum()) / pp
+        inputs = point.micro_batch_size * req.seq_len / point.cp * model.hidden_size * 2 / point.tp
+        if static + inputs * model.num_layers / pp * min(pp, m) > limit:
+            estimate = math.inf
+    return Considered(point, bound, "not_screened", estimate)
 
 
 def _screen(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered, modes: Sequence[str]) -> _Screen:
@@ -354,25 +370,34 @@ def search_configuration(
             " dp x micro-batch size x micro-batches must equal the global batch); change the fixed sizes"
         )
     rows = [_screen_bound(model, hw, req, p) for p in points]
-    order = sorted((r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.bound_s, r.point))
+    order = sorted((r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.estimate_s, r.bound_s, r.point))
     fixed_mode = None if req.recompute == "auto" else req.recompute
     modes = (fixed_mode,) if fixed_mode else RECOMPUTE_LADDER
     screened: list[_Screen] = []
     best = math.inf
-    for k, row in enumerate(order):
+    tried = actions = 0
+    for row in order:
         if row.bound_s >= best:
-            for rest in order[k:]:
-                rest.status = "pruned"
-                rest.reason = f"lower bound {rest.bound_s:.4g} s >= the best step found, {best:.4g} s"
-            break
-        if len(screened) >= SCREEN_LIMIT:
-            break
+            row.status = "pruned"
+            row.reason = f"lower bound {row.bound_s:.4g} s >= the best step found, {best:.4g} s"
+            continue
+        if tried >= SCREEN_LIMIT and actions >= SCREEN_ACTIONS:
+            continue  # the screening budget is spent: the rest stay not_screened
+        if screened and deadline.expired():
+            deadline.abort("configuration screening")  # --time-limit's hard stop
+            continue
+        tried += 1
+        actions += 3 * row.point.pp * row.point.num_microbatches
         got = _screen(model, hw, req, row, modes)
         if got.step is not None:
             screened.append(got)
             best = min(best, got.step.step_time_s)
         if progress is not None:
-            progress("configurations", min(1.0, (k + 1) / max(1, min(len(order), SCREEN_LIMIT))))
+            progress("configurations", min(1.0, tried / max(1, len(order))))
+    for row in order:  # a point passed over before the best was found may be beaten by it now
+        if row.status == "not_screened" and row.bound_s >= best:
+            row.status = "pruned"
+            row.reason = f"lower bound {row.bound_s:.4g} s >= the best step found, {best:.4g} s"
     if not screened:
         worst = min((r for r in rows if r.status == "out_of_memory"), key=lambda r: (r.overflow_bytes, r.point))
         raise InfeasibleError(
@@ -381,7 +406,9 @@ def search_configuration(
         )
     screened.sort(key=lambda s: (s.step.step_time_s, s.considered.point))
     chosen = screened[:PLAN_LIMIT]
-    share = budget.scaled(1.0 / len(chosen))
+    # each planned point: half for the search with per-stage recomputation, half for its retry
+    # under the screened uniform mode (`_plan_point`)
+    share = budget.scaled(0.5 / len(chosen))
     results = []
     for got in chosen:
         results.append(_plan_point(model, hw, req, got, share, deadline, progress))
@@ -404,31 +431,20 @@ def _plan_point(
 ) -> Choice:
     """The full pipeline search at a screened point; its 1F1B plan when the search finds none better."""
     p, row = got.considered.point, got.considered
-    recompute = req.recompute if req.recompute != "auto" else "auto"
+    recompute = req.recompute
     base_mode = "none" if recompute == "auto" else recompute
     training = p.training(req, recompute)
     tables = CostTables(hw, training, default_mode=base_mode)
     planned: driver.PipelinePlan | None = None
-    try:
-        if req.strategy.lower() == "adaptive":
-            opts = driver.PipelineOptions(recompute=recompute, seed=req.seed)
-            planned = driver.search_pipeline(
-                model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
-                options=opts, progress=progress,
-            )  # fmt: skip
-    except (InfeasibleError, InputError):
-        planned = None
-    step = None
-    if planned is not None:
-        best = planned.best
-        result = with_expected(
-            best.layout, planned.costs, best.programs, p.num_microbatches,
-            best.result or simulate(best.layout, planned.costs, best.programs, p.num_microbatches),
-        )  # fmt: skip
-        if result.fits_memory:
-            best.result = result
-            step = training_step(best.layout, best.programs, result, planned.model, training, hw,
-                                 planned.costs.device_names)  # fmt: skip
+    step: TrainingStep | None = None
+    if req.strategy.lower() == "adaptive":
+        planned, step = _adaptive(model, hw, p, training, tables, recompute, req.seed, budget, deadline, progress)
+        if (step is None or step.step_time_s > got.step.step_time_s) and recompute == "auto" and got.mode != "none":
+            # per-stage choices found nothing better: search under the uniform mode the screen needed
+            training = p.training(req, got.mode)
+            tables = CostTables(hw, training, default_mode=got.mode)
+            planned, step = _adaptive(model, hw, p, training, tables, got.mode, req.seed, budget, deadline, progress)
+            recompute = got.mode
     if step is None or step.step_time_s > got.step.step_time_s:
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
         strategy = screen_strategy(req)
@@ -448,6 +464,39 @@ def _plan_point(
         row.recompute = recompute
     row.status, row.step_time_s = "planned", step.step_time_s
     return Choice(p, training, hw, planned, step, [], math.inf)
+
+
+def _adaptive(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    p: Point,
+    training: TrainingConfig,
+    tables: CostTables,
+    recompute: str,
+    seed: int,
+    budget: SearchBudget,
+    deadline: Deadline,
+    progress: ProgressFn | None,
+) -> tuple[driver.PipelinePlan | None, TrainingStep | None]:
+    """The pipeline search at `p` and its whole step, or (None, None) when no plan fits."""
+    try:
+        opts = driver.PipelineOptions(recompute=recompute, seed=seed)
+        planned = driver.search_pipeline(
+            model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
+            options=opts, progress=progress,
+        )  # fmt: skip
+    except (InfeasibleError, InputError):
+        return None, None
+    best = planned.best
+    result = with_expected(
+        best.layout, planned.costs, best.programs, p.num_microbatches,
+        best.result or simulate(best.layout, planned.costs, best.programs, p.num_microbatches),
+    )  # fmt: skip
+    if not result.fits_memory:
+        return None, None
+    best.result = result
+    step = training_step(best.layout, best.programs, result, planned.model, training, hw, planned.costs.device_names)
+    return planned, step
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
