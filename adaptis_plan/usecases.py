@@ -543,6 +543,8 @@ def run_plan_file(
         label=plan_path,
         predicted_s=judged.step_time_s,
         expected_s=judged.expected_step_time_s,
+        # the cost model's data-parallel collectives per step ({"dp": s}) go here once the judge reports them
+        predicted_comm_s=None,
     )
 
 
