@@ -254,6 +254,18 @@ class DataParallel:
         for f in self.flats.values():
             f.shard.grad = None
 
+    # ------------------------------------------------------------ what this rank holds
+
+    def held_elements(self) -> dict[str, int]:
+        """Elements this rank holds now: `optimizer` (those its optimizer updates and keeps state for;
+        ZeRO 1-3: about 1 / dp of the stages'), `full_params` (full parameters with storage; ZeRO 3:
+        0 between steps) and `params` (all of this rank's stages' parameters)."""
+        opt = self.optimizer
+        local = opt.optim if self.zero == 1 else opt  # ZeroRedundancyOptimizer's own shard
+        updated = sum(p.numel() for g in local.param_groups for p in g["params"]) if self._named else 0
+        full = sum(p.numel() for _, p in self._named if p.untyped_storage().nbytes() > 0)
+        return {"optimizer": updated, "full_params": full, "params": sum(p.numel() for _, p in self._named)}
+
     # ------------------------------------------------------------ verification dumps
 
     def full_grads(self) -> dict[str, torch.Tensor | None]:

@@ -635,6 +635,8 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "global_batch_size": plan.training.dp * plan.training.micro_batch_size * plan.training.num_microbatches,
         "comm_s": {"dp": statistics.median(c["dp"] for c in comm_steps) if comm_steps else 0.0},
         "comm_step_s": comm_steps,
+        # per rank of this node: elements its optimizer updates, full parameters it holds between steps, its stages' parameters
+        "held_elements": [per_rank[r]["held_elements"] for r in ranks],
         "predicted_comm_s": job.predicted_comm_s,
         "num_microbatches": plan.training.num_microbatches,
         "recompute": [st.recompute for st in plan.stages],

@@ -1,4 +1,4 @@
-"""One pipeline rank under torchrun: build this rank's stages and run the plan for real.
+"""One rank under torchrun (a pipeline rank of one data-parallel replica): run the plan for real.
 
 Run (normally `launch.run_plan` / `adaptis run` does this for you, and checks that the plan
 and the model belong together first: the worker does not):
@@ -6,17 +6,25 @@ and the model belong together first: the worker does not):
     python -m torch.distributed.run --standalone --nproc-per-node 2 --max-restarts 0 \
         -m adaptis_plan.executor.worker --plan plan.json --model model.json --out results/
 
-Data flow: plan + model spec (JSON files) -> `lowering.lower` -> `RankRuntime` (with the
-plan's per-stage recomputation) -> per-step timings, the timeline of the last step, and with
-`--verify` the first step's loss and gradients, written under `--out` (one file per rank; the
-launcher merges them). `--jobs FILE`
+Data flow: plan + model spec (JSON files) -> the ("pp", "dp") device mesh (world = pp x dp,
+global rank = pp_rank * dp + dp_rank; `pipeline_groups`) -> `lowering.lower` -> `RankRuntime`
+(with the plan's per-stage recomputation; point-to-point inside this replica's pp group) and
+`DataParallel` (dp-averaged gradients, ZeRO, the optimizer) -> per-step timings, the timeline of
+the last step, and with `--verify` the first step's loss, gradients and updated parameters,
+written under `--out` (one file per rank; the launcher merges them). Data: each step draws
+the global batch (`data.synthetic_batch` with dp x micro_batch_size sequences per
+micro-batch); replica r takes sequences [r * micro_batch_size, (r + 1) * micro_batch_size) of
+every micro-batch. `--jobs FILE`
 runs several (plan, model) pairs one after another in the same process group (what the
 launcher uses to measure several plans side by side). Imports torch and the executor.
 
 Output per job and rank, in `<out>/<job name>/`: `rank{r}.json` (step times, losses, action
 timeline and projection GEMM FLOPs of the last step: forward, recomputed forwards included,
-input-gradient, weight-gradient), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
-step's backward and tied-gradient sync, before the optimizer step). On failure
+input-gradient, weight-gradient; `comm_s`: per step, the seconds in dp collectives and in the
+optimizer step), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
+step's backward, tied-gradient sync and dp average, before the optimizer step; ZeRO 2/3 gather
+the full gradients for it) and `params.rank{r}.pt` (with --verify: {param name: parameter} after
+the first optimizer step). On failure
 `<out>/error.rank{r}.json` (the last error line, the traceback, and whether it was a communication
 error, i.e. probably a consequence of another rank's failure) and exit code 1. Before anything
 else the worker starts its lifeline (`processes.start_lifeline`): the heartbeat file
@@ -187,6 +195,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
             # all-reduce / reduce-scatter; dp_param_gather: ZeRO-3's gathers in the step, ZeRO-2's after
             # the optimizer) and in the optimizer step (ZeRO-1's broadcasts of updated parameters inside)
             "comm_s": comm[args.warmup :],
+            "held_elements": dpx.held_elements(),  # after the last step (`DataParallel.held_elements`)
             "warmup_times_s": step_times[: args.warmup],
             "median_step_time_s": statistics.median(measured) if measured else None,
             "losses": losses,

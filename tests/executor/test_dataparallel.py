@@ -62,6 +62,12 @@ def test_pp2_dp2_zero_1_2_3_match_one_process(adaptive: Path) -> None:
         for step in r["comm_step_s"]:
             assert step["dp_grad_sync"] > 0 and step["dp"] >= step["dp_grad_sync"]
             assert (step["dp_param_gather"] > 0) == (r["zero"] >= 2)  # ZeRO 2's gather after the step, 3's in it
+        held = r["held_elements"]  # ranks 2 p, 2 p + 1 hold pipeline rank p's stages
+        for p in range(2):
+            a, b = held[2 * p], held[2 * p + 1]
+            assert a["params"] == b["params"] > 0
+            assert max(a["optimizer"], b["optimizer"]) < a["params"] <= a["optimizer"] + b["optimizer"]  # sharded
+            assert a["full_params"] == (0 if r["zero"] == 3 else a["params"])
     # the same data and weights whatever the ZeRO stage: the same loss
     assert len({round(r["loss"], 5) for r in results}) == 1
 
