@@ -171,7 +171,7 @@ class DataParallel:
         named = {s: st.named_layer_parameters() for s, st in stages.items()}
         self._named = [kv for s in sorted(named) for kv in named[s]]
         self.flats: dict[int, _FlatStage] = {}
-        self.comm_s = {"dp_grad_sync": 0.0, "dp_param_gather": 0.0}
+        self.start_step()
         if self.zero >= 2:
             rank = dist.get_rank(group)
             self.flats = {s: _FlatStage(kv, group, rank, self.dp) for s, kv in named.items() if kv}
@@ -205,7 +205,11 @@ class DataParallel:
         self._current = None
 
     def start_step(self) -> None:
-        self.comm_s = {"dp_grad_sync": 0.0, "dp_param_gather": 0.0}
+        """Zero the step's timers (`comm_s`): `dp_wait` (in a dp-group barrier before the gradient sync,
+        i.e. for the slowest replica to finish its pipeline), `dp_grad_sync` (the all-reduce or
+        reduce-scatter itself), `dp_param_gather` (ZeRO 3's gathers during the step, ZeRO 2's after
+        the optimizer step)."""
+        self.comm_s = {"dp_wait": 0.0, "dp_grad_sync": 0.0, "dp_param_gather": 0.0}
 
     # ------------------------------------------------------------ after the rank's last backward / W
 
@@ -215,6 +219,10 @@ class DataParallel:
         if self.dp == 1:
             return
         t0 = time.perf_counter()
+        dist.barrier(group=self.group)  # so that dp_grad_sync times the collective, not the replicas' skew
+        t1 = time.perf_counter()
+        self.comm_s["dp_wait"] += t1 - t0
+        t0 = t1
         if self.zero >= 2:
             for _, f in sorted(self.flats.items()):
                 f.reduce_grads(self.dp)

@@ -195,8 +195,10 @@ def run_plan(
     time from a barrier to a barrier), `predicted_step_time_s` (`predicted_s`, else the plan's stored
     figure), `expected_step_time_s` (`expected_s`, likewise; None without measured variation), `step_times_s`,
     `world_size` (pp x dp processes), `comm_s` (`{"dp": s}`: the median over measured steps of the
-    slowest rank's seconds in data-parallel collectives; 0 with dp = 1), `comm_step_s` (per measured
-    step, `{"dp", "dp_grad_sync", "dp_param_gather", "optimizer_step"}`, each the slowest rank's),
+    slowest rank's seconds in data-parallel collectives, gradient sync plus parameter gathers, without
+    the wait for the slowest replica; 0 with dp = 1), `comm_step_s` (per measured step, `{"dp",
+    "dp_wait", "dp_grad_sync", "dp_param_gather", "optimizer_step"}`, each the slowest rank's;
+    `dataparallel.DataParallel.start_step`),
     `predicted_comm_s` (`predicted_comm_s`, or None),
     and with `verify` also `loss_diff`, `max_abs_grad_diff`, `max_abs_param_diff`, `verified` (the
     first step's loss, every gradient of every dp replica, and every parameter after the optimizer

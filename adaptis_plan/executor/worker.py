@@ -191,9 +191,8 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
             "pp_rank": pp_rank,
             "dp_rank": dp_rank,
             "step_times_s": measured,
-            # per measured step, seconds this rank spent in dp collectives (dp_grad_sync: the gradient
-            # all-reduce / reduce-scatter; dp_param_gather: ZeRO-3's gathers in the step, ZeRO-2's after
-            # the optimizer) and in the optimizer step (ZeRO-1's broadcasts of updated parameters inside)
+            # per measured step, seconds this rank spent in dp collectives (`DataParallel.start_step`)
+            # and in the optimizer step (ZeRO-1's broadcasts of updated parameters inside)
             "comm_s": comm[args.warmup :],
             "held_elements": dpx.held_elements(),  # after the last step (`DataParallel.held_elements`)
             "warmup_times_s": step_times[: args.warmup],
