@@ -109,7 +109,12 @@ def pipeline_groups(pp: int, dp: int, device: torch.device) -> tuple[object, obj
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device.type, (pp, dp), mesh_dim_names=("pp", "dp"))
-    return mesh.get_group("pp"), mesh.get_group("dp"), rank // dp, rank % dp
+    pp_rank, dp_rank = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
+    if rank != pp_rank * dp + dp_rank:
+        raise RuntimeError(
+            f"internal: mesh coordinates ({pp_rank}, {dp_rank}) of rank {rank} break rank = pp * dp + dp"
+        )
+    return mesh.get_group("pp"), mesh.get_group("dp"), pp_rank, dp_rank
 
 
 def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
