@@ -112,3 +112,52 @@ def test_plans_run_together_need_the_same_dp(adaptive: Path) -> None:
     jobs = [PlanJob(plan, model, label="a"), PlanJob(_with(plan, dp=2), model, label="b")]
     with pytest.raises(InputError, match="training.dp = 2"):
         run_plans(jobs, RunOptions(steps=1))
+
+
+@pytest.fixture
+def one_rank_group():
+    """A one-process gloo group in this process (a HashStore: nothing started)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_zero3_frees_parameters_between_f_and_i_and_gets_the_same_gradients(one_rank_group, recompute: str) -> None:
+    """F with gathered parameters, storage freed, gathered again, then I and W: the gradients of a plain
+    F / I / W, bitwise (autograd's saved parameters see the refilled storage, not a stale or empty one)."""
+    import torch
+
+    from adaptis_plan.executor.dataparallel import _FlatStage
+    from adaptis_plan.executor.runtime import Stage
+    from adaptis_plan.executor.wgrad import WeightGradStore
+
+    model = tiny_family("llama")
+    ids = torch.randint(0, model.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+
+    def run(shard: bool) -> dict[str, torch.Tensor]:
+        stage = Stage(model, 0, 0, 3, seed=0, recompute=recompute)
+        named = stage.named_layer_parameters()
+        flat = _FlatStage(named, one_rank_group, 0, 1) if shard else None
+        out = stage(ids)
+        if flat is not None:
+            flat.free()
+            assert flat.flat.untyped_storage().nbytes() == 0 and not flat.gathered
+            assert all(p.untyped_storage().nbytes() == 0 for _, p in named)  # the parameters are its views
+            flat.gather()
+        store = WeightGradStore()
+        with store.deferring("k"):
+            out.backward(torch.ones_like(out))
+        if flat is not None:
+            flat.free()  # W needs no parameters
+        store.run("k")
+        return {n: p.grad.clone() for n, p in named}
+
+    plain, sharded = run(False), run(True)
+    assert plain.keys() == sharded.keys()
+    assert all(torch.equal(plain[n], sharded[n]) for n in plain)
