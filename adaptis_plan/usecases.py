@@ -618,15 +618,16 @@ def export_plan_file(
 
 # ----------------------------------------------------------------------------- run and profile (the executor)
 def executor_refusal(plan: PlanFile) -> str | None:
-    """Why the bundled executor cannot run `plan` as planned, or None. It runs the pipeline dimension
-    only (one process per pipeline device): a plan with tensor or data parallelism would run as a
-    different configuration, so it is refused rather than run."""
+    """Why the bundled executor cannot run `plan` as planned, or None. It runs the pipeline and the
+    data-parallel dimensions (pp x dp processes, ZeRO 0-3; `executor.dataparallel`): a plan with tensor,
+    context or expert parallelism would run as a different configuration, so it is refused rather than run."""
     t = plan.training
-    for dim, value, fix in (("tp", t.tp, "plan with --tp 1"), ("dp", t.dp, "set training.dp to 1")):
+    for dim, value, flag in (("tp", t.tp, "--tp 1"), ("cp", t.cp, "--cp 1"), ("ep", t.ep, "--ep 1")):
         if value > 1:
             return (
-                f"training.{dim} = {value}: `adaptis run` executes the pipeline dimension only (tp = dp = 1);"
-                f" run this plan under Megatron-LM or torchtitan (`adaptis export`), or {fix} to run it here"
+                f"training.{dim} = {value}: `adaptis run` executes the pipeline and data-parallel dimensions only"
+                f" (tp = cp = ep = 1); run this plan under Megatron-LM or torchtitan (`adaptis export`), or plan"
+                f" with {flag} to run it here"
             )
     return None
 
@@ -652,6 +653,8 @@ def run_plan_file(
         label=plan_path,
         predicted_s=judged.step_time_s,
         expected_s=judged.expected_step_time_s,
+        # the cost model's data-parallel collectives per step ({"dp": s}) go here once the judge reports them
+        predicted_comm_s=None,
     )
 
 

@@ -528,7 +528,7 @@ def run_cmd(
         return
     c = console()
     c.print(
-        f"[bold]{shown(plan.strategy)}[/] on {plan.training.pp} ranks: measured step {fmt_time(out['measured_step_time_s'], 'ms')}"
+        f"[bold]{shown(plan.strategy)}[/] on {plan.training.pp} pipeline ranks: measured step {fmt_time(out['measured_step_time_s'], 'ms')}"
         f" (median of {out['steps']}), predicted {fmt_time(out['predicted_step_time_s'], 'ms')}"
         + (
             ""
@@ -539,9 +539,19 @@ def run_cmd(
     recomputed = [f"{st.stage}: {st.recompute}" for st in plan.stages if st.recompute != "none"]
     if recomputed:
         c.print(f"recomputation (stage: mode): {', '.join(recomputed)}")
+    if plan.training.dp > 1:
+        predicted = (out.get("predicted_comm_s") or {}).get("dp")
+        c.print(
+            f"data parallel: {plan.training.dp} replicas ({out['world_size']} processes), ZeRO {plan.training.zero};"
+            f" dp collectives {fmt_time(out['comm_s']['dp'], 'ms')} per step (slowest rank, median)"
+            + ("" if predicted is None else f", predicted {fmt_time(predicted, 'ms')}")
+        )
     if verify:
         ok = "[green]verified[/]" if out["verified"] else "[red]NOT verified[/]"
-        c.print(f"{ok}: loss diff {out['loss_diff']:.2e}, max |grad diff| {out['max_abs_grad_diff']:.2e}")
+        c.print(
+            f"{ok}: loss diff {out['loss_diff']:.2e}, max |grad diff| {out['max_abs_grad_diff']:.2e},"
+            f" max |param diff| after the step {out['max_abs_param_diff']:.2e}"
+        )
     if trace_path:
         c.print(f"measured trace: {shown(trace_path, 4096)}")
     if verify and not out["verified"]:

@@ -3,8 +3,9 @@
 The only package that imports torch (lazily: importing `adaptis_plan.executor` alone does not).
 Data flow: a `PlanFile` + the `ModelSpec` it was made for (read and checked once by the use
 case) -> `launch.run_plan(plan, model, RunOptions)` -> torchrun -> `worker` (one process per
-plan device) -> `runtime.RankRuntime` (stages from `layers`, with the plan's per-stage
-recomputation; I/W split from `wgrad`; sends and receives ordered by `lowering`) -> measured
+plan device and data-parallel replica: pp x dp) -> `runtime.RankRuntime` (stages from `layers`,
+with the plan's per-stage recomputation; I/W split from `wgrad`; sends and receives ordered by
+`lowering`) with `dataparallel.DataParallel` around it (gradient averaging, ZeRO 0-3) -> measured
 step times, the measured trace, and with `--verify` the comparison against a single-process
 step (`verify`). `processes` keeps the run's process tree from outliving the launcher.
 `profile.profile_model` / `profile_recompute` measure per-layer F / I / W / B costs and
@@ -13,7 +14,8 @@ before it starts, and `link.measure_link` the gloo link between two local proces
 simulates a plan (the use cases do).
 
 Modules: `layers` (every layer kind, recomputation), `wgrad` (deferred weight gradients),
-`lowering` (pure Python: executability check, global order, transfers), `cpu` (how a rank computes
+`lowering` (pure Python: executability check, global order, transfers), `dataparallel` (the dp
+group: gradient sync, ZeRO, the optimizer), `cpu` (how a rank computes
 on CPU: one thread, denormals flushed), `runtime` (one rank's
 interpreter), `worker` (`python -m adaptis_plan.executor.worker` under torchrun), `launch`
 (`RunOptions`, `run_plan`, `run_plans`), `processes` (run token, reaper, worker lifeline;

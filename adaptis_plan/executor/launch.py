@@ -147,6 +147,8 @@ class PlanJob:
     `predicted_s`: the step the judge simulates for the plan, reported beside the measured one (None:
     the plan's stored figure, which a hand-edited plan may have left stale); `expected_s` likewise its
     expected step under the profile's measured variation (`judge.simulate.expected_step`; None: none).
+    `predicted_comm_s`: the cost model's time of the step's collectives by dimension (e.g. {"dp": s}),
+    reported as `predicted_comm_s` beside the measured `comm_s`; None: no prediction given.
     """
 
     plan: PlanFile
@@ -155,6 +157,7 @@ class PlanJob:
     label: str = "plan"
     predicted_s: float | None = None
     expected_s: float | None = None
+    predicted_comm_s: dict[str, float] | None = None
 
     @property
     def predicted_step_time_s(self) -> float:
@@ -184,38 +187,49 @@ def run_plan(
     label: str = "plan",
     predicted_s: float | None = None,
     expected_s: float | None = None,
+    predicted_comm_s: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Execute `plan` for `warmup + steps` steps; returns the `run --json` keys.
 
     Keys: `steps`, `measured_step_time_s` (median of the steps after warm-up, rank 0's wall
     time from a barrier to a barrier), `predicted_step_time_s` (`predicted_s`, else the plan's stored
     figure), `expected_step_time_s` (`expected_s`, likewise; None without measured variation), `step_times_s`,
-    and with `verify` also `loss_diff`, `max_abs_grad_diff`, `verified` (the first step's loss
-    and every gradient against a single-process step; tolerances in `verify.py`).
+    `world_size` (pp x dp processes), `comm_s` (`{"dp": s}`: the median over measured steps of the
+    slowest rank's seconds in data-parallel collectives, gradient sync plus parameter gathers, without
+    the wait for the slowest replica; 0 with dp = 1), `comm_step_s` (per measured step, `{"dp",
+    "dp_wait", "dp_grad_sync", "dp_param_gather", "optimizer_step"}`, each the slowest rank's;
+    `dataparallel.DataParallel.start_step`),
+    `predicted_comm_s` (`predicted_comm_s`, or None),
+    and with `verify` also `loss_diff`, `max_abs_grad_diff`, `max_abs_param_diff`, `verified` (the
+    first step's loss, every gradient of every dp replica, and every parameter after the optimizer
+    step, against a single-process step over the whole global batch; tolerances in `verify.py`).
     """
-    return run_plans([PlanJob(plan, model, trace_path, label, predicted_s, expected_s)], options)[0]
+    job = PlanJob(plan, model, trace_path, label, predicted_s, expected_s, predicted_comm_s)
+    return run_plans([job], options)[0]
 
 
 def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[dict[str, Any]]:
-    """Run several plans (same `pp`) side by side in one torchrun launch; one result dict each."""
+    """Run several plans (same `pp` and `dp`) side by side in one torchrun launch; one result dict each."""
     if not jobs:
         return []
     options = options or RunOptions()
     options.check()
     jobs = [_prepare(job) for job in jobs]
-    pp = jobs[0].plan.training.pp
+    pp, dp = jobs[0].plan.training.pp, jobs[0].plan.training.dp
     for job in jobs:
-        if job.plan.training.pp != pp:
-            raise InputError(
-                f"{job.label}: training.pp = {job.plan.training.pp}: plans run together need the same pp"
-                f" ({pp}); run them separately"
-            )
-    if pp % options.nnodes:
+        for dim, value, want in (("pp", job.plan.training.pp, pp), ("dp", job.plan.training.dp, dp)):
+            if value != want:
+                raise InputError(
+                    f"{job.label}: training.{dim} = {value}: plans run together need the same {dim}"
+                    f" ({want}); run them separately"
+                )
+    world = pp * dp
+    if world % options.nnodes:
         raise InputError(
-            f"--nnodes = {options.nnodes}: the plan's {pp} devices do not split evenly over the nodes;"
-            f" use a divisor of {pp}"
+            f"--nnodes = {options.nnodes}: the plan's pp x dp = {world} processes do not split evenly over the"
+            " nodes; use a divisor of that"
         )
-    nproc = pp // options.nnodes
+    nproc = world // options.nnodes
     dev = _resolve_device(options.device, nproc)
     cmd = _torchrun_command(nproc, options)
     with _terminate_on_signals(), _Run() as run:
@@ -595,7 +609,14 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
     per_rank = {r: json.loads((out / f"rank{r}.json").read_text()) for r in ranks}
     first = per_rank[ranks[0]]
     times = first["step_times_s"]
-    losses = next((d["losses"] for d in per_rank.values() if d["losses"]), [])
+    # each replica's last stage reports its replica's mean loss; the step's loss is their mean
+    replica_losses = [d["losses"] for d in per_rank.values() if d["losses"]]
+    losses = [statistics.fmean(step) for step in zip(*replica_losses, strict=True)] if replica_losses else []
+    comm_steps = []
+    for i, mine in enumerate(first["comm_s"]):
+        step = {k: max(d["comm_s"][i][k] for d in per_rank.values()) for k in mine}
+        step["dp"] = max(d["comm_s"][i]["dp_grad_sync"] + d["comm_s"][i]["dp_param_gather"] for d in per_rank.values())
+        comm_steps.append(step)
     plan = job.plan
     result: dict[str, Any] = {
         "plan": job.label,
@@ -610,6 +631,15 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "backend": "nccl" if dev == "cuda" else "gloo",
         "dtype": options.dtype,
         "pp": plan.training.pp,
+        "dp": plan.training.dp,
+        "zero": plan.training.zero,
+        "world_size": plan.training.pp * plan.training.dp,
+        "global_batch_size": plan.training.dp * plan.training.micro_batch_size * plan.training.num_microbatches,
+        "comm_s": {"dp": statistics.median(c["dp"] for c in comm_steps) if comm_steps else 0.0},
+        "comm_step_s": comm_steps,
+        # per rank of this node: elements its optimizer updates, full parameters it holds between steps, its stages' parameters
+        "held_elements": [per_rank[r]["held_elements"] for r in ranks],
+        "predicted_comm_s": job.predicted_comm_s,
         "num_microbatches": plan.training.num_microbatches,
         "recompute": [st.recompute for st in plan.stages],
         "losses": losses,
@@ -619,48 +649,88 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "cpu_cores": [per_rank[r].get("cpu_core") for r in ranks],
     }
     if options.verify:
-        result.update(_verify(plan, job.model, out, ranks, options.seed, dev, options.dtype))
-    if job.trace_path is not None:
-        timelines = {r: d["timeline"] for r, d in per_rank.items()}
+        result.update(_verify(plan, job.model, out, ranks, options, dev))
+    if job.trace_path is not None:  # the timeline of replica 0 (dp rank 0); its ranks are pp_rank * dp
+        timelines = {d["pp_rank"]: d["timeline"] for d in per_rank.values() if d["dp_rank"] == 0}
         write_json_atomic(measured_trace(plan, timelines, job.predicted_step_time_s), job.trace_path)
         result["trace"] = str(job.trace_path)
     return result
 
 
-def _verify(
-    plan: PlanFile, model: ModelSpec, out: Path, ranks: range, seed: int, dev: str, dtype: str
-) -> dict[str, Any]:
+def _verify(plan: PlanFile, model: ModelSpec, out: Path, ranks: range, options: RunOptions, dev: str) -> dict[str, Any]:
+    """Every dp replica's gradients (after the dp average) and parameters (after the optimizer step)
+    against one process's step over the whole global batch; the loss is the replicas' mean."""
     import torch
 
-    from adaptis_plan.executor.verify import compare, reference_step, tolerance
+    from adaptis_plan.executor.verify import compare, compare_tensors, reference_update, step_with_grads, tolerance
     from adaptis_plan.executor.worker import DTYPES
 
-    grads: dict[str, Any] = {}
-    pipe_loss = None
+    tr = plan.training
+    replicas: dict[int, tuple[dict, dict]] = {}
+    replica_losses = []
     for r in ranks:
         dump = torch.load(out / f"grads.rank{r}.pt", weights_only=True)
+        params = torch.load(out / f"params.rank{r}.pt", weights_only=True)["params"]
+        grads, ps = replicas.setdefault(r % tr.dp, ({}, {}))
         grads.update(dump["grads"])
+        ps.update(params)
         if dump["loss"] is not None:
-            pipe_loss = dump["loss"]
-    tr = plan.training
-    ref_loss, ref_grads = reference_step(
+            replica_losses.append(dump["loss"])
+    pipe_loss = statistics.fmean(replica_losses)
+    zero_fill = tr.dp > 1 and tr.zero >= 2  # flat shards step a gradient-less parameter with zeros
+    ref_loss, ref_grads, ref_params = reference_update(
         model,
         num_microbatches=tr.num_microbatches,
         micro_batch_size=tr.micro_batch_size,
         seq_len=tr.seq_len,
-        seed=seed,
+        optimizer=options.optimizer,
+        lr=options.lr,
+        seed=options.seed,
         device=dev,
-        dtype=DTYPES[dtype],
+        dtype=DTYPES[options.dtype],
+        dp=tr.dp,
+        none_grads_as_zero=zero_fill,
     )
-    rtol, atol = tolerance(dev, dtype)
-    c = compare(float(pipe_loss), grads, ref_loss, ref_grads, rtol=rtol, atol=atol)
+    rtol, atol = tolerance(dev, options.dtype)
+    worst: Any = None
+    mismatched: list[str] = []
+    param_diff, param_worst, single_diff = 0.0, None, 0.0
+    for d, (grads, ps) in sorted(replicas.items()):
+        c = compare(float(pipe_loss), grads, ref_loss, ref_grads, rtol=rtol, atol=atol)
+        tag = f" (dp rank {d})" if tr.dp > 1 else ""
+        mismatched += [n + tag for n in c.mismatched]
+        if worst is None or c.max_abs_grad_diff > worst[0].max_abs_grad_diff:
+            worst = (c, tag)
+        # the optimizer machinery: this replica's parameters against one process's step with its gradients
+        want = step_with_grads(
+            model,
+            grads,
+            optimizer=options.optimizer,
+            lr=options.lr,
+            seed=options.seed,
+            device=dev,
+            dtype=DTYPES[options.dtype],
+            none_grads_as_zero=zero_fill,
+        )
+        pd, pw, pm = compare_tensors(ps, want, rtol=rtol, atol=atol)
+        mismatched += [f"{n} after the step{tag}" for n in pm]
+        if pd >= param_diff:
+            param_diff, param_worst = pd, None if pw is None else pw + tag
+        single_diff = max(single_diff, compare_tensors(ps, ref_params, rtol=rtol, atol=atol)[0])
+    c, tag = worst
     return {
-        "verified": c.verified,
+        "verified": c.verified and not mismatched,
         "loss_diff": c.loss_diff,
         "max_abs_grad_diff": c.max_abs_grad_diff,
+        # parameters after the step against one process's optimizer step with the run's averaged gradients
+        "max_abs_param_diff": param_diff,
+        # ... and against the whole single-process step (information: AdamW's first step amplifies gradient
+        # rounding near g = 0 up to lr * |dg| / eps; `verify.step_with_grads`)
+        "max_abs_param_diff_single_process": single_diff,
         "loss": pipe_loss,
         "reference_loss": ref_loss,
-        "worst_param": c.worst_param,
-        "mismatched_params": c.mismatched[:20],
+        "worst_param": None if c.worst_param is None else c.worst_param + tag,
+        "worst_param_after_step": param_worst,
+        "mismatched_params": mismatched[:20],
         "tolerance": {"rtol": rtol, "atol": atol},
     }

@@ -125,7 +125,7 @@ class Stage(nn.Module):
 
 @dataclass(frozen=True)
 class Fault:
-    """Test hook (env ADAPTIS_EXECUTOR_FAULT=kind:rank[:step]): `exit` (os._exit(1)), `raise` or `hang`
+    """Test hook (env ADAPTIS_EXECUTOR_FAULT=kind:rank[:step], rank: the global rank): `exit` (os._exit(1)), `raise` or `hang`
     after the first action of `step`, or `skipw` (drop the first W's gradient: a silently wrong run)."""
 
     kind: str
@@ -148,7 +148,9 @@ class P2P:
     ("act", s, m) and the gradient ("grad", s + 1, m) alike.
     `order`: "peer" (one line per peer: receives are posted earliest; gloo), "ahead" (as "peer",
     but every receive of the step is posted when it starts; gloo, the default on CPU) or
-    "global" (one line for all peers: safe whatever NCCL's stream layout; the default on GPUs)."""
+    "global" (one line for all peers: safe whatever NCCL's stream layout; the default on GPUs).
+    `group`: the pipeline's process group (one dp index of the mesh; None: the default group, dp = 1);
+    `rank` and every transfer's `src` / `dst` are ranks in it (= plan devices)."""
 
     def __init__(
         self,
@@ -158,11 +160,13 @@ class P2P:
         device: torch.device,
         timeout_s: float,
         order: str = "peer",
+        group: dist.ProcessGroup | None = None,
     ) -> None:
         if order not in P2P_ORDERS:
             raise ValueError(f"P2P order {order!r}: use one of {', '.join(P2P_ORDERS)}")
         self.rank = rank
         self.order = order
+        self.group = group
         self._lowered = lowered
         self._boundaries, self._device = boundaries, device
         self._timeout = timedelta(seconds=timeout_s)
@@ -187,7 +191,7 @@ class P2P:
     def _post_recv(self, t: Transfer) -> None:
         shape, dtype = self._boundaries[t.stage if t.kind == "act" else t.stage - 1]
         buf = torch.empty(shape, dtype=dtype, device=self._device)
-        self._recvs[t.key] = (dist.irecv(buf, src=t.src, tag=t.tag), buf, t)
+        self._recvs[t.key] = (dist.irecv(buf, group=self.group, group_src=t.src, tag=t.tag), buf, t)
 
     def pump(self) -> None:
         sent = False
@@ -198,7 +202,7 @@ class P2P:
                     self._post_recv(t)
                 elif t.key in self._ready:
                     tensor = self._ready.pop(t.key)
-                    self._sends.append((dist.isend(tensor, dst=t.dst, tag=t.tag), tensor, t))
+                    self._sends.append((dist.isend(tensor, group=self.group, group_dst=t.dst, tag=t.tag), tensor, t))
                     sent = True
                 else:
                     break
@@ -235,17 +239,19 @@ class P2P:
             raise RuntimeError(f"internal: rank {self.rank} ended the step with transfers left: {left[:4]}")
 
 
-def warm_up_pairs(world_size: int, rank: int, device: torch.device) -> None:
-    """Create every pair's p2p channel in one global order (NCCL creates them lazily and blockingly)."""
+def warm_up_pairs(world_size: int, rank: int, device: torch.device, group: dist.ProcessGroup | None = None) -> None:
+    """Create every pair's p2p channel in one global order (NCCL creates them lazily and blockingly).
+
+    `world_size`, `rank`: of `group` (None: the default group)."""
     for i in range(world_size):
         for j in range(i + 1, world_size):
             if rank not in (i, j):
                 continue
             t = torch.zeros(1, device=device)
             if rank == i:
-                dist.send(t, dst=j)
+                dist.send(t, group=group, group_dst=j)
             else:
-                dist.recv(t, src=i)
+                dist.recv(t, group=group, group_src=i)
 
 
 class _Clock:
@@ -290,9 +296,18 @@ class RankRuntime:
         timeout_s: float,
         p2p_order: str = "peer",
         recompute: Sequence[str] | None = None,
+        group: dist.ProcessGroup | None = None,
+        global_rank: int | None = None,
     ) -> None:
-        """`recompute[s]`: stage s's recomputation (the plan's `stages[s].recompute`); None = none anywhere."""
+        """`rank`: this rank's plan device (its rank in the pipeline `group`; None: the default group,
+        dp = 1); `global_rank`: its rank in the world (what `Fault` names; default `rank`).
+        `recompute[s]`: stage s's recomputation (the plan's `stages[s].recompute`); None = none anywhere.
+        `params_hook` (set by the worker, optional): `acquire(stage)` before every forward and
+        backward of a stage (ZeRO-3 gathers its parameters there, `dataparallel`)."""
         self.rank = rank
+        self.group = group
+        self.global_rank = rank if global_rank is None else global_rank
+        self.params_hook = None
         self.model = model
         self.lowered = lowered
         self.layout = lowered.layout
@@ -313,7 +328,7 @@ class RankRuntime:
             s: boundary_spec(model, b[s + 1] - 1, micro_batch_size, seq_len, dtype)
             for s in range(self.layout.num_stages - 1)
         }
-        self.comm = P2P(lowered, rank, boundaries, device, timeout_s, order=p2p_order)
+        self.comm = P2P(lowered, rank, boundaries, device, timeout_s, order=p2p_order, group=group)
         self._timeout = timedelta(seconds=timeout_s)
         self._clock = _Clock(device)
 
@@ -338,7 +353,8 @@ class RankRuntime:
         saved: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         loss_sum: torch.Tensor | None = None
         marks: list[tuple[Action, object, object]] = []
-        skip_w = fault is not None and fault.kind == "skipw" and fault.rank == self.rank
+        skip_w = fault is not None and fault.kind == "skipw" and fault.rank == self.global_rank
+        hook = self.params_hook
         origin = self._clock.mark()
         self.comm.start_step()
         for index, a in enumerate(self.program):
@@ -352,6 +368,8 @@ class RankRuntime:
                     x = local.pop(key) if dev[s - 1] == self.rank else self.comm.recv(key)
                     x.requires_grad_()
                 t0 = self._clock.mark()
+                if hook is not None:
+                    hook.acquire(s)
                 out = stage(x, labels[m] if stage.has_head else None)
                 if s == last:
                     out = out * scale
@@ -370,6 +388,8 @@ class RankRuntime:
                     key = ("grad", s + 1, m)
                     grad = local.pop(key) if dev[s + 1] == self.rank else self.comm.recv(key)
                 t0 = self._clock.mark()
+                if hook is not None:
+                    hook.acquire(s)
                 if a.op == "I":
                     with self.store.deferring((s, m)):
                         torch.autograd.backward(out, grad)
@@ -391,7 +411,7 @@ class RankRuntime:
                 else:
                     self.store.run((s, m))
             marks.append((a, t0, self._clock.mark()))
-            if fault is not None and fault.rank == self.rank and fault.step == step and index == 0:
+            if fault is not None and fault.rank == self.global_rank and fault.step == step and index == 0:
                 if fault.kind == "exit":
                     os._exit(1)
                 if fault.kind == "raise":
@@ -432,11 +452,15 @@ class RankRuntime:
             other = torch.empty_like(grads[0])
             tag = 2 * self.layout.num_stages * self.num_microbatches + 1
             # Lower rank sends first, higher rank receives first: the same order on both ends (NCCL).
-            ops = [(dist.isend, grads[0].contiguous()), (dist.irecv, other)]
+            mine_first = grads[0].contiguous()
+            ops = [
+                lambda: dist.isend(mine_first, group=self.group, group_dst=peer, tag=tag),
+                lambda: dist.irecv(other, group=self.group, group_src=peer, tag=tag),
+            ]
             if self.rank > peer:
                 ops.reverse()
-            for fn, t in ops:
-                work = fn(t, peer, tag=tag)
+            for post in ops:
+                work = post()
                 try:
                     work.wait(self._timeout)
                 except Exception as e:

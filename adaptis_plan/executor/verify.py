@@ -1,9 +1,12 @@
 """The single-process reference step and the gradient comparison behind `adaptis run --verify`.
 
 Data flow: model spec + training shape + seed -> `reference_step` (the whole model in one
-process, the same synthetic batch, plain autograd with full backward, gradient accumulation
-over the micro-batches) -> {param name: grad}; `compare` checks the pipelined run's dumped
-gradients against it. Imports torch, `layers`, `data`.
+process, the same synthetic global batch of dp x micro_batch_size x num_microbatches
+sequences, plain autograd with full backward, gradient accumulation over every replica's
+micro-batches) -> {param name: grad}, and with an optimizer the parameters after one step
+(`reference_update`); `compare` checks the pipelined run's dumped gradients (and
+`compare_tensors` its parameters after the step) against them. Imports torch, `layers`, `data`,
+`dataparallel` (the optimizer both sides use).
 
 Tolerance (`tolerance`): per tensor, `max|pipe - ref| <= rtol * max|ref| + atol`, and the loss
 within `rtol * |loss| + atol`. On CPU in fp32 both sides run the same kernels on the same
@@ -26,6 +29,7 @@ import torch
 
 from adaptis_plan.executor.cpu import cpu_rank
 from adaptis_plan.executor.data import synthetic_batch
+from adaptis_plan.executor.dataparallel import make_optimizer
 from adaptis_plan.executor.layers import build_model
 from adaptis_plan.spec.model import ModelSpec
 
@@ -46,36 +50,147 @@ def reference_step(
     seed: int = 0,
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
+    dp: int = 1,
 ) -> tuple[float, dict[str, torch.Tensor | None]]:
-    """Loss (mean over micro-batches) and gradients of the first step, computed in one process.
+    """Loss (mean over the global batch) and gradients of the first step, computed in one process.
 
+    The global batch holds dp x num_microbatches micro-batches of `micro_batch_size` sequences:
+    replica r's micro-batch m is sequences [r * micro_batch_size, (r + 1) * micro_batch_size) of
+    the synthetic batch's micro-batch m (as the workers slice it); each is run alone, with the
+    same shapes and kernels as a worker, its loss scaled by 1 / (dp x num_microbatches).
     Gradient names are `{layer index}.{name in layer}`; with tied embeddings the head's
     `lm_weight` is the embedding parameter itself, so both names carry the summed gradient.
     A head split into vocabulary chunks (`models.transform.split_head`) runs as its chunks,
     in order, exactly as the pipeline does; only the last chunk's output is the loss.
     """
+    loss, grads, _ = _reference(
+        model,
+        num_microbatches=num_microbatches,
+        micro_batch_size=micro_batch_size,
+        seq_len=seq_len,
+        seed=seed,
+        device=device,
+        dtype=dtype,
+        dp=dp,
+    )
+    return loss, grads
+
+
+def reference_update(
+    model: ModelSpec,
+    *,
+    num_microbatches: int,
+    micro_batch_size: int,
+    seq_len: int,
+    optimizer: str,
+    lr: float,
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    dp: int = 1,
+    none_grads_as_zero: bool = False,
+) -> tuple[float, dict[str, torch.Tensor | None], dict[str, torch.Tensor]]:
+    """`reference_step`, then one step of the workers' optimizer (`dataparallel.make_optimizer`):
+    (loss, gradients, {param name: parameter after the step}). `none_grads_as_zero`: a parameter
+    without a gradient steps with a zero one (what ZeRO 2 / 3's flat shards do) instead of being
+    skipped."""
+    return _reference(
+        model,
+        num_microbatches=num_microbatches,
+        micro_batch_size=micro_batch_size,
+        seq_len=seq_len,
+        seed=seed,
+        device=device,
+        dtype=dtype,
+        dp=dp,
+        optimizer=(optimizer, lr, none_grads_as_zero),
+    )
+
+
+def step_with_grads(
+    model: ModelSpec,
+    grads: dict[str, torch.Tensor | None],
+    *,
+    optimizer: str,
+    lr: float,
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    none_grads_as_zero: bool = False,
+) -> dict[str, torch.Tensor]:
+    """The parameters after one step of the workers' optimizer from the initial weights, in one process,
+    with the given gradients ({param name: grad}, e.g. a pipelined run's dp-averaged ones).
+
+    What the workers' optimizer machinery (full, ZeRO-1's sharded state, ZeRO-2/3's flat shards and
+    gathers) must reproduce to float rounding, whatever the gradients' own rounding: AdamW's first
+    step moves an element by lr * g / (|g| + eps), so near g = 0 it turns a gradient difference
+    far inside the gradient tolerance into one of up to lr * |dg| / eps in the parameter; a check of
+    the whole step against `reference_update` alone would either miss bugs or flag rounding."""
+    with cpu_rank() if device == "cpu" else nullcontext():
+        layers = build_model(model, seed=seed).to(device=device, dtype=dtype)
+        named = [
+            (f"{i}.{n}", p) for i, layer in layers.items() for n, p in layer.named_parameters(remove_duplicate=False)
+        ]
+        unique: dict[int, torch.nn.Parameter] = {}
+        for name, p in named:
+            if id(p) in unique:
+                continue
+            unique[id(p)] = p
+            g = grads.get(name)
+            if g is not None:
+                p.grad = g.to(device=device, dtype=p.dtype).clone()
+            elif none_grads_as_zero:
+                p.grad = torch.zeros_like(p)
+        make_optimizer(list(unique.values()), optimizer, lr).step()
+        return {n: p.detach().float().cpu().clone() for n, p in named}
+
+
+def _reference(
+    model: ModelSpec,
+    *,
+    num_microbatches: int,
+    micro_batch_size: int,
+    seq_len: int,
+    seed: int,
+    device: str,
+    dtype: torch.dtype,
+    dp: int,
+    optimizer: tuple[str, float, bool] | None = None,
+) -> tuple[float, dict[str, torch.Tensor | None], dict[str, torch.Tensor]]:
     if device != "cpu":
         torch.backends.cuda.matmul.allow_tf32 = False  # as in the workers
         torch.backends.cudnn.allow_tf32 = False
     with cpu_rank() if device == "cpu" else nullcontext():  # the same kernels and arithmetic as the workers
         layers = build_model(model, seed=seed).to(device=device, dtype=dtype)
         inputs, labels = synthetic_batch(
-            model.vocab_size, num_microbatches, micro_batch_size, seq_len, seed=seed, step=0
+            model.vocab_size, num_microbatches, dp * micro_batch_size, seq_len, seed=seed, step=0
         )
         total = 0.0
-        for m in range(num_microbatches):
-            x, lab = inputs[m].to(device), labels[m].to(device)
-            for i in range(model.num_layers):  # every head chunk of a split head takes the labels
-                x = layers[str(i)](x, lab) if model.layers[i].kind == "head" else layers[str(i)](x)
-            loss = x * (1.0 / num_microbatches)
-            loss.backward()
-            total += float(loss.detach())
-        grads = {
-            f"{i}.{n}": (None if p.grad is None else p.grad.detach().float().cpu())
-            for i, layer in layers.items()
-            for n, p in layer.named_parameters(remove_duplicate=False)
-        }
-        return total, grads
+        b = micro_batch_size
+        for r in range(dp):
+            for m in range(num_microbatches):
+                x = inputs[m, r * b : (r + 1) * b].contiguous().to(device)
+                lab = labels[m, r * b : (r + 1) * b].contiguous().to(device)
+                for i in range(model.num_layers):  # every head chunk of a split head takes the labels
+                    x = layers[str(i)](x, lab) if model.layers[i].kind == "head" else layers[str(i)](x)
+                loss = x * (1.0 / (num_microbatches * dp))
+                loss.backward()
+                total += float(loss.detach())
+        named = [
+            (f"{i}.{n}", p) for i, layer in layers.items() for n, p in layer.named_parameters(remove_duplicate=False)
+        ]
+        grads = {name: (None if p.grad is None else p.grad.detach().float().cpu()) for name, p in named}
+        params: dict[str, torch.Tensor] = {}
+        if optimizer is not None:
+            name, lr, none_as_zero = optimizer
+            unique = list({id(p): p for _, p in named}.values())
+            if none_as_zero:
+                for p in unique:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+            make_optimizer(unique, name, lr).step()
+            params = {n: p.detach().float().cpu().clone() for n, p in named}
+        return total, grads, params
 
 
 @dataclass(frozen=True)
@@ -97,13 +212,24 @@ def compare(
     atol: float,
 ) -> Comparison:
     """Compare every parameter's gradient and the loss; a missing parameter is a mismatch."""
+    worst, worst_name, mismatched = compare_tensors(pipe_grads, ref_grads, rtol=rtol, atol=atol)
+    loss_diff = abs(pipe_loss - ref_loss)
+    loss_ok = loss_diff <= rtol * abs(ref_loss) + atol
+    return Comparison(worst, worst_name, loss_diff, not mismatched and loss_ok, mismatched)
+
+
+def compare_tensors(
+    pipe: dict[str, torch.Tensor | None], ref: dict[str, torch.Tensor | None], *, rtol: float, atol: float
+) -> tuple[float, str | None, list[str]]:
+    """(max |pipe - ref| over all tensors, the tensor where it is, the names out of tolerance or missing);
+    None counts as zeros beside a tensor."""
     mismatched: list[str] = []
     worst, worst_name = 0.0, None
-    for name in sorted(set(pipe_grads) | set(ref_grads)):
-        if name not in pipe_grads or name not in ref_grads:
+    for name in sorted(set(pipe) | set(ref)):
+        if name not in pipe or name not in ref:
             mismatched.append(name)
             continue
-        a, b = pipe_grads[name], ref_grads[name]
+        a, b = pipe[name], ref[name]
         if a is None and b is None:
             continue
         if a is None or b is None:
@@ -118,6 +244,4 @@ def compare(
             mismatched.append(name)
         if diff > worst or diff != diff:
             worst, worst_name = diff, name
-    loss_diff = abs(pipe_loss - ref_loss)
-    loss_ok = loss_diff <= rtol * abs(ref_loss) + atol
-    return Comparison(worst, worst_name, loss_diff, not mismatched and loss_ok, mismatched)
+    return worst, worst_name, mismatched

@@ -1,4 +1,4 @@
-"""One pipeline rank under torchrun: build this rank's stages and run the plan for real.
+"""One rank under torchrun (a pipeline rank of one data-parallel replica): run the plan for real.
 
 Run (normally `launch.run_plan` / `adaptis run` does this for you, and checks that the plan
 and the model belong together first: the worker does not):
@@ -6,17 +6,25 @@ and the model belong together first: the worker does not):
     python -m torch.distributed.run --standalone --nproc-per-node 2 --max-restarts 0 \
         -m adaptis_plan.executor.worker --plan plan.json --model model.json --out results/
 
-Data flow: plan + model spec (JSON files) -> `lowering.lower` -> `RankRuntime` (with the
-plan's per-stage recomputation) -> per-step timings, the timeline of the last step, and with
-`--verify` the first step's loss and gradients, written under `--out` (one file per rank; the
-launcher merges them). `--jobs FILE`
+Data flow: plan + model spec (JSON files) -> the ("pp", "dp") device mesh (world = pp x dp,
+global rank = pp_rank * dp + dp_rank; `pipeline_groups`) -> `lowering.lower` -> `RankRuntime`
+(with the plan's per-stage recomputation; point-to-point inside this replica's pp group) and
+`DataParallel` (dp-averaged gradients, ZeRO, the optimizer) -> per-step timings, the timeline of
+the last step, and with `--verify` the first step's loss, gradients and updated parameters,
+written under `--out` (one file per rank; the launcher merges them). Data: each step draws
+the global batch (`data.synthetic_batch` with dp x micro_batch_size sequences per
+micro-batch); replica r takes sequences [r * micro_batch_size, (r + 1) * micro_batch_size) of
+every micro-batch. `--jobs FILE`
 runs several (plan, model) pairs one after another in the same process group (what the
 launcher uses to measure several plans side by side). Imports torch and the executor.
 
 Output per job and rank, in `<out>/<job name>/`: `rank{r}.json` (step times, losses, action
 timeline and projection GEMM FLOPs of the last step: forward, recomputed forwards included,
-input-gradient, weight-gradient), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
-step's backward and tied-gradient sync, before the optimizer step). On failure
+input-gradient, weight-gradient; `comm_s`: per step, the seconds in dp collectives and in the
+optimizer step), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
+step's backward, tied-gradient sync and dp average, before the optimizer step; ZeRO 2/3 gather
+the full gradients for it) and `params.rank{r}.pt` (with --verify: {param name: parameter} after
+the first optimizer step). On failure
 `<out>/error.rank{r}.json` (the last error line, the traceback, and whether it was a communication
 error, i.e. probably a consequence of another rank's failure) and exit code 1. Before anything
 else the worker starts its lifeline (`processes.start_lifeline`): the heartbeat file
@@ -41,6 +49,7 @@ import torch.distributed as dist
 
 from adaptis_plan.executor.cpu import enter_cpu_rank, local_position, pinned_core
 from adaptis_plan.executor.data import synthetic_batch
+from adaptis_plan.executor.dataparallel import DataParallel
 from adaptis_plan.executor.lowering import P2P_ORDERS, lower
 from adaptis_plan.executor.processes import start_lifeline
 from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, warm_up_pairs
@@ -90,12 +99,22 @@ def _write_json(path: Path, data: object) -> None:
     os.replace(tmp, path)
 
 
-def _optimizer(params: list, name: str, lr: float) -> torch.optim.Optimizer:
-    if not params:
-        return torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, foreach=False)
+def pipeline_groups(pp: int, dp: int, device: torch.device) -> tuple[object, object, int, int]:
+    """(pp group, dp group, pp rank, dp rank) of this process for world = pp x dp, Megatron's order
+    (global rank = pp_rank * dp + dp_rank); with dp = 1 both groups are None (the default group is
+    the pipeline)."""
+    rank = dist.get_rank()
+    if dp == 1:
+        return None, None, rank, 0
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(device.type, (pp, dp), mesh_dim_names=("pp", "dp"))
+    pp_rank, dp_rank = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
+    if rank != pp_rank * dp + dp_rank:
+        raise RuntimeError(
+            f"internal: mesh coordinates ({pp_rank}, {dp_rank}) of rank {rank} break rank = pp * dp + dp"
+        )
+    return mesh.get_group("pp"), mesh.get_group("dp"), pp_rank, dp_rank
 
 
 def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
@@ -104,13 +123,20 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
     # before it started anything; here only what depends on the launch itself is checked
     plan = PlanFile.model_validate_json(Path(plan_path).read_text())
     model = ModelSpec.model_validate_json(Path(model_path).read_text())
-    if plan.training.pp != world:
-        raise RuntimeError(f"the plan has pp = {plan.training.pp} but torchrun started {world} processes")
     tr = plan.training
+    if tr.tp * tr.cp * tr.ep != 1:
+        raise RuntimeError(f"the plan has tp = {tr.tp}, cp = {tr.cp}, ep = {tr.ep}: this executor runs pp x dp only")
+    if tr.pp * tr.dp != world:
+        raise RuntimeError(f"the plan has pp x dp = {tr.pp} x {tr.dp} but torchrun started {world} processes")
+    pp_group, dp_group, pp_rank, dp_rank = pipeline_groups(tr.pp, tr.dp, device)
+    if device.type == "cuda" and pp_group is not None:
+        warm_up_pairs(tr.pp, pp_rank, device, pp_group)
     lowered = lower(plan_layout(plan), plan_programs(plan), tr.num_microbatches)
     dtype = DTYPES[args.dtype]
     rt = RankRuntime(
-        rank=rank,
+        rank=pp_rank,
+        group=pp_group,
+        global_rank=rank,
         model=model,
         lowered=lowered,
         micro_batch_size=tr.micro_batch_size,
@@ -122,32 +148,43 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         p2p_order=args.p2p_order if args.p2p_order != "auto" else ("global" if device.type == "cuda" else "ahead"),
         recompute=[st.recompute for st in plan.stages],
     )
-    opt = _optimizer(rt.parameters(), args.optimizer, args.lr)
+    dpx = DataParallel(rt.stages, group=dp_group, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
+    rt.params_hook = dpx
     fault = Fault.from_env()
-    has_last = plan.stages[-1].device == rank
+    has_last = plan.stages[-1].device == pp_rank
+    mbs = tr.micro_batch_size
     step_times: list[float] = []
+    comm: list[dict[str, float]] = []
     losses: list[float] = []
     timeline: list = []
     for step in range(args.warmup + args.steps):
         inputs, labels = synthetic_batch(
-            model.vocab_size, tr.num_microbatches, tr.micro_batch_size, tr.seq_len, seed=args.seed, step=step
-        )
-        inputs, labels = inputs.to(device), labels.to(device)
+            model.vocab_size, tr.num_microbatches, tr.dp * mbs, tr.seq_len, seed=args.seed, step=step
+        )  # the global batch; this replica's slice of every micro-batch:
+        inputs = inputs[:, dp_rank * mbs : (dp_rank + 1) * mbs].contiguous().to(device)
+        labels = labels[:, dp_rank * mbs : (dp_rank + 1) * mbs].contiguous().to(device)
         rt.zero_grad()
+        dpx.zero_grad()
+        dpx.start_step()
         dist.barrier()
         t0 = time.perf_counter()
         FLOPS.reset()
         res = rt.run_step(inputs, labels, fault=fault, step=step)
         flops = {"forward": FLOPS.forward, "input_grad": FLOPS.input_grad, "weight_grad": FLOPS.weight_grad}
         rt.sync_tied_grads()
+        dpx.sync_grads()  # after the rank's last backward / W of the step
         if args.verify and step == 0:
-            grads = {n: (None if p.grad is None else p.grad.detach().float().cpu()) for n, p in rt.named_parameters()}
-            torch.save({"grads": grads, "loss": res.loss}, out / f"grads.rank{rank}.pt")
-        opt.step()
+            torch.save({"grads": dpx.full_grads(), "loss": res.loss}, out / f"grads.rank{rank}.pt")
+        t_opt = time.perf_counter()
+        dpx.step()
+        opt_s = time.perf_counter() - t_opt
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         dist.barrier()
         step_times.append(time.perf_counter() - t0)
+        comm.append({**dpx.comm_s, "optimizer_step": opt_s})
+        if args.verify and step == 0:
+            torch.save({"params": dpx.full_params()}, out / f"params.rank{rank}.pt")
         if has_last and res.loss is not None:
             losses.append(res.loss)
         timeline = res.actions
@@ -156,7 +193,13 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         out / f"rank{rank}.json",
         {
             "rank": rank,
+            "pp_rank": pp_rank,
+            "dp_rank": dp_rank,
             "step_times_s": measured,
+            # per measured step, seconds this rank spent in dp collectives (`DataParallel.start_step`)
+            # and in the optimizer step (ZeRO-1's broadcasts of updated parameters inside)
+            "comm_s": comm[args.warmup :],
+            "held_elements": dpx.held_elements(),  # after the last step (`DataParallel.held_elements`)
             "warmup_times_s": step_times[: args.warmup],
             "median_step_time_s": statistics.median(measured) if measured else None,
             "losses": losses,
