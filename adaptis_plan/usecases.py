@@ -653,9 +653,21 @@ def run_plan_file(
         label=plan_path,
         predicted_s=judged.step_time_s,
         expected_s=judged.expected_step_time_s,
-        # the cost model's data-parallel collectives per step ({"dp": s}) go here once the judge reports them
-        predicted_comm_s=None,
+        predicted_comm_s=predicted_comm(plan, model),
     )
+
+
+def predicted_comm(plan: PlanFile, model: ModelSpec) -> dict[str, float] | None:
+    """The cost model's data-parallel collectives of one step ({"dp": s}: the slowest pipeline rank's
+    gradient sync and parameter gather, `cost.comm.step_extras`), None without data parallelism."""
+    from adaptis_plan.cost.table import device_types
+    from adaptis_plan.judge.training_step import device_extras
+
+    if plan.training.dp * plan.training.cp == 1:
+        return None
+    hw = plan.hardware.profile
+    extras = device_extras(plan_layout(plan), model, plan.training, hw, device_types(hw, plan.training))
+    return {"dp": max(x.grad_sync_s + x.param_gather_s for x in extras)}
 
 
 @dataclass(frozen=True)

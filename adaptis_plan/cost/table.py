@@ -93,6 +93,12 @@ def _slots(hardware: HardwareProfile, pp: int, tp: int, width: int | None = None
         raise InputError(str(e)) from None
 
 
+def device_types(hardware: HardwareProfile, training: TrainingConfig) -> tuple[str, ...]:
+    """The device type of each pipeline rank of `training` on `hardware` (`CostTable.device_names`)."""
+    width = training.tp * training.cp * training.dp
+    return tuple(dt for dt, _ in _slots(hardware, training.pp, training.tp, width))
+
+
 def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str, place: Placement) -> np.ndarray:
     """[3, num_layers] F / I / W seconds of every layer on one device type."""
     device = hardware.device_types[device_type]
