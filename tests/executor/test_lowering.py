@@ -57,8 +57,9 @@ def _recording_p2p(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN202
     ]
     low = lower(layout, programs, 2)
     events: list[str] = []
-    monkeypatch.setattr(runtime.dist, "isend", lambda t, dst, tag: events.append(f"send {tag}") or object())
-    monkeypatch.setattr(runtime.dist, "irecv", lambda t, src, tag: events.append(f"recv {tag}") or object())
+    # the runtime posts on its pipeline group: isend(t, group=, group_dst=, tag=), irecv(t, group=, group_src=, tag=)
+    monkeypatch.setattr(runtime.dist, "isend", lambda t, *, tag, **_: events.append(f"send {tag}") or object())
+    monkeypatch.setattr(runtime.dist, "irecv", lambda t, *, tag, **_: events.append(f"recv {tag}") or object())
     monkeypatch.setattr(runtime.os, "sched_yield", lambda: events.append("yield"))
     return runtime, low, events, {0: ((1, 2), torch.float32)}
 
