@@ -618,17 +618,27 @@ def export_plan_file(
 
 # ----------------------------------------------------------------------------- run and profile (the executor)
 def executor_refusal(plan: PlanFile) -> str | None:
-    """Why the bundled executor cannot run `plan` as planned, or None. It runs the pipeline and the
-    data-parallel dimensions (pp x dp processes, ZeRO 0-3; `executor.dataparallel`): a plan with tensor,
-    context or expert parallelism would run as a different configuration, so it is refused rather than run."""
+    """Why the bundled executor cannot run `plan` as planned, or None. It runs the pipeline, data-parallel
+    and expert-parallel dimensions (pp x dp processes, ZeRO 0-3, experts sharded over ep of the dp ranks;
+    `executor.dataparallel`, `executor.expertparallel`): a plan with tensor or context parallelism would
+    run as a different configuration, so it is refused rather than run."""
     t = plan.training
-    for dim, value, flag in (("tp", t.tp, "--tp 1"), ("cp", t.cp, "--cp 1"), ("ep", t.ep, "--ep 1")):
+    for dim, value, flag in (("tp", t.tp, "--tp 1"), ("cp", t.cp, "--cp 1")):
         if value > 1:
             return (
-                f"training.{dim} = {value}: `adaptis run` executes the pipeline and data-parallel dimensions only"
-                f" (tp = cp = ep = 1); run this plan under Megatron-LM or torchtitan (`adaptis export`), or plan"
-                f" with {flag} to run it here"
+                f"training.{dim} = {value}: `adaptis run` executes the pipeline, data- and expert-parallel"
+                f" dimensions only (tp = cp = 1); run this plan under Megatron-LM or torchtitan (`adaptis export`),"
+                f" or plan with {flag} to run it here"
             )
+    if (t.dp * t.cp) % t.ep:
+        return f"training.ep = {t.ep} does not divide dp x cp = {t.dp} x {t.cp}: use an ep that divides dp"
+    experts = sorted({lay.moe.num_experts for lay in plan.model.spec.layers if lay.moe is not None})
+    bad = [n for n in experts if n % t.ep]
+    if bad:
+        return (
+            f"training.ep = {t.ep} does not divide the MoE layers' {bad[0]} experts: the executor shards whole"
+            " experts over the ep ranks; use an ep that divides the expert count"
+        )
     return None
 
 

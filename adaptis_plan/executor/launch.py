@@ -196,9 +196,10 @@ def run_plan(
     figure), `expected_step_time_s` (`expected_s`, likewise; None without measured variation), `step_times_s`,
     `world_size` (pp x dp processes), `comm_s` (`{"dp": s}`: the median over measured steps of the
     slowest rank's seconds in data-parallel collectives, gradient sync plus parameter gathers, without
-    the wait for the slowest replica; 0 with dp = 1), `comm_step_s` (per measured step, `{"dp",
-    "dp_wait", "dp_grad_sync", "dp_param_gather", "optimizer_step"}`, each the slowest rank's;
-    `dataparallel.DataParallel.start_step`),
+    the wait for the slowest replica; 0 with dp = 1; with ep > 1 also "ep": the seconds inside the
+    experts' all-to-alls, `expertparallel`), `comm_step_s` (per measured step, `{"dp",
+    "dp_wait", "dp_grad_sync", "dp_param_gather", "optimizer_step"}` (and "ep"), each the slowest rank's;
+    `dataparallel.DataParallel.start_step`), `ep`,
     `predicted_comm_s` (`predicted_comm_s`, or None),
     and with `verify` also `loss_diff`, `max_abs_grad_diff`, `max_abs_param_diff`, `verified` (the
     first step's loss, every gradient of every dp replica, and every parameter after the optimizer
@@ -633,9 +634,14 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "pp": plan.training.pp,
         "dp": plan.training.dp,
         "zero": plan.training.zero,
+        "ep": plan.training.ep,
         "world_size": plan.training.pp * plan.training.dp,
         "global_batch_size": plan.training.dp * plan.training.micro_batch_size * plan.training.num_microbatches,
-        "comm_s": {"dp": statistics.median(c["dp"] for c in comm_steps) if comm_steps else 0.0},
+        "comm_s": {
+            "dp": statistics.median(c["dp"] for c in comm_steps) if comm_steps else 0.0,
+            # ep > 1: seconds inside the expert all-to-alls (`expertparallel`), the slowest rank's, median over steps
+            **({"ep": statistics.median(c["ep"] for c in comm_steps)} if comm_steps and "ep" in comm_steps[0] else {}),
+        },
         "comm_step_s": comm_steps,
         # per rank of this node: elements its optimizer updates, full parameters it holds between steps, its stages' parameters
         "held_elements": [per_rank[r]["held_elements"] for r in ranks],

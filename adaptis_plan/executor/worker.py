@@ -124,8 +124,8 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
     plan = PlanFile.model_validate_json(Path(plan_path).read_text())
     model = ModelSpec.model_validate_json(Path(model_path).read_text())
     tr = plan.training
-    if tr.tp * tr.cp * tr.ep != 1:
-        raise RuntimeError(f"the plan has tp = {tr.tp}, cp = {tr.cp}, ep = {tr.ep}: this executor runs pp x dp only")
+    if tr.tp * tr.cp != 1 or tr.dp % tr.ep:
+        raise RuntimeError(f"the plan has tp = {tr.tp}, cp = {tr.cp}, ep = {tr.ep}: this executor runs pp x dp (x ep)")
     if tr.pp * tr.dp != world:
         raise RuntimeError(f"the plan has pp x dp = {tr.pp} x {tr.dp} but torchrun started {world} processes")
     pp_group, dp_group, pp_rank, dp_rank = pipeline_groups(tr.pp, tr.dp, device)
@@ -148,7 +148,14 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         p2p_order=args.p2p_order if args.p2p_order != "auto" else ("global" if device.type == "cuda" else "ahead"),
         recompute=[st.recompute for st in plan.stages],
     )
-    dpx = DataParallel(rt.stages, group=dp_group, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
+    if tr.ep > 1:  # experts sharded over ep of the dp ranks (`expertparallel`)
+        from adaptis_plan.executor.expertparallel import ExpertParallel
+
+        epx = ExpertParallel(pp=tr.pp, dp=tr.dp, ep=tr.ep, pp_rank=pp_rank, dp_rank=dp_rank, dp_group=dp_group)
+        epx.shard(rt.stages)
+        dpx = epx.data_parallel(rt.stages, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
+    else:
+        dpx = DataParallel(rt.stages, group=dp_group, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
     rt.params_hook = dpx
     fault = Fault.from_env()
     has_last = plan.stages[-1].device == pp_rank
