@@ -100,7 +100,7 @@ def test_a_replica_losing_a_weight_gradient_fails_verification(adaptive: Path, m
 def test_executor_refuses_tp_cp_ep_and_runs_dp(adaptive: Path) -> None:
     plan = PlanFile.model_validate_json(adaptive.read_text())
     assert executor_refusal(_with(plan, dp=2, zero=3)) is None
-    for dims, says in (({"tp": 2}, "training.tp = 2"), ({"cp": 2}, "training.cp = 2"), ({"dp": 2, "ep": 2}, "ep = 2")):
+    for dims, says in (({"tp": 2}, "training.tp = 2"), ({"cp": 2}, "training.cp = 2"), ({"dp": 2, "ep": 4}, "ep = 4")):
         why = executor_refusal(_with(plan, **dims))
         assert why is not None and says in why and "\n" not in why, why
 
