@@ -1,6 +1,7 @@
 """Expert parallelism run for real: tiny-deepseek PP2 x DP2 x EP2 (4 gloo processes under torchrun).
 
-Each dp rank holds half of every MoE layer's 8 experts; tokens go to their experts' owners and back
+Each dp rank holds half of every MoE layer's 8 experts (and with PP1 x DP4 x EP2 two ranks hold each half,
+averaging its gradients over the expert-data-parallel pair); tokens go to their experts' owners and back
 by all-to-all. The planner's adaptive plan (split backward: the experts' weight gradients are
 deferred to W) with ZeRO 1, and with ZeRO 3 plus full / selective recomputation (the backward
 reruns the exchanges): every replica's gradients, the experts' gathered from their owners, must
@@ -85,6 +86,30 @@ def test_pp2_dp2_ep2_match_one_process(deepseek: Path) -> None:
             assert experts > 0
             assert held[2 * p]["params"] == held[2 * p + 1]["params"] == total - experts // 2
     assert len({round(r["loss"], 5) for r in results}) == 1  # same data and weights, same loss
+
+
+@pytest.mark.slow
+def test_dp4_ep2_syncs_experts_over_the_expert_data_parallel_group(tmp_path: Path) -> None:
+    """PP1 x DP4 x EP2: dp ranks 0 and 2 hold experts 0-3, 1 and 3 experts 4-7; each pair averages its
+    experts' gradients (ZeRO 3 shards them, and their optimizer state, over the pair), the 4 ranks the
+    dense ones."""
+    req = PlanRequest(
+        model_arg="tiny-deepseek", hardware_arg="cpu", pp=1, num_microbatches=2, seq_len=16, time_limit_s=1.0
+    )
+    path = tmp_path / "pp1.json"
+    write_plan(make_plan_for(req).plan, path)
+    plan, model = load_plan_and_model(str(path), None)
+    p = _with(plan, dp=4, ep=2, zero=3)
+    assert executor_refusal(p) is None
+    (r,) = run_plans([PlanJob(p, model, label="dp4-ep2-zero3")], RunOptions(steps=1, warmup=0, verify=True))
+    assert r["verified"], (r["max_abs_grad_diff"], r["worst_param"], r["mismatched_params"])
+    assert r["world_size"] == 4 and r["comm_s"]["ep"] > 0
+    total, experts = _expert_elements(plan, model, 0)
+    for held in r["held_elements"]:
+        assert held["params"] == total - experts // 2 and held["full_params"] == 0  # ZeRO 3 between steps
+        # dense state over 4 ranks, the half of the experts this rank holds over 2 (flat shards padded)
+        want = (total - experts) / 4 + experts / 4
+        assert want <= held["optimizer"] <= want + 4 * len(plan.stages), (held, want)
 
 
 @pytest.fixture
