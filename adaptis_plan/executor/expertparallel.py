@@ -42,7 +42,10 @@ int64 count per (peer, local expert) before the dispatch) and no all-gather subs
 needed. Per MoE layer and micro-batch: forward 3 all-to-alls (counts, dispatch, combine),
 backward 2 (combine and dispatch transposed), plus the forward's 3 again under full recompute.
 `comm_s["ep"]` is the wall time spent inside these calls during the step, including the wait for
-the slowest ep peer to reach the same exchange (an all-to-all cannot finish before it).
+the slowest ep peer to reach the same exchange (an all-to-all cannot finish before it). The row
+counts must be on the host to size the exchange (`tolist`), so on CUDA each MoE layer's forward
+synchronizes the host with the device once (the dropless, unpadded dispatch; a capacity-padded
+one would not need it, at the cost of padding rows).
 
 Weights: each rank builds the whole MoE layer (every expert initialized from the layer's
 generator, exactly as one process does) and then drops the other ranks' experts, so the kept

@@ -9,7 +9,9 @@ and the model belong together first: the worker does not):
 Data flow: plan + model spec (JSON files) -> the ("pp", "dp") device mesh (world = pp x dp,
 global rank = pp_rank * dp + dp_rank; `pipeline_groups`) -> `lowering.lower` -> `RankRuntime`
 (with the plan's per-stage recomputation; point-to-point inside this replica's pp group) and
-`DataParallel` (dp-averaged gradients, ZeRO, the optimizer) -> per-step timings, the timeline of
+`DataParallel` (dp-averaged gradients, ZeRO, the optimizer; with training.ep > 1 the MoE layers'
+experts sharded over ep of the dp ranks and `expertparallel.ExpertDataParallel` instead, which adds
+the experts' all-to-all seconds as `comm_s` "ep") -> per-step timings, the timeline of
 the last step, and with `--verify` the first step's loss, gradients and updated parameters,
 written under `--out` (one file per rank; the launcher merges them). Data: each step draws
 the global batch (`data.synthetic_batch` with dp x micro_batch_size sequences per
