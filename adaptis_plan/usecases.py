@@ -668,16 +668,40 @@ def run_plan_file(
 
 
 def predicted_comm(plan: PlanFile, model: ModelSpec) -> dict[str, float] | None:
-    """The cost model's data-parallel collectives of one step ({"dp": s}: the slowest pipeline rank's
-    gradient sync and parameter gather, `cost.comm.step_extras`), None without data parallelism."""
+    """The cost model's collectives of one step, by dimension: "dp", the slowest pipeline rank's gradient
+    sync and parameter gather (`cost.comm.step_extras`); with ep > 1 also "ep", the slowest pipeline
+    rank's expert all-to-alls (the MoE layers' F and I collectives on the ep group, times the
+    micro-batches, plus what recomputation reruns; `cost.analytic`). None without dp, cp or ep."""
     from adaptis_plan.cost.table import device_types
     from adaptis_plan.judge.training_step import device_extras
 
-    if plan.training.dp * plan.training.cp == 1:
+    t = plan.training
+    if t.dp * t.cp == 1:
         return None
     hw = plan.hardware.profile
-    extras = device_extras(plan_layout(plan), model, plan.training, hw, device_types(hw, plan.training))
-    return {"dp": max(x.grad_sync_s + x.param_gather_s for x in extras)}
+    extras = device_extras(plan_layout(plan), model, t, hw, device_types(hw, t))
+    out = {"dp": max(x.grad_sync_s + x.param_gather_s for x in extras)}
+    if t.ep > 1:
+        out["ep"] = _predicted_ep(plan)
+    return out
+
+
+def _predicted_ep(plan: PlanFile) -> float:
+    from adaptis_plan.cost.analytic import layer_work
+    from adaptis_plan.cost.comm import placement
+    from adaptis_plan.cost.recompute import recompute_work
+
+    t, spec = plan.training, plan.model.spec
+    place = placement(plan.hardware.profile, t)
+    per_device: dict[int, float] = {}
+    for st in plan.stages:
+        for i in range(*st.layers):
+            layer = spec.layers[i]
+            work = recompute_work(layer_work(spec, layer, t), layer, spec, t, st.recompute)
+            ops = (work.f, work.i, work.recompute_i)
+            seconds = sum(place.ep.seconds(c.kind, c.nbytes) for op in ops for c in op.collectives if c.group == "ep")
+            per_device[st.device] = per_device.get(st.device, 0.0) + t.num_microbatches * seconds
+    return max(per_device.values(), default=0.0)
 
 
 @dataclass(frozen=True)

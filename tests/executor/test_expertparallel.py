@@ -198,3 +198,15 @@ def test_executor_refuses_ep_that_does_not_divide(deepseek: Path, tmp_path: Path
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "ep = 4 does not divide dp x cp = 2 x 1" in lines[0], r.stderr
+
+
+def test_predicted_ep_comm_prices_the_all_to_alls(deepseek: Path) -> None:
+    """`run`'s predicted_comm_s["ep"]: per MoE layer and micro-batch two all-to-alls in F and two in I
+    (`cost.analytic`), so full recomputation (F again inside I) adds half."""
+    from adaptis_plan.usecases import predicted_comm
+
+    plan, model = load_plan_and_model(str(deepseek), None)
+    assert "ep" not in (predicted_comm(_with(plan, dp=2, ep=1), model) or {})
+    plain = predicted_comm(_with(plan, dp=2, ep=2), model)["ep"]
+    full = predicted_comm(_with(plan, dp=2, ep=2, recompute=["full"] * len(plan.stages)), model)["ep"]
+    assert plain > 0 and full == pytest.approx(1.5 * plain)
