@@ -292,7 +292,8 @@ def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Po
         costs = CostTables(hw, training).table(model)
     except InputError as e:
         return Considered(point, math.inf, "out_of_memory", reason=str(e))
-    limit = float(costs.mem_limit_bytes.min())
+    # proven: some rank holds at least the mean static bytes; no rank has more than the largest memory
+    limit = float(costs.mem_limit_bytes.max())
     static = float(costs.static_bytes.sum()) / point.pp
     if static > limit:
         return Considered(
