@@ -244,6 +244,7 @@ def make_configuration_plan(
     if req.global_batch_size is None:
         raise InputError("--gpus needs --global-batch-size B (sequences per optimizer step)")
     _recompute_request(req, None)
+    classic = _classic_strategy(req.strategy)
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
     request = config.Request(
@@ -252,7 +253,7 @@ def make_configuration_plan(
         seq_len=req.seq_len,
         fixed=dict(req.fixed or {}),
         recompute=req.recompute,
-        strategy=req.strategy,
+        strategy=classic or "adaptive",
         stages_per_device=req.stages_per_device,
         seed=req.seed,
         dp_overlap=req.dp_overlap,

@@ -53,6 +53,7 @@ from adaptis_plan.spec.limits import (
     MAX_DEVICE_MICROBATCHES,
     MAX_MICRO_BATCH_SIZE,
     MAX_MICROBATCHES,
+    MAX_NODES,
     MAX_PP,
 )
 from adaptis_plan.spec.model import ModelSpec
@@ -141,7 +142,8 @@ def screen_strategy(req: Request) -> str:
 @dataclass
 class Considered:
     """One legal point and what became of it. `status`: planned, screened, pruned (its bound is above
-    the best step found), out_of_memory, not_screened (the budget ran out before its bound came up)."""
+    the best step found), out_of_memory, inapplicable (the requested classic strategy cannot run
+    there), not_screened (the budget ran out before its bound came up)."""
 
     point: Point
     bound_s: float
@@ -193,6 +195,11 @@ def cluster(hardware: HardwareProfile, gpus: int, source: str = "--gpus") -> Har
             f" {hardware.num_devices}"
         )
     g = hardware.groups[0]
+    if gpus > MAX_NODES * g.devices_per_node:
+        raise InputError(
+            f"{source} = {gpus:,}: more than {MAX_NODES:,} nodes of {g.devices_per_node} GPUs; use at most"
+            f" {MAX_NODES * g.devices_per_node:,}"
+        )
     if gpus <= g.devices_per_node:
         group = DeviceGroupSpec(device_type=g.device_type, num_nodes=1, devices_per_node=gpus)
     elif gpus % g.devices_per_node:
@@ -249,13 +256,13 @@ def legal_points(model: ModelSpec, hardware: HardwareProfile, req: Request) -> l
                 dp = n // (tp * cp * pp)
                 if fixed.get("dp") not in (None, dp) or B % dp:
                     continue
-                eps = [1]
+                eps = [1]  # a dense model has no experts to shard (a fixed --ep > 1 finds no point)
                 if experts:
                     eps = [e for e in _divisors(dp * cp) if all(x % e == 0 for x in experts)]
                 mbs_all = [b for b in _divisors(B // dp) if b <= MAX_SEARCHED_MICRO_BATCH]
                 zeros = [1, 2, 3] if dp * cp > 1 else [1]
                 for ep in _choices("ep", fixed, eps):
-                    if (dp * cp) % ep:
+                    if (dp * cp) % ep or ep not in eps:
                         continue
                     for zero in _choices("zero", fixed, zeros):
                         for b in _choices("micro_batch_size", fixed, mbs_all):
@@ -334,8 +341,8 @@ def _screen(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered
             cand = classic_candidate(
                 costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=req.stages_per_device
             )
-        except InputError as e:
-            row.status, row.reason = "out_of_memory", str(e)
+        except InputError as e:  # the classic strategy does not apply at this point (its rules)
+            row.status, row.reason = "inapplicable", str(e)
             return _Screen(row)
         result = cand.result or simulate(cand.layout, costs, cand.programs, p.num_microbatches)
         if not result.fits_memory:
@@ -367,8 +374,9 @@ def search_configuration(
         raise InputError(
             f"--gpus {req.gpus} --global-batch-size {req.global_batch_size} --seq-len {req.seq_len}"
             + (f" with {given}" if given else "")
-            + f": no legal configuration of {model.name} (tp must divide the heads and stay in a node,"
-            " dp x micro-batch size x micro-batches must equal the global batch); change the fixed sizes"
+            + f": no legal configuration of {model.name} (tp must divide the heads and stay in a node, cp the"
+            " sequence, ep the experts of a MoE model and dp x cp; dp x micro-batch size x micro-batches must equal"
+            " the global batch); change the fixed sizes"
         )
     rows = [_screen_bound(model, hw, req, p) for p in points]
     order = sorted((r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.estimate_s, r.bound_s, r.point))
@@ -400,7 +408,11 @@ def search_configuration(
             row.status = "pruned"
             row.reason = f"lower bound {row.bound_s:.4g} s >= the best step found, {best:.4g} s"
     if not screened:
-        worst = min((r for r in rows if r.status == "out_of_memory"), key=lambda r: (r.overflow_bytes, r.point))
+        oom = [r for r in rows if r.status == "out_of_memory"]
+        if not oom:
+            why = next((r.reason for r in rows if r.status == "inapplicable"), "")
+            raise InputError(f"--strategy {req.strategy} applies to no legal configuration: {why}")
+        worst = min(oom, key=lambda r: (r.overflow_bytes, r.point))
         raise InfeasibleError(
             f"no configuration of {model.name} on {req.gpus} GPUs fits in memory; the closest, {worst.point.label},"
             f" {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch"
