@@ -151,11 +151,7 @@ def search_pipeline(
         chosen, modes, rc_info = _auto_recompute(model, tables, chosen, shape, budget)
     model, costs, outcome = chosen.model, chosen.costs, chosen.outcome
     unrestricted, unrestricted_info = chosen.unrestricted, chosen.unrestricted_info
-    best = outcome.best
-    if target.runtime_schedule(best.layout.num_stages // pp) is not None:
-        # the chosen search's classic plans were costed in its uniform mode: they compete only when it is kept
-        same_costs = chosen.baselines if len(set(modes)) == 1 else {}
-        best = _with_runtime_order(target, best, costs, same_costs, num_microbatches)
+    best = _final(chosen, modes, shape)
     info = {
         "source": best.label,
         "plan": best.describe(),
@@ -281,6 +277,7 @@ class _ModeSearch:
     outcome: SearchOutcome
     unrestricted: SimResult | None = None
     unrestricted_info: dict = field(default_factory=dict)
+    final: Candidate | None = None  # `_final`'s, once computed
 
     @property
     def model(self) -> ModelSpec:
@@ -337,6 +334,19 @@ def _mode_search(
     return got
 
 
+def _final(search: _ModeSearch, modes: Sequence[str], shape: _Shape) -> Candidate:
+    """The plan `search` gives: its best, or for a runtime that runs its own schedule that schedule's
+    order on the best layout (or one of the runtime's classic plans, when `modes` are uniform: those
+    were costed in that mode)."""
+    if search.final is None:
+        best, target, pp = search.outcome.best, shape.target, shape.pp
+        if target.runtime_schedule(best.layout.num_stages // pp) is not None:
+            same_costs = search.baselines if len(set(modes)) == 1 else {}
+            best = _with_runtime_order(target, best, search.costs, same_costs, shape.num_microbatches)
+        search.final = best
+    return search.final
+
+
 #: The forced modes recompute "auto" also searches where memory binds, likeliest to fit first.
 FORCED_MODES = ("full", "selective")
 
@@ -361,6 +371,7 @@ def _auto_recompute(
     if not memory_may_bind(plain.baselines):
         return plain, none, {"reason": "every classic plan fits memory (GPipe included): memory does not bind"}
     best, best_modes, best_label = plain, none, ""
+    incumbent = _final(plain, none, shape)  # what is compared: the plan each search gives
     rows: list[dict] = []
     cannot: dict[str, float] = {}
     found: list[str] = []  # forced modes whose search found a plan that fits
@@ -370,20 +381,20 @@ def _auto_recompute(
             costs = mode_tables.table(model)
             label = f"{mode} everywhere"
             bound = min(lower_bound(mode_tables.table(v), shape.pp, m) for v in _variant_models(model, costs, shape))
-            if cannot_win(bound, best.outcome.best):
+            if cannot_win(bound, incumbent):
                 cannot[label] = bound
                 continue
             baselines = classic_baselines(costs, model.num_layers, m)
             got = _mode_search(mode_tables, model, costs, baselines, shape, budget)
-            cand = got.outcome.best
+            got_modes = [mode] * got.model.num_layers
+            cand = _final(got, got_modes, shape)
             assert cand.result is not None
             blocks = sum(recomputes(layer.kind) for layer in got.model.layers)
             rows.append({"label": label, **result_summary(cand.result), "recomputed_layers": blocks})
             if cand.feasible:
                 found.append(mode)
-            if cand.feasible and better(cand, best.outcome.best):
-                best, best_modes = got, [mode] * got.model.num_layers
-                best_label = label
+            if cand.feasible and better(cand, incumbent):
+                best, best_modes, best_label, incumbent = got, got_modes, label, cand
     restrict = shape.target.placement_filter(shape.pp) if shape.target.name != "adaptis" else None
     rc = search_recompute(
         functools.partial(tables.table, plain.model),
@@ -397,21 +408,24 @@ def _auto_recompute(
         deadline=deadline,
         progress=shape.progress,
         placement_ok=restrict,
-        beat=best.outcome.best if best is not plain else None,
+        beat=incumbent,
         searched_modes=found,
     )
     info = rc.info
     info["candidates"] = rows + info["candidates"]
     if cannot:
         info["cannot_win"] = {**cannot, **info.get("cannot_win", {})}
-    if rc.outcome is not plain.outcome and better(rc.outcome.best, best.outcome.best):
+    if rc.outcome is not plain.outcome:
         kept = _ModeSearch([(plain.model, rc.costs)], plain.baselines, 0, rc.outcome)
         kept.unrestricted, kept.unrestricted_info = plain.unrestricted, plain.unrestricted_info
-        return kept, rc.modes, info
+        if better(_final(kept, rc.modes, shape), incumbent):
+            return kept, rc.modes, info
+        info.pop("chosen", None)
     if best is not plain:
         info["chosen"] = best_label
         info.pop("reason", None)
         return best, best_modes, info
+    info.setdefault("reason", "no candidate gave a faster plan than the one without recomputation")
     return plain, none, info
 
 
