@@ -385,7 +385,7 @@ def _auto_recompute(
                 cannot[label] = bound
                 continue
             baselines = classic_baselines(costs, model.num_layers, m)
-            got = _mode_search(mode_tables, model, costs, baselines, shape, budget)
+            got = _mode_search(mode_tables, model, costs, baselines, _labelled(shape, label), budget)
             got_modes = [mode] * got.model.num_layers
             cand = _final(got, got_modes, shape)
             assert cand.result is not None
@@ -427,6 +427,14 @@ def _auto_recompute(
         return best, best_modes, info
     info.setdefault("reason", "no candidate gave a faster plan than the one without recomputation")
     return plain, none, info
+
+
+def _labelled(shape: _Shape, label: str) -> _Shape:
+    """`shape` with its progress messages prefixed by the recompute candidate they come from."""
+    progress = shape.progress
+    if progress is None:
+        return shape
+    return dataclasses.replace(shape, progress=lambda msg, frac: progress(f"recompute ({label}): {msg}", frac))
 
 
 def _variant_models(model: ModelSpec, costs: CostTable, shape: _Shape) -> list[ModelSpec]:
