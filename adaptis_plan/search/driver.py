@@ -384,7 +384,8 @@ def _auto_recompute(
             if cannot_win(bound, incumbent):
                 cannot[label] = bound
                 continue
-            baselines = classic_baselines(costs, model.num_layers, m)
+            # the classic plans apply to the unsplit head only (a forced split searches without them)
+            baselines = classic_baselines(costs, model.num_layers, m) if shape.forced is None else {}
             got = _mode_search(mode_tables, model, costs, baselines, _labelled(shape, label), budget)
             got_modes = [mode] * got.model.num_layers
             cand = _final(got, got_modes, shape)

@@ -160,8 +160,9 @@ def recompute_candidates(
     blocks_part = fractions(by_layer, "of the blocks")
     stages_part = fractions(by_stage, f"of the {len(stages)} memory-bound stages")
     # the likeliest first (when time runs out the rest are skipped): half of the blocks, all of
-    # them (= full everywhere, so auto is never worse than forcing full on the same budget), the
-    # memory-bound stages, the other fractions, selective last (it frees little: see cost.recompute)
+    # them (= full everywhere: `search.driver` runs the forced modes' own searches first and drops
+    # it when that search found a plan), the memory-bound stages, the other fractions, selective
+    # last (it frees little: see cost.recompute)
     raw: list[tuple[str, list[str]]] = blocks_part[len(blocks_part) // 2 :][:1]
     raw.append(("full everywhere", modes_for(by_layer, "full")))
     raw.append((f"full, all {len(stages)} memory-bound stages", modes_for(by_stage, "full")))
