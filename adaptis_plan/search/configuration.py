@@ -7,7 +7,8 @@ row per legal configuration saying what happened to it. Same inputs and budget, 
 every order is a sort on numbers and labels, every search runs on a deterministic budget.
 
 Legal points (`legal_points`): tp divides every head count and inner size (`check_tensor_parallel`)
-and stays within a node; cp divides the sequence into 2 x cp load-balanced chunks and only
+and the GPUs of a node (a tensor-parallel group never straddles nodes), tp x cp divides a node or
+fills whole nodes; cp divides the sequence into 2 x cp load-balanced chunks and only
 attention models take it (no Mamba); pp <= layers; dp = gpus / (tp x cp x pp) divides the global
 batch; ep divides the experts and dp x cp (MoE models only); micro-batch size b divides
 B / dp with M = B / (dp x b) micro-batches. ZeRO 1, 2 and 3 are tried where dp x cp > 1: ZeRO 0
@@ -22,12 +23,13 @@ plus the optimizer step (`judge.training_step.layer_extras`): every rank ends wi
 step >= max(pipeline bound + the smallest layer's, (all work + all optimizer steps) / pp).
 The least bound over every point that may fit is the configuration-level lower bound.
 
-Points are screened in the order of their bounds with 1F1B (uniform partition; recomputation
-none, selective, then full: the first that fits), priced as whole steps, until the next bound
-is above the best screened step (the rest are pruned: they cannot win) or the screening budget
-is spent; the best screened points are then planned with the full pipeline search (`driver`),
-each with an equal share of the budget. A point whose search finds no plan that fits keeps its
-screened 1F1B plan.
+Points are screened in the order of an estimate (`_estimate`: 1F1B's step in closed form on the
+uniform partition under the first recompute mode that fits, plus the optimizer step) with 1F1B
+simulated (uniform partition; recomputation none, selective, then full: the first that fits),
+priced as whole steps; a point whose bound is above the best screened step is pruned (it cannot
+win); screening stops when its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`). The best
+screened points are then planned with the full pipeline search (`driver`), each with an equal
+share of the budget. A point whose search finds no plan that fits keeps its screened 1F1B plan.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from adaptis_plan.core import ProgressFn
+import numpy as np
+
+from adaptis_plan.core import CostTable, ProgressFn
 from adaptis_plan.cost.comm import devices_per_node
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel
@@ -44,6 +48,7 @@ from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.simulate import simulate, with_expected
 from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
+from adaptis_plan.schedules.placement import uniform_bounds
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import classic_candidate
@@ -69,7 +74,7 @@ MAX_SEARCHED_MICRO_BATCH = 8
 #: of them are planned with the full pipeline search
 SCREEN_LIMIT = 48
 SCREEN_ACTIONS = 400_000
-PLAN_LIMIT = 3
+PLAN_LIMIT = 2
 SCREEN_STRATEGY = "1F1B"
 #: tokens of a sequence a context-parallel rank holds at least when cp is searched (Megatron-Core
 #: runs cp 2 at 8K and cp 16 at 128K in its published recipes: 4K-8K per rank)
@@ -148,7 +153,7 @@ class Considered:
     point: Point
     bound_s: float
     status: str
-    estimate_s: float = math.inf  # the screening order (`_screen_bound`); not a bound
+    estimate_s: float = math.inf  # the screening order (`_estimate`); not a bound
     step_time_s: float | None = None
     reason: str = ""
     recompute: str | None = None
@@ -237,7 +242,7 @@ def legal_points(model: ModelSpec, hardware: HardwareProfile, req: Request) -> l
     dpn = devices_per_node(hardware)
     experts = {layer.moe.num_experts for layer in model.layers if layer.moe is not None}
     has_mamba = any(layer.mamba is not None for layer in model.layers)
-    tps = [t for t in _choices("tp", fixed, [d for d in _divisors(n) if d <= dpn]) if _tp_ok(model, t)]
+    tps = [t for t in _choices("tp", fixed, _divisors(dpn)) if _tp_ok(model, t)]
     points: list[Point] = []
     for tp in tps:
         if n % tp:
@@ -248,7 +253,7 @@ def legal_points(model: ModelSpec, hardware: HardwareProfile, req: Request) -> l
             c for c in _divisors(n // tp) if c == 1 or (S % (2 * c) == 0 and S // c >= MIN_CP_TOKENS)
         ]  # fmt: skip
         for cp in _choices("cp", fixed, cps):
-            if n % (tp * cp) or (cp > 1 and S % cp):
+            if n % (tp * cp) or (cp > 1 and S % cp) or dpn % (tp * cp) and (tp * cp) % dpn:
                 continue
             for pp in _choices("pp", fixed, _divisors(n // (tp * cp))):
                 if n % (tp * cp * pp) or pp > model.num_layers:
@@ -315,17 +320,35 @@ def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Po
         lower_bound(costs, pp, m) + float(extras.min()),
         (m * float(work.sum()) + float(extras.sum())) / pp,
     )
-    # the screening order: the bound, plus a full forward again per micro-batch where 1F1B's first
-    # rank (its layers' share of static bytes and min(pp, M) micro-batches of activations) would not
-    # fit without recomputation; last where even the block inputs alone would not
-    act = float(costs.act_bytes.sum()) / pp * min(pp, m)
-    estimate = bound
-    if static + act > limit:
-        estimate += m * float(costs.f_s.min(axis=0).sum()) / pp
-        inputs = point.micro_batch_size * req.seq_len / point.cp * model.hidden_size * 2 / point.tp
-        if static + inputs * model.num_layers / pp * min(pp, m) > limit:
-            estimate = math.inf
-    return Considered(point, bound, "not_screened", estimate)
+    row = Considered(point, bound, "not_screened")
+    row.estimate_s = _estimate(model, hw, req, point, costs, float(extras.sum()) / pp)
+    return row
+
+
+def _estimate(
+    model: ModelSpec, hw: HardwareProfile, req: Request, point: Point, plain: CostTable, optimizer_s: float
+) -> float:
+    """The screening order (not a bound): 1F1B's step in closed form on the uniform partition,
+    sum over stages of (F + B) + (M - 1) x the slowest stage's (F + B), under the first recompute
+    mode (none, selective, full, or the requested one) whose stages fit their memory (static bytes
+    + min(pp - s, M) micro-batches of activations on stage s), plus the optimizer step; infinite
+    when none fits."""
+    m, pp = point.num_microbatches, point.pp
+    if pp > model.num_layers - 2:
+        return math.inf
+    cuts = uniform_bounds(model.num_layers, pp)
+    modes = RECOMPUTE_LADDER if req.recompute == "auto" else (req.recompute,)
+    limit = float(plain.mem_limit_bytes.min())
+    for mode in modes:
+        costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
+        work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
+        stage = np.add.reduceat(work, cuts[:-1])
+        static = np.add.reduceat(costs.static_bytes, cuts[:-1])
+        act = np.add.reduceat(costs.act_bytes, cuts[:-1])
+        held = np.minimum(pp - np.arange(pp), m)
+        if np.all(static + act * held <= limit):
+            return float(stage.sum() + (m - 1) * stage.max()) + optimizer_s
+    return math.inf
 
 
 def _screen(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered, modes: Sequence[str]) -> _Screen:
@@ -419,9 +442,9 @@ def search_configuration(
         )
     screened.sort(key=lambda s: (s.step.step_time_s, s.considered.point))
     chosen = screened[:PLAN_LIMIT]
-    # each planned point: half for the search with per-stage recomputation, half for its retry
-    # under the screened uniform mode (`_plan_point`)
-    share = budget.scaled(0.5 / len(chosen))
+    # each planned point's search: auto runs up to three searches of its budget where memory binds
+    # (none's, each forced mode's, `driver`), so a point gets 1 / (2 x PLAN_LIMIT) of the budget
+    share = budget.scaled(1.0 / (2 * PLAN_LIMIT))
     results = []
     for got in chosen:
         results.append(_plan_point(model, hw, req, got, share, deadline, progress))
@@ -451,13 +474,9 @@ def _plan_point(
     planned: driver.PipelinePlan | None = None
     step: TrainingStep | None = None
     if req.strategy.lower() == "adaptive":
+        # auto searches without recomputation and, where memory binds, each forced mode and per-stage
+        # choices (`driver`): never worse than the uniform mode the screen needed
         planned, step = _adaptive(model, hw, p, training, tables, recompute, req.seed, budget, deadline, progress)
-        if (step is None or step.step_time_s > got.step.step_time_s) and recompute == "auto" and got.mode != "none":
-            # per-stage choices found nothing better: search under the uniform mode the screen needed
-            training = p.training(req, got.mode)
-            tables = CostTables(hw, training, default_mode=got.mode)
-            planned, step = _adaptive(model, hw, p, training, tables, got.mode, req.seed, budget, deadline, progress)
-            recompute = got.mode
     if step is None or step.step_time_s > got.step.step_time_s:
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
         strategy = screen_strategy(req)
