@@ -125,15 +125,6 @@ def test_no_configuration_fits_exits_3(adaptis, tmp_path) -> None:
     assert "fits in memory" in r.stderr and "GiB" in r.stderr
 
 
-@pytest.mark.slow
-def test_a_70b_model_on_1024_gpus_plans(adaptis, tmp_path) -> None:
-    r = adaptis("plan", "--model", str(CONFIGS / "llama-3.1-70b.json"), "--hardware", "h100", "--gpus", "1024",
-                "--global-batch-size", "1024", "--no-hard-stop", "-o", tmp_path / "p.json", "--json")  # fmt: skip
-    assert r.exit_code == 0, r.stderr
-    d = json.loads(r.stdout)
-    assert d["gpus"] == 1024 and d["configuration_gap"] >= 0
-
-
 @pytest.mark.parametrize(
     ("extra", "needle", "code"),
     [
