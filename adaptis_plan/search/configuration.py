@@ -68,13 +68,17 @@ DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch_size", "num_mic
 #: micro-batch sizes tried when not given: powers of two up to this (larger ones only raise the
 #: activation memory; the GEMMs are near their asymptote at b x s = 16K tokens and above)
 MAX_SEARCHED_MICRO_BATCH = 8
-#: points screened with 1F1B: at least SCREEN_LIMIT, then more while the screened plans' actions
-#: (pipeline ranks x micro-batches x 3 per point) stay under SCREEN_ACTIONS (a deterministic budget:
-#: small pipelines screen every point, a 16,384-GPU one its best SCREEN_LIMIT); the best PLAN_LIMIT
-#: of them are planned with the full pipeline search
-SCREEN_LIMIT = 48
-SCREEN_ACTIONS = 400_000
+#: points screened with 1F1B: while the screened plans' actions (pipeline ranks x micro-batches x 3
+#: per point) stay under SCREEN_ACTIONS, and at least SCREEN_LIMIT (a deterministic budget: small
+#: pipelines screen every point, pp 64 x 512 micro-batches about ten); the best PLAN_LIMIT of them
+#: are planned with the full pipeline search
+SCREEN_LIMIT = 8
+SCREEN_ACTIONS = 1_000_000
 PLAN_LIMIT = 2
+#: pp x M from which a pipeline is big (every classic baseline of it simulates for a good fraction of
+#: a second): the best screened point alone is planned, under its screened recompute mode, with
+#: `--recompute auto` (auto's search without recomputation and per forced mode would triple it)
+BIG_PIPELINE = 4096
 SCREEN_STRATEGY = "1F1B"
 #: tokens of a sequence a context-parallel rank holds at least when cp is searched (Megatron-Core
 #: runs cp 2 at 8K and cp 16 at 128K in its published recipes: 4K-8K per rank)
@@ -441,7 +445,8 @@ def search_configuration(
             f" {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch"
         )
     screened.sort(key=lambda s: (s.step.step_time_s, s.considered.point))
-    chosen = screened[:PLAN_LIMIT]
+    top = screened[0].considered.point
+    chosen = screened[: 1 if top.pp * top.num_microbatches >= BIG_PIPELINE else PLAN_LIMIT]
     # each planned point's search: auto runs up to three searches of its budget where memory binds
     # (none's, each forced mode's, `driver`), so a point gets 1 / (2 x PLAN_LIMIT) of the budget
     share = budget.scaled(1.0 / (2 * PLAN_LIMIT))
@@ -468,6 +473,8 @@ def _plan_point(
     """The full pipeline search at a screened point; its 1F1B plan when the search finds none better."""
     p, row = got.considered.point, got.considered
     recompute = req.recompute
+    if recompute == "auto" and p.pp * p.num_microbatches >= BIG_PIPELINE:
+        recompute = got.mode
     base_mode = "none" if recompute == "auto" else recompute
     training = p.training(req, recompute)
     tables = CostTables(hw, training, default_mode=base_mode)
