@@ -50,8 +50,11 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _with(plan: PlanFile, **training: int) -> PlanFile:
-    return plan.model_copy(update={"training": plan.training.model_copy(update=training)})
+def _with(plan: PlanFile, *, recompute: list[str] | None = None, **training: int) -> PlanFile:
+    stages = plan.stages
+    if recompute is not None:
+        stages = [st.model_copy(update={"recompute": r}) for st, r in zip(stages, recompute, strict=True)]
+    return plan.model_copy(update={"training": plan.training.model_copy(update=training), "stages": stages})
 
 
 def _ops(plan: PlanFile) -> set[str]:
@@ -82,6 +85,7 @@ def test_pp2_tp2_matches_one_process(plans: dict[str, Path]) -> None:
     jobs = [
         PlanJob(_with(adaptive, tp=2), model, label="adaptive"),
         PlanJob(recompute, model, label="recompute"),
+        PlanJob(_with(adaptive, tp=2, recompute=["selective", "full"]), model, label="adaptive+recompute"),
         PlanJob(chunks, model, label="chunks"),
         PlanJob(_with(gemma, tp=2), gemma_model, label="gemma-interleaved"),
     ]
@@ -145,3 +149,39 @@ def test_executor_runs_tp_and_refuses_what_it_cannot_split(plans: dict[str, Path
     for dims, says in (({"cp": 2}, "training.cp = 2"), ({"dp": 2, "ep": 2}, "ep = 2")):
         why = executor_refusal(_with(plan, **dims), model)
         assert why is not None and says in why and "\n" not in why, why
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("heads", "kv"), [(4, 4), (4, 2), (4, 1), (6, 3)])
+def test_tp_slices_sum_to_the_whole_layer(heads: int, kv: int) -> None:
+    """Without a group the collectives are identities, so each tp rank's slice of a decoder block's
+    attention and MLP gives its partial output: the ranks' partials must sum to the whole mixer's output,
+    and the slices must tile the whole weights (kv heads split when tp divides them, else replicated with partial gradients)."""
+    import torch
+
+    from adaptis_plan.executor.layers import build_layer
+    from adaptis_plan.executor.tensorparallel import PARTIAL, shard_layer
+
+    base = tiny_family("llama")
+    dec = base.layers[1].model_copy(
+        update={"attention": base.layers[1].attention.model_copy(update={"num_heads": heads, "num_kv_heads": kv})}
+    )
+    model = base.model_copy(update={"layers": [base.layers[0], dec, base.layers[-1]]})
+    x = torch.randn(2, 16, model.hidden_size, generator=torch.Generator().manual_seed(0))
+    whole = build_layer(model, 1, seed=3)
+    parts = [build_layer(model, 1, seed=3) for _ in range(2)]
+    layouts = [shard_layer(p, r, 2, None) for r, p in enumerate(parts)]
+    full = dict(whole.named_parameters())
+    for name, entry in layouts[0].items():
+        mine = [dict(p.named_parameters())[name] for p in parts]
+        if entry in (0, 1):
+            assert torch.equal(torch.cat(mine, dim=entry), full[name]), name
+        else:
+            assert all(torch.equal(m, full[name]) for m in mine), name
+    kv_entry = layouts[0]["parts.0.mixer.k_proj.weight"]
+    assert kv_entry == (0 if kv % 2 == 0 else PARTIAL)
+    with torch.no_grad():
+        for i, part in enumerate(whole.parts):
+            h = part["norm"](x)
+            got = sum(p.parts[i]["mixer"](h) for p in parts)
+            torch.testing.assert_close(got, part["mixer"](h), rtol=1e-5, atol=1e-6)
