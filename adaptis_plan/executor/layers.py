@@ -34,6 +34,12 @@ Layers (pre-norm residual blocks; the norm kind is `model.norm`):
 
 Every projection goes through `wgrad.linear` so its weight gradient can be deferred to W.
 
+Tensor parallelism: `tensorparallel.shard_layer` cuts a built layer to one tp rank's slice and
+sets its `tp_group`; the forwards then call `tpcomm`'s collectives (copy_to_tp where a replicated
+input enters column-parallel projections, reduce_from_tp after row-parallel ones and the
+vocabulary-parallel embedding; the head's and head chunks' cross-entropy / log-sum-exp over the
+vocabulary slices). With `tp_group` None (the default) every layer computes exactly as without tp.
+
 Recomputation (`set_recompute`, per stage from the plan's `stages[*].recompute`): "full" runs
 a decoder block through `recomputed`: its forward runs without autograd and saves only the
 block input; its backward reruns the block's forward with autograd and backpropagates through

@@ -13,25 +13,31 @@ the autograd graph. Imports torch only.
   "Megatron-LM", Sec. 3, Fig. 3: f and g conjugate).
 
 Why autograd Functions of our own rather than `torch.distributed.tensor.parallel`
-(ColwiseParallel / RowwiseParallel): those turn each weight into a DTensor and insert the
-collectives as DTensor redistributions. Here `wgrad.linear` / `wgrad.embedding` stash
-(weight, input, output gradient) in I and compute the weight GEMM in W outside autograd, and
-`dataparallel._FlatStage` (ZeRO 2/3) rebinds every parameter's `.data` to a view of one plain
-flat buffer and frees / refills its storage; both need plain tensors as parameters and
-gradients. With DTensor parameters the stash would hold DTensors whose W GEMM runs through
-DTensor's sharding propagation, `.grad` would have to be a DTensor, and the flat-buffer views
-could not be DTensors' local shards. The two Functions below are all the collectives a
-Megatron-style layer needs, and they leave the I / W split and ZeRO untouched: the weight
-gradient of a shard needs only local tensors (column-parallel: the replicated input and the
-local output gradient; row-parallel: the local input and the replicated output gradient).
+(ColwiseParallel / RowwiseParallel, torch 2.13): those styles accept only `nn.Linear` /
+`nn.Embedding` modules (NotImplementedError on `layers.Linear`); on an `nn.Linear` subclass whose
+forward is `wgrad.linear`, a two-rank gloo probe did run the I / W split (I stashed DTensor
+inputs, output gradients and weights; W produced DTensor weight gradients). But then every
+parameter and gradient of a tp layer is a DTensor, while `dataparallel` works on plain tensors:
+its bucketed all-reduce concatenates gradients, ZeRO 2/3 copy parameters into one plain flat
+buffer, rebind their `.data` to its views and free / refill its storage; the embedding's deferred
+W scatters into a plain buffer of the vocabulary rows; the vocabulary-parallel loss of a split
+head hands a running log-sum-exp from chunk to chunk, which `loss_parallel` (plain cross-entropy
+only) does not cover; and RowwiseParallel's all-reduce returns an async functional-collective
+tensor, waited on at its first use, so its time could not be attributed to `comm_s["tp"]`.
+The two Functions below are all the collectives a Megatron-style layer needs, and they leave the
+I / W split and ZeRO untouched: a shard's weight gradient needs only local, plain tensors
+(column-parallel: the replicated input and the local output gradient; row-parallel: the local
+input and the replicated output gradient).
 
 Sequence parallelism (reduce-scatter / all-gather instead of all-reduce around the norms) is
 not implemented: on gloo a reduce-scatter is an all-reduce anyway (pytorch/pytorch#118911), and
-the all-reduce form moves the same bytes per layer as the pair does.
+the all-reduce form moves the same bytes per layer as the pair does (sequence parallelism saves
+activation memory, not traffic).
 
-`TP_COMM` counts the seconds and bytes this process spends in tp collectives (the worker resets
-it every step and reports it as `comm_s["tp"]`); on CPU / gloo the collectives are synchronous,
-so the seconds include waiting for the slowest tp peer to reach the collective.
+`TP_COMM` counts the seconds this process spends in tp collectives and the bytes of the tensors
+it all-reduces (a ring all-reduce sends 2 (tp - 1) / tp times that per rank); the worker resets it
+every step and reports it as `comm_s["tp"]` / `"tp_bytes"`. On CPU / gloo the collectives are
+synchronous, so the seconds include waiting for the slowest tp peer to reach the collective.
 """
 
 from __future__ import annotations
