@@ -152,11 +152,14 @@ def test_executor_runs_tp_and_refuses_what_it_cannot_split(plans: dict[str, Path
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize(("heads", "kv"), [(4, 4), (4, 2), (4, 1), (6, 3)])
-def test_tp_slices_sum_to_the_whole_layer(heads: int, kv: int) -> None:
+@pytest.mark.parametrize(
+    ("heads", "kv", "extras"), [(4, 4, False), (4, 2, False), (4, 1, False), (6, 3, False), (4, 2, True)]
+)
+def test_tp_slices_sum_to_the_whole_layer(heads: int, kv: int, extras: bool) -> None:
     """Without a group the collectives are identities, so each tp rank's slice of a decoder block's
     attention and MLP gives its partial output: the ranks' partials must sum to the whole mixer's output,
-    and the slices must tile the whole weights (kv heads split when tp divides them, else replicated with partial gradients)."""
+    and the slices must tile the whole weights (kv heads split when tp divides them, else replicated with partial
+    gradients). `extras`: q/k/v biases, qk-norm and ALiBi slopes (cut by heads) too."""
     import torch
 
     from adaptis_plan.executor.layers import build_layer
@@ -164,9 +167,15 @@ def test_tp_slices_sum_to_the_whole_layer(heads: int, kv: int) -> None:
 
     base = tiny_family("llama")
     dec = base.layers[1].model_copy(
-        update={"attention": base.layers[1].attention.model_copy(update={"num_heads": heads, "num_kv_heads": kv})}
+        update={
+            "attention": base.layers[1].attention.model_copy(
+                update={"num_heads": heads, "num_kv_heads": kv, "bias": extras, "qk_norm": extras}
+            )
+        }
     )
-    model = base.model_copy(update={"layers": [base.layers[0], dec, base.layers[-1]]})
+    model = base.model_copy(
+        update={"layers": [base.layers[0], dec, base.layers[-1]], "position_encoding": "alibi" if extras else None}
+    )
     x = torch.randn(2, 16, model.hidden_size, generator=torch.Generator().manual_seed(0))
     whole = build_layer(model, 1, seed=3)
     parts = [build_layer(model, 1, seed=3) for _ in range(2)]
