@@ -2,7 +2,8 @@
 
 Data flow: `runtime.Stage` builds every layer whole (`layers.build_layer`, seeded by (seed,
 layer) alone, so the full weights are exactly the single-process reference's) and hands it to
-`shard_layer`, which keeps this tp rank's slice of each parameter and sets the layer's
+`shard_layer` (so a rank holds one whole layer at a time beyond its slices, in host memory),
+which keeps this tp rank's slice of each parameter and sets the layer's
 `tp_group` (the collectives themselves are `tpcomm`'s, called from the layers' forwards); the
 worker builds a `TensorParallel` over the rank's stages, calls `sync_grads` after the step's
 last backward / W (before the dp sync) and, with --verify, `full` to gather every parameter

@@ -1,4 +1,4 @@
-"""One rank under torchrun (a pipeline rank of one data-parallel replica): run the plan for real.
+"""One rank under torchrun (a pipeline rank of one data-parallel replica, one tp slice): run the plan for real.
 
 Run (normally `launch.run_plan` / `adaptis run` does this for you, and checks that the plan
 and the model belong together first: the worker does not):
