@@ -142,7 +142,9 @@ class TensorParallel:
     """This rank's side of the tp dimension over its stages (module docstring); `layout`: {parameter
     name: layout entry} as `Stage.tp_layout` records it."""
 
-    def __init__(self, named: list[tuple[str, nn.Parameter]], layout: dict[str, int | str | None], group: object):
+    def __init__(
+        self, named: list[tuple[str, nn.Parameter]], layout: dict[str, int | str | None], group: object
+    ) -> None:
         self.group = group
         self.tp = dist.get_world_size(group)
         self.layout = layout
@@ -154,12 +156,11 @@ class TensorParallel:
         """Sum the partial gradients (replicated parameters only some heads use) over the tp group."""
         if not self._partial:
             return
-        p0 = self._partial[0]
         parts = [p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in self._partial]
         bucket = all_reduce_(torch.cat(parts), self.group)
         offset = 0
         for p in self._partial:
-            p.grad = bucket[offset : offset + p.numel()].view(p.shape).clone().to(p0.dtype)
+            p.grad = bucket[offset : offset + p.numel()].view(p.shape).clone()
             offset += p.numel()
 
     def full(self, local: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
