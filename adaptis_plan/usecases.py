@@ -618,19 +618,12 @@ def export_plan_file(
 
 
 # ----------------------------------------------------------------------------- run and profile (the executor)
-def executor_refusal(plan: PlanFile) -> str | None:
-    """Why the bundled executor cannot run `plan` as planned, or None. It runs the pipeline and the
-    data-parallel dimensions (pp x dp processes, ZeRO 0-3; `executor.dataparallel`): a plan with tensor,
-    context or expert parallelism would run as a different configuration, so it is refused rather than run."""
-    t = plan.training
-    for dim, value, flag in (("tp", t.tp, "--tp 1"), ("cp", t.cp, "--cp 1"), ("ep", t.ep, "--ep 1")):
-        if value > 1:
-            return (
-                f"training.{dim} = {value}: `adaptis run` executes the pipeline and data-parallel dimensions only"
-                f" (tp = cp = ep = 1); run this plan under Megatron-LM or torchtitan (`adaptis export`), or plan"
-                f" with {flag} to run it here"
-            )
-    return None
+def executor_refusal(plan: PlanFile, model: ModelSpec | None = None) -> str | None:
+    """Why the bundled executor cannot run `plan` (with `model`, when given) as planned, or None
+    (`executor.support.refusal`: cp > 1, ep > 1, and with tp > 1 the layers it cannot split)."""
+    from adaptis_plan.executor.support import refusal
+
+    return refusal(plan, model)
 
 
 def run_plan_file(
@@ -642,7 +635,7 @@ def run_plan_file(
     from adaptis_plan.executor.launch import run_plan
 
     plan, model, judged = load_plan_for_run(plan_path, model_arg)
-    why = executor_refusal(plan)
+    why = executor_refusal(plan, model)
     if why is not None:
         raise InputError(f"{plan_path}: {why}")
     # the prediction is the judge's, as `simulate` gives it: a hand-edited plan's stored figure may be stale
