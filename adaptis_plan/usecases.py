@@ -652,16 +652,23 @@ def run_plan_file(
 
 
 def predicted_comm(plan: PlanFile, model: ModelSpec) -> dict[str, float] | None:
-    """The cost model's data-parallel collectives of one step ({"dp": s}: the slowest pipeline rank's
-    gradient sync and parameter gather, `cost.comm.step_extras`), None without data parallelism."""
-    from adaptis_plan.cost.table import device_types
+    """The cost model's collectives of one step by dimension, on the slowest pipeline rank: "dp" its
+    gradient sync and parameter gather (`cost.comm.step_extras`), "tp" its layers' tensor-parallel
+    collectives over every micro-batch (`cost.table.layer_tp_seconds`). None with neither."""
+    from adaptis_plan.cost.recompute import plan_layer_recompute
+    from adaptis_plan.cost.table import device_types, layer_tp_seconds
     from adaptis_plan.judge.training_step import device_extras
 
-    if plan.training.dp * plan.training.cp == 1:
-        return None
-    hw = plan.hardware.profile
-    extras = device_extras(plan_layout(plan), model, plan.training, hw, device_types(hw, plan.training))
-    return {"dp": max(x.grad_sync_s + x.param_gather_s for x in extras)}
+    t, hw, layout = plan.training, plan.hardware.profile, plan_layout(plan)
+    out: dict[str, float] = {}
+    if t.dp * t.cp > 1:
+        extras = device_extras(layout, model, t, hw, device_types(hw, t))
+        out["dp"] = max(x.grad_sync_s + x.param_gather_s for x in extras)
+    if t.tp > 1:
+        per_layer = layer_tp_seconds(model, hw, t, plan_layer_recompute(plan))
+        held = [[layer for s in layout.stages_of(d) for layer in layout.layers(s)] for d in range(layout.num_devices)]
+        out["tp"] = t.num_microbatches * max(float(per_layer[h].sum()) for h in held)
+    return out or None
 
 
 @dataclass(frozen=True)
