@@ -244,6 +244,7 @@ def make_configuration_plan(
     if req.global_batch_size is None:
         raise InputError("--gpus needs --global-batch-size B (sequences per optimizer step)")
     _recompute_request(req, None)
+    classic = _classic_strategy(req.strategy)
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
     request = config.Request(
@@ -252,7 +253,7 @@ def make_configuration_plan(
         seq_len=req.seq_len,
         fixed=dict(req.fixed or {}),
         recompute=req.recompute,
-        strategy=req.strategy,
+        strategy=classic or "adaptive",
         stages_per_device=req.stages_per_device,
         seed=req.seed,
         dp_overlap=req.dp_overlap,
@@ -617,29 +618,12 @@ def export_plan_file(
 
 
 # ----------------------------------------------------------------------------- run and profile (the executor)
-def executor_refusal(plan: PlanFile) -> str | None:
-    """Why the bundled executor cannot run `plan` as planned, or None. It runs the pipeline, data-parallel
-    and expert-parallel dimensions (pp x dp processes, ZeRO 0-3, experts sharded over ep of the dp ranks;
-    `executor.dataparallel`, `executor.expertparallel`): a plan with tensor or context parallelism would
-    run as a different configuration, so it is refused rather than run."""
-    t = plan.training
-    for dim, value, flag in (("tp", t.tp, "--tp 1"), ("cp", t.cp, "--cp 1")):
-        if value > 1:
-            return (
-                f"training.{dim} = {value}: `adaptis run` executes the pipeline, data- and expert-parallel"
-                f" dimensions only (tp = cp = 1); run this plan under Megatron-LM or torchtitan (`adaptis export`),"
-                f" or plan with {flag} to run it here"
-            )
-    if (t.dp * t.cp) % t.ep:
-        return f"training.ep = {t.ep} does not divide dp x cp = {t.dp} x {t.cp}: use an ep that divides dp"
-    experts = sorted({lay.moe.num_experts for lay in plan.model.spec.layers if lay.moe is not None})
-    bad = [n for n in experts if n % t.ep]
-    if bad:
-        return (
-            f"training.ep = {t.ep} does not divide the MoE layers' {bad[0]} experts: the executor shards whole"
-            " experts over the ep ranks; use an ep that divides the expert count"
-        )
-    return None
+def executor_refusal(plan: PlanFile, model: ModelSpec | None = None) -> str | None:
+    """Why the bundled executor cannot run `plan` (with `model`, when given) as planned, or None
+    (`executor.support.refusal`: cp > 1, ep > 1, and with tp > 1 the layers it cannot split)."""
+    from adaptis_plan.executor.support import refusal
+
+    return refusal(plan, model)
 
 
 def run_plan_file(
@@ -651,7 +635,7 @@ def run_plan_file(
     from adaptis_plan.executor.launch import run_plan
 
     plan, model, judged = load_plan_for_run(plan_path, model_arg)
-    why = executor_refusal(plan)
+    why = executor_refusal(plan, model)
     if why is not None:
         raise InputError(f"{plan_path}: {why}")
     # the prediction is the judge's, as `simulate` gives it: a hand-edited plan's stored figure may be stale
@@ -668,40 +652,25 @@ def run_plan_file(
 
 
 def predicted_comm(plan: PlanFile, model: ModelSpec) -> dict[str, float] | None:
-    """The cost model's collectives of one step, by dimension: "dp", the slowest pipeline rank's gradient
-    sync and parameter gather (`cost.comm.step_extras`); with ep > 1 also "ep", the slowest pipeline
-    rank's expert all-to-alls (the MoE layers' F and I collectives on the ep group, times the
-    micro-batches, plus what recomputation reruns; `cost.analytic`). None without dp, cp or ep."""
-    from adaptis_plan.cost.table import device_types
+    """The cost model's collectives of one step by dimension, on the slowest pipeline rank: "dp" its
+    gradient sync and parameter gather (`cost.comm.step_extras`), "tp" and "ep" its layers'
+    tensor-parallel collectives and expert all-to-alls over every micro-batch, recomputed forwards
+    included (`cost.table.layer_comm_seconds`). None with none of them."""
+    from adaptis_plan.cost.recompute import plan_layer_recompute
+    from adaptis_plan.cost.table import device_types, layer_comm_seconds
     from adaptis_plan.judge.training_step import device_extras
 
-    t = plan.training
-    if t.dp * t.cp == 1:
-        return None
-    hw = plan.hardware.profile
-    extras = device_extras(plan_layout(plan), model, t, hw, device_types(hw, t))
-    out = {"dp": max(x.grad_sync_s + x.param_gather_s for x in extras)}
-    if t.ep > 1:
-        out["ep"] = _predicted_ep(plan)
-    return out
-
-
-def _predicted_ep(plan: PlanFile) -> float:
-    from adaptis_plan.cost.analytic import layer_work
-    from adaptis_plan.cost.comm import placement
-    from adaptis_plan.cost.recompute import recompute_work
-
-    t, spec = plan.training, plan.model.spec
-    place = placement(plan.hardware.profile, t)
-    per_device: dict[int, float] = {}
-    for st in plan.stages:
-        for i in range(*st.layers):
-            layer = spec.layers[i]
-            work = recompute_work(layer_work(spec, layer, t), layer, spec, t, st.recompute)
-            ops = (work.f, work.i, work.recompute_i)
-            seconds = sum(place.ep.seconds(c.kind, c.nbytes) for op in ops for c in op.collectives if c.group == "ep")
-            per_device[st.device] = per_device.get(st.device, 0.0) + t.num_microbatches * seconds
-    return max(per_device.values(), default=0.0)
+    t, hw, layout = plan.training, plan.hardware.profile, plan_layout(plan)
+    out: dict[str, float] = {}
+    if t.dp * t.cp > 1:
+        extras = device_extras(layout, model, t, hw, device_types(hw, t))
+        out["dp"] = max(x.grad_sync_s + x.param_gather_s for x in extras)
+    held = [[layer for s in layout.stages_of(d) for layer in layout.layers(s)] for d in range(layout.num_devices)]
+    for group, degree in (("tp", t.tp), ("ep", t.ep)):
+        if degree > 1:
+            per_layer = layer_comm_seconds(model, hw, t, group, plan_layer_recompute(plan))
+            out[group] = t.num_microbatches * max(float(per_layer[h].sum()) for h in held)
+    return out or None
 
 
 @dataclass(frozen=True)

@@ -203,13 +203,16 @@ def section(
                 " / ".join(f"{run.rows[m].plan_time_s:.1f}" for m in MODES),
             ]
         )
+    from adaptis_plan.search.budget import SearchBudget
+
     chose = sum(1 for run in runs if run.rows["auto"].stages)
     fastest = sum(1 for row in rows if row[9] == "yes")
     summary = (
         f"auto recomputed in {chose} of {len(runs)} cases and was the fastest of the three (ties included)"
-        f" in {fastest} of {len(runs)}. Where memory may bind (some classic plan runs out of it), auto gives the"
-        " search without recomputation a quarter of the work and its recompute candidates the rest, so it can"
-        " end slower than off when no candidate pays; where memory cannot bind it runs exactly off's search."
+        f" in {fastest} of {len(runs)}. auto runs exactly off's search; where memory binds it also runs each"
+        " forced mode's search that the mode's lower bound does not rule out, on the same work, and per-stage"
+        f" candidates on {SearchBudget().recompute_share:.0%} of it, and keeps the fastest plan that fits: on the same work it is"
+        " never slower than a forced mode, unless the time limit cuts its extra searches short."
     )
     header = [
         "case",
@@ -232,8 +235,9 @@ def section(
         "Every plan is made by `adaptis plan` (adaptive strategy) on the analytic cost model, the `h200` profile"
         " (memory limit 90% of 141 GB HBM = 118.2 GiB per GPU), at the TP shown, once with each"
         " `--recompute`: off (`none`: today's plans), `full` (every decoder block recomputes) and `auto` (the"
-        " default: where memory may bind, the search without recomputation on a quarter of the work and per-stage"
-        " recompute candidates, the likeliest first, on the rest; the fastest plan is kept). A row's command:"
+        " default: off's search, then where memory binds the forced modes' searches their lower bounds leave"
+        " room for and per-stage recompute candidates, the likeliest first; the fastest plan is kept). A row's"
+        " command:"
         f" `{runs[0].case.command('auto') if runs else ''}`. The lower bound is that of the plan's own cost"
         " table, recomputation included (a bound for the chosen recomputation, not over all choices). OOM: the"
         " search found no plan that fits memory. The classic strategies are planned without recomputation"

@@ -546,6 +546,13 @@ def run_cmd(
             f" dp collectives {fmt_time(out['comm_s']['dp'], 'ms')} per step (slowest rank, median)"
             + ("" if predicted is None else f", predicted {fmt_time(predicted, 'ms')}")
         )
+    if plan.training.tp > 1:
+        predicted = (out.get("predicted_comm_s") or {}).get("tp")
+        c.print(
+            f"tensor parallel: {plan.training.tp} ranks per stage ({out['world_size']} processes);"
+            f" tp collectives {fmt_time(out['comm_s']['tp'], 'ms')} per step (slowest rank, median, waits included)"
+            + ("" if predicted is None else f", predicted {fmt_time(predicted, 'ms')}")
+        )
     if plan.training.ep > 1:
         predicted = (out.get("predicted_comm_s") or {}).get("ep")
         c.print(

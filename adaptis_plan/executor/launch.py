@@ -65,6 +65,7 @@ from typing import Any
 from adaptis_plan.errors import AdaptisError, InputError, located
 from adaptis_plan.executor import processes
 from adaptis_plan.executor.lowering import P2P_ORDERS, lower
+from adaptis_plan.executor.support import refusal
 from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.planfile.io import check_model_matches, plan_layout, plan_programs, write_json_atomic, write_plan
 from adaptis_plan.render.measured import measured_trace
@@ -194,11 +195,14 @@ def run_plan(
     Keys: `steps`, `measured_step_time_s` (median of the steps after warm-up, rank 0's wall
     time from a barrier to a barrier), `predicted_step_time_s` (`predicted_s`, else the plan's stored
     figure), `expected_step_time_s` (`expected_s`, likewise; None without measured variation), `step_times_s`,
-    `world_size` (pp x dp processes), `comm_s` (`{"dp": s}`: the median over measured steps of the
-    slowest rank's seconds in data-parallel collectives, gradient sync plus parameter gathers, without
-    the wait for the slowest replica; 0 with dp = 1; with ep > 1 also "ep": the seconds inside the
-    experts' all-to-alls, `expertparallel`), `comm_step_s` (per measured step, `{"dp",
-    "dp_wait", "dp_grad_sync", "dp_param_gather", "optimizer_step"}` (and "ep"), each the slowest rank's;
+    `world_size` (pp x dp x tp processes), `tp`, `comm_s` (`{"dp": s, "tp": s}`: the median over
+    measured steps of the slowest rank's seconds in data-parallel collectives, gradient sync plus
+    parameter gathers, without the wait for the slowest replica, 0 with dp = 1; and in tensor-parallel
+    collectives, the layers' all-reduces in forwards, backwards and recomputed forwards plus the step's
+    sum of partial gradients, including the wait for the slowest tp peer at each, 0 with tp = 1;
+    `tpcomm.TP_COMM`), `comm_step_s` (per measured step, `{"dp", "dp_wait", "dp_grad_sync",
+    "dp_param_gather", "tp", "tp_bytes", "optimizer_step"}` (and "ep" with ep > 1: the seconds inside
+    the experts' all-to-alls, `expertparallel`), each the slowest rank's;
     `dataparallel.DataParallel.start_step`), `ep`,
     `predicted_comm_s` (`predicted_comm_s`, or None),
     and with `verify` also `loss_diff`, `max_abs_grad_diff`, `max_abs_param_diff`, `verified` (the
@@ -216,18 +220,19 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
     options = options or RunOptions()
     options.check()
     jobs = [_prepare(job) for job in jobs]
-    pp, dp = jobs[0].plan.training.pp, jobs[0].plan.training.dp
+    pp, dp, tp = jobs[0].plan.training.pp, jobs[0].plan.training.dp, jobs[0].plan.training.tp
     for job in jobs:
-        for dim, value, want in (("pp", job.plan.training.pp, pp), ("dp", job.plan.training.dp, dp)):
+        t = job.plan.training
+        for dim, value, want in (("pp", t.pp, pp), ("dp", t.dp, dp), ("tp", t.tp, tp)):
             if value != want:
                 raise InputError(
                     f"{job.label}: training.{dim} = {value}: plans run together need the same {dim}"
                     f" ({want}); run them separately"
                 )
-    world = pp * dp
+    world = pp * dp * tp
     if world % options.nnodes:
         raise InputError(
-            f"--nnodes = {options.nnodes}: the plan's pp x dp = {world} processes do not split evenly over the"
+            f"--nnodes = {options.nnodes}: the plan's pp x dp x tp = {world} processes do not split evenly over the"
             " nodes; use a divisor of that"
         )
     nproc = world // options.nnodes
@@ -258,9 +263,12 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
 
 
 def _prepare(job: PlanJob) -> PlanJob:
-    """The pairing check and the lowering: the one check of the plan the launcher does itself."""
+    """The pairing check, what the executor can run (`support.refusal`) and the lowering."""
     model = _model_for_plan(job)
     plan = job.plan
+    why = refusal(plan, model)
+    if why is not None:
+        raise InputError(f"{job.label}: {why}")
     try:
         lower(plan_layout(plan), plan_programs(plan), plan.training.num_microbatches)
     except InputError as e:
@@ -617,6 +625,7 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
     for i, mine in enumerate(first["comm_s"]):
         step = {k: max(d["comm_s"][i][k] for d in per_rank.values()) for k in mine}
         step["dp"] = max(d["comm_s"][i]["dp_grad_sync"] + d["comm_s"][i]["dp_param_gather"] for d in per_rank.values())
+        step["tp_bytes"] = max(d["comm_s"][i]["tp_bytes"] for d in per_rank.values())
         comm_steps.append(step)
     plan = job.plan
     result: dict[str, Any] = {
@@ -634,11 +643,12 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "pp": plan.training.pp,
         "dp": plan.training.dp,
         "zero": plan.training.zero,
+        "tp": plan.training.tp,
         "ep": plan.training.ep,
-        "world_size": plan.training.pp * plan.training.dp,
+        "world_size": plan.training.pp * plan.training.dp * plan.training.tp,
         "global_batch_size": plan.training.dp * plan.training.micro_batch_size * plan.training.num_microbatches,
         "comm_s": {
-            "dp": statistics.median(c["dp"] for c in comm_steps) if comm_steps else 0.0,
+            **{k: statistics.median(c[k] for c in comm_steps) if comm_steps else 0.0 for k in ("dp", "tp")},
             # ep > 1: seconds inside the expert all-to-alls (`expertparallel`), the slowest rank's, median over steps
             **({"ep": statistics.median(c["ep"] for c in comm_steps)} if comm_steps and "ep" in comm_steps[0] else {}),
         },
@@ -656,8 +666,10 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
     }
     if options.verify:
         result.update(_verify(plan, job.model, out, ranks, options, dev))
-    if job.trace_path is not None:  # the timeline of replica 0 (dp rank 0); its ranks are pp_rank * dp
-        timelines = {d["pp_rank"]: d["timeline"] for d in per_rank.values() if d["dp_rank"] == 0}
+    if job.trace_path is not None:  # the timeline of replica 0 (dp rank 0), its tp rank 0
+        timelines = {
+            d["pp_rank"]: d["timeline"] for d in per_rank.values() if d["dp_rank"] == 0 and d.get("tp_rank", 0) == 0
+        }
         write_json_atomic(measured_trace(plan, timelines, job.predicted_step_time_s), job.trace_path)
         result["trace"] = str(job.trace_path)
     return result
@@ -665,19 +677,21 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
 
 def _verify(plan: PlanFile, model: ModelSpec, out: Path, ranks: range, options: RunOptions, dev: str) -> dict[str, Any]:
     """Every dp replica's gradients (after the dp average) and parameters (after the optimizer step)
-    against one process's step over the whole global batch; the loss is the replicas' mean."""
+    against one process's step over the whole global batch; the loss is the replicas' mean. With tp,
+    each (dp rank, tp rank) is checked: its tp-sharded tensors gathered over tp, its replicated ones
+    its own copy (so tp ranks whose copies drift apart fail too)."""
     import torch
 
     from adaptis_plan.executor.verify import compare, compare_tensors, reference_update, step_with_grads, tolerance
     from adaptis_plan.executor.worker import DTYPES
 
     tr = plan.training
-    replicas: dict[int, tuple[dict, dict]] = {}
+    replicas: dict[tuple[int, int], tuple[dict, dict]] = {}
     replica_losses = []
     for r in ranks:
         dump = torch.load(out / f"grads.rank{r}.pt", weights_only=True)
         params = torch.load(out / f"params.rank{r}.pt", weights_only=True)["params"]
-        grads, ps = replicas.setdefault(r % tr.dp, ({}, {}))
+        grads, ps = replicas.setdefault(((r // tr.tp) % tr.dp, r % tr.tp), ({}, {}))
         grads.update(dump["grads"])
         ps.update(params)
         if dump["loss"] is not None:
@@ -701,9 +715,10 @@ def _verify(plan: PlanFile, model: ModelSpec, out: Path, ranks: range, options: 
     worst: Any = None
     mismatched: list[str] = []
     param_diff, param_worst, single_diff = 0.0, None, 0.0
-    for d, (grads, ps) in sorted(replicas.items()):
+    for (d, t), (grads, ps) in sorted(replicas.items()):
         c = compare(float(pipe_loss), grads, ref_loss, ref_grads, rtol=rtol, atol=atol)
-        tag = f" (dp rank {d})" if tr.dp > 1 else ""
+        where = ([f"dp rank {d}"] if tr.dp > 1 else []) + ([f"tp rank {t}"] if tr.tp > 1 else [])
+        tag = f" ({', '.join(where)})" if where else ""
         mismatched += [n + tag for n in c.mismatched]
         if worst is None or c.max_abs_grad_diff > worst[0].max_abs_grad_diff:
             worst = (c, tag)

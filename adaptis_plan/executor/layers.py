@@ -34,6 +34,12 @@ Layers (pre-norm residual blocks; the norm kind is `model.norm`):
 
 Every projection goes through `wgrad.linear` so its weight gradient can be deferred to W.
 
+Tensor parallelism: `tensorparallel.shard_layer` cuts a built layer to one tp rank's slice and
+sets its `tp_group`; the forwards then call `tpcomm`'s collectives (copy_to_tp where a replicated
+input enters column-parallel projections, reduce_from_tp after row-parallel ones and the
+vocabulary-parallel embedding; the head's and head chunks' cross-entropy / log-sum-exp over the
+vocabulary slices). With `tp_group` None (the default) every layer computes exactly as without tp.
+
 Recomputation (`set_recompute`, per stage from the plan's `stages[*].recompute`): "full" runs
 a decoder block through `recomputed`: its forward runs without autograd and saves only the
 block input; its backward reruns the block's forward with autograd and backpropagates through
@@ -66,6 +72,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from adaptis_plan.executor.tpcomm import copy_to_tp, reduce_from_tp, vocab_parallel_lse_target
 from adaptis_plan.executor.wgrad import embedding, linear
 from adaptis_plan.spec.model import SSD_CHUNK, AttentionSpec, LayerSpec, MambaSpec, ModelSpec, MoeSpec
 
@@ -202,6 +209,9 @@ class _Attention(nn.Module):
 
 
 class GqaAttention(_Attention):
+    tp_group: object = None  # set by `tensorparallel.shard_layer`: q / o by heads, k / v by kv heads or replicated
+    kv_index: torch.Tensor | None = None  # under tp: the projected kv head each local q head reads
+
     def __init__(self, hidden: int, a: AttentionSpec, positions: str | None = None) -> None:
         super().__init__()
         self.rotary = positions is None
@@ -219,6 +229,7 @@ class GqaAttention(_Attention):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
+        x = copy_to_tp(x, self.tp_group)
         q = self.q_proj(x).view(b, s, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.nkv, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.nkv, self.hd).transpose(1, 2)
@@ -226,11 +237,14 @@ class GqaAttention(_Attention):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
             q, k = rope(q), rope(k)
-        if self.nkv != self.nh:
+        if self.kv_index is not None:
+            kv_index = self.kv_index.to(k.device)
+            k, v = k.index_select(1, kv_index), v.index_select(1, kv_index)
+        elif self.nkv != self.nh:
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)
         out = self._core(q, k, v)
-        return self.o_proj(out.transpose(1, 2).reshape(b, s, self.nh * self.hd))
+        return reduce_from_tp(self.o_proj(out.transpose(1, 2).reshape(b, s, self.nh * self.hd)), self.tp_group)
 
 
 class MlaAttention(_Attention):
@@ -288,6 +302,8 @@ def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
 
 
 class Mlp(nn.Module):
+    tp_group: object = None  # set by `tensorparallel.shard_layer`: gate / up by rows, down by columns
+
     def __init__(self, hidden: int, activation: str, inner: int) -> None:
         super().__init__()
         self.activation = activation
@@ -297,9 +313,12 @@ class Mlp(nn.Module):
         self.down_proj = Linear(inner, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = copy_to_tp(x, self.tp_group)
         if self.gated:
-            return self.down_proj(_activation(self.activation, self.gate_proj(x)) * self.up_proj(x))
-        return self.down_proj(_activation(self.activation, self.up_proj(x)))
+            y = self.down_proj(_activation(self.activation, self.gate_proj(x)) * self.up_proj(x))
+        else:
+            y = self.down_proj(_activation(self.activation, self.up_proj(x)))
+        return reduce_from_tp(y, self.tp_group)
 
 
 class Moe(nn.Module):
@@ -416,6 +435,8 @@ class Mamba2(nn.Module):
 class EmbeddingLayer(nn.Module):
     kind = "embedding"
     tied_copy_names: tuple[str, ...] = ()
+    tp_group: object = None  # set by `tensorparallel.shard_layer`: `weight` holds rows [vocab_lo, vocab_hi)
+    vocab_lo = 0
 
     def __init__(self, model: ModelSpec) -> None:
         super().__init__()
@@ -424,7 +445,14 @@ class EmbeddingLayer(nn.Module):
         self.position_weight = nn.Parameter(torch.empty(rows, model.hidden_size)) if rows else None
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = embedding(ids, self.weight)
+        if self.tp_group is None:
+            x = embedding(ids, self.weight)
+        else:  # vocabulary-parallel: look up the rows this rank holds, zeros elsewhere, sum over tp
+            inside = (ids >= self.vocab_lo) & (ids < self.vocab_lo + self.weight.shape[0])
+            local = torch.where(inside, ids - self.vocab_lo, 0)
+            x = reduce_from_tp(
+                embedding(local, self.weight) * inside.unsqueeze(-1).to(self.weight.dtype), self.tp_group
+            )
         if self.position_weight is not None:
             rows, seq = self.position_weight.shape[0], ids.shape[-1]
             if seq > rows:
@@ -475,6 +503,8 @@ class HeadLayer(nn.Module):
     """Final norm + LM head + mean cross-entropy. `lm_weight` is a tied copy when tying."""
 
     kind = "head"
+    tp_group: object = None  # set by `tensorparallel.shard_layer`: `lm_weight` holds rows [vocab_lo, ...)
+    vocab_lo = 0
 
     def __init__(self, model: ModelSpec) -> None:
         super().__init__()
@@ -484,8 +514,13 @@ class HeadLayer(nn.Module):
         self.tied_copy_names = ("lm_weight",) if self.tied else ()
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        logits = linear(self.norm(x), self.lm_weight)
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        if self.tp_group is None:
+            logits = linear(self.norm(x), self.lm_weight)
+            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        logits = linear(copy_to_tp(self.norm(x), self.tp_group), self.lm_weight).float()
+        lo = self.vocab_lo
+        lse, tgt = vocab_parallel_lse_target(logits, labels, lo, lo + self.lm_weight.shape[0], self.tp_group)
+        return (lse - tgt).mean()
 
 
 class HeadChunkLayer(nn.Module):
@@ -505,6 +540,8 @@ class HeadChunkLayer(nn.Module):
 
     kind = "head"
     tied_copy_names: tuple[str, ...] = ()
+    tp_group: object = None  # set by `tensorparallel.shard_layer`: `lm_weight` holds rows [vocab_lo, ...) of [lo, hi)
+    vocab_lo = 0
 
     def __init__(self, model: ModelSpec, chunk: int, num_chunks: int, vocab_range: tuple[int, int]) -> None:
         super().__init__()
@@ -524,11 +561,16 @@ class HeadChunkLayer(nn.Module):
         else:
             y = x[..., :h].to(self.lm_weight.dtype)
             lse_prev, tgt_prev = x[..., h], x[..., h + 1]
-        logits = linear(y, self.lm_weight).float()
-        lse = torch.logsumexp(logits, dim=-1)
-        inside = (labels >= self.lo) & (labels < self.hi)
-        idx = (labels - self.lo).clamp(0, self.hi - self.lo - 1)
-        tgt = torch.where(inside, logits.gather(-1, idx.unsqueeze(-1)).squeeze(-1), 0.0)
+        if self.tp_group is None:
+            logits = linear(y, self.lm_weight).float()
+            lse = torch.logsumexp(logits, dim=-1)
+            inside = (labels >= self.lo) & (labels < self.hi)
+            idx = (labels - self.lo).clamp(0, self.hi - self.lo - 1)
+            tgt = torch.where(inside, logits.gather(-1, idx.unsqueeze(-1)).squeeze(-1), 0.0)
+        else:  # this rank's rows of the chunk; lse and tgt come out for the whole chunk, on every tp rank
+            logits = linear(copy_to_tp(y, self.tp_group), self.lm_weight).float()
+            lo = self.vocab_lo
+            lse, tgt = vocab_parallel_lse_target(logits, labels, lo, lo + self.lm_weight.shape[0], self.tp_group)
         if not self.first:
             lse = torch.logaddexp(lse_prev, lse)
             tgt = tgt_prev + tgt

@@ -2,7 +2,7 @@
 
 Data flow: `worker.py` (one process per rank under torchrun) builds a `RankRuntime` from the
 plan's layout, the lowered transfers (`lowering.py`) and the model spec; each step it calls
-`run_step` with the step's token batch. Imports torch, `layers`, `wgrad`, `lowering`.
+`run_step` with the step's token batch. Imports torch, `layers`, `wgrad`, `lowering`, `tensorparallel`.
 
 Per action, in the rank's plan order:
 - `F(s, m)`: take the stage input (token ids for stage 0; else the local handoff from stage
@@ -87,6 +87,7 @@ from torch import nn
 from adaptis_plan.core import Action
 from adaptis_plan.executor.layers import boundary_spec, build_layer, set_recompute
 from adaptis_plan.executor.lowering import P2P_ORDERS, Lowered, Transfer
+from adaptis_plan.executor.tensorparallel import shard_layer
 from adaptis_plan.executor.wgrad import WeightGradStore
 from adaptis_plan.spec.model import ModelSpec
 
@@ -99,19 +100,34 @@ class Stage(nn.Module):
     """Layers [start, stop) of the model; parameters are named `{layer index}.{name in layer}`.
 
     `recompute` ("none", "selective", "full"): the plan's choice for this stage, applied to each of its
-    decoder blocks (`layers.set_recompute`)."""
+    decoder blocks (`layers.set_recompute`). `tp` (rank, size, group) with size > 1: each layer is built
+    whole and cut to this tp rank's slice (`tensorparallel.shard_layer`); `tp_layout` records each
+    parameter's layout entry (empty without tp)."""
 
     def __init__(
-        self, model: ModelSpec, stage: int, start: int, stop: int, *, seed: int, recompute: str = "none"
+        self,
+        model: ModelSpec,
+        stage: int,
+        start: int,
+        stop: int,
+        *,
+        seed: int,
+        recompute: str = "none",
+        tp: tuple[int, int, object] | None = None,
     ) -> None:
         super().__init__()
         self.stage = stage
         self.first = start == 0
         self.last = stop == model.num_layers
         self.recompute = recompute
-        self.layers = nn.ModuleDict(
-            {str(i): set_recompute(build_layer(model, i, seed=seed), recompute) for i in range(start, stop)}
-        )
+        self.tp_layout: dict[str, int | str | None] = {}
+        built = {}
+        for i in range(start, stop):
+            layer = build_layer(model, i, seed=seed)
+            if tp is not None and tp[1] > 1:
+                self.tp_layout.update({f"{i}.{n}": v for n, v in shard_layer(layer, *tp).items()})
+            built[str(i)] = set_recompute(layer, recompute)
+        self.layers = nn.ModuleDict(built)
         self.has_head = any(model.layers[i].kind == "head" for i in range(start, stop))
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
@@ -298,10 +314,12 @@ class RankRuntime:
         recompute: Sequence[str] | None = None,
         group: dist.ProcessGroup | None = None,
         global_rank: int | None = None,
+        tp: tuple[int, int, object] | None = None,
     ) -> None:
         """`rank`: this rank's plan device (its rank in the pipeline `group`; None: the default group,
         dp = 1); `global_rank`: its rank in the world (what `Fault` names; default `rank`).
         `recompute[s]`: stage s's recomputation (the plan's `stages[s].recompute`); None = none anywhere.
+        `tp`: (tp rank, tp size, tp group) when the stages are tensor-parallel (`Stage`), else None.
         `params_hook` (set by the worker, optional): `acquire(stage)` before every forward and
         backward of a stage (ZeRO-3 gathers its parameters there, `dataparallel`)."""
         self.rank = rank
@@ -320,7 +338,7 @@ class RankRuntime:
             raise ValueError(f"recompute lists {len(modes)} stages, the layout has {self.layout.num_stages}")
         for s in self.layout.stages_of(rank):
             b = self.layout.bounds
-            stage = Stage(model, s, b[s], b[s + 1], seed=seed, recompute=modes[s])
+            stage = Stage(model, s, b[s], b[s + 1], seed=seed, recompute=modes[s], tp=tp)
             self.stages[s] = stage.to(device=device, dtype=dtype)
         self.store = WeightGradStore()
         b = self.layout.bounds

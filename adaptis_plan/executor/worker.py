@@ -1,4 +1,4 @@
-"""One rank under torchrun (a pipeline rank of one data-parallel replica): run the plan for real.
+"""One rank under torchrun (a pipeline rank of one data-parallel replica, one tp slice): run the plan for real.
 
 Run (normally `launch.run_plan` / `adaptis run` does this for you, and checks that the plan
 and the model belong together first: the worker does not):
@@ -6,26 +6,30 @@ and the model belong together first: the worker does not):
     python -m torch.distributed.run --standalone --nproc-per-node 2 --max-restarts 0 \
         -m adaptis_plan.executor.worker --plan plan.json --model model.json --out results/
 
-Data flow: plan + model spec (JSON files) -> the ("pp", "dp") device mesh (world = pp x dp,
-global rank = pp_rank * dp + dp_rank; `pipeline_groups`) -> `lowering.lower` -> `RankRuntime`
-(with the plan's per-stage recomputation; point-to-point inside this replica's pp group) and
-`DataParallel` (dp-averaged gradients, ZeRO, the optimizer; with training.ep > 1 the MoE layers'
+Data flow: plan + model spec (JSON files) -> the ("pp", "dp", "tp") device mesh (world =
+pp x dp x tp, global rank = tp_rank + tp * (dp_rank + dp * pp_rank); `mesh_groups`) ->
+`lowering.lower` -> `RankRuntime` (with the plan's per-stage recomputation and, with tp > 1, this
+tp rank's slice of every layer; point-to-point inside this rank's pp group, the ranks of the same
+(dp, tp) index), `TensorParallel` (partial gradients summed over tp; with --verify every tensor
+gathered over tp) and `DataParallel` (dp-averaged gradients, ZeRO, the optimizer; with training.ep > 1 the MoE layers'
 experts sharded over ep of the dp ranks and `expertparallel.ExpertDataParallel` instead, which adds
-the experts' all-to-all seconds as `comm_s` "ep") -> per-step timings, the timeline of
+the experts' all-to-all seconds as `comm_s` "ep") -> per-step
+timings, the timeline of
 the last step, and with `--verify` the first step's loss, gradients and updated parameters,
 written under `--out` (one file per rank; the launcher merges them). Data: each step draws
 the global batch (`data.synthetic_batch` with dp x micro_batch_size sequences per
 micro-batch); replica r takes sequences [r * micro_batch_size, (r + 1) * micro_batch_size) of
-every micro-batch. `--jobs FILE`
+every micro-batch (every tp rank of the replica the same ones). `--jobs FILE`
 runs several (plan, model) pairs one after another in the same process group (what the
 launcher uses to measure several plans side by side). Imports torch and the executor.
 
 Output per job and rank, in `<out>/<job name>/`: `rank{r}.json` (step times, losses, action
 timeline and projection GEMM FLOPs of the last step: forward, recomputed forwards included,
-input-gradient, weight-gradient; `comm_s`: per step, the seconds in dp collectives and in the
-optimizer step), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
-step's backward, tied-gradient sync and dp average, before the optimizer step; ZeRO 2/3 gather
-the full gradients for it) and `params.rank{r}.pt` (with --verify: {param name: parameter} after
+input-gradient, weight-gradient; `comm_s`: per step, the seconds in dp and tp collectives and in
+the optimizer step), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
+step's backward, tied-gradient sync, tp sum of partial gradients and dp average, before the
+optimizer step; ZeRO 2/3 gather the full gradients for it, tp-sharded ones are gathered over tp,
+replicated ones are this rank's own copy) and `params.rank{r}.pt` (with --verify: {param name: parameter} after
 the first optimizer step). On failure
 `<out>/error.rank{r}.json` (the last error line, the traceback, and whether it was a communication
 error, i.e. probably a consequence of another rank's failure) and exit code 1. Before anything
@@ -43,6 +47,7 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -55,6 +60,8 @@ from adaptis_plan.executor.dataparallel import DataParallel
 from adaptis_plan.executor.lowering import P2P_ORDERS, lower
 from adaptis_plan.executor.processes import start_lifeline
 from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, warm_up_pairs
+from adaptis_plan.executor.tensorparallel import TensorParallel
+from adaptis_plan.executor.tpcomm import TP_COMM, all_reduce_
 from adaptis_plan.executor.wgrad import FLOPS
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
@@ -101,22 +108,44 @@ def _write_json(path: Path, data: object) -> None:
     os.replace(tmp, path)
 
 
-def pipeline_groups(pp: int, dp: int, device: torch.device) -> tuple[object, object, int, int]:
-    """(pp group, dp group, pp rank, dp rank) of this process for world = pp x dp, Megatron's order
-    (global rank = pp_rank * dp + dp_rank); with dp = 1 both groups are None (the default group is
-    the pipeline)."""
+@dataclass(frozen=True)
+class MeshPlace:
+    """This process's place in the ("pp", "dp", "tp") mesh: its rank in each dimension and each
+    dimension's process group (None where the dimension has size 1, or for pp when it is the whole world)."""
+
+    pp_rank: int
+    dp_rank: int
+    tp_rank: int
+    pp_group: object = None
+    dp_group: object = None
+    tp_group: object = None
+
+
+def mesh_groups(pp: int, dp: int, tp: int, device: torch.device) -> MeshPlace:
+    """This process's place for world = pp x dp x tp, Megatron's order (tp fastest, then dp, then pp:
+    global rank = tp_rank + tp * (dp_rank + dp * pp_rank)), from
+    `init_device_mesh(device, (pp, dp, tp), ("pp", "dp", "tp"))`; with dp = tp = 1 no mesh (the
+    default group is the pipeline)."""
     rank = dist.get_rank()
-    if dp == 1:
-        return None, None, rank, 0
+    if dp * tp == 1:
+        return MeshPlace(rank, 0, 0)
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh(device.type, (pp, dp), mesh_dim_names=("pp", "dp"))
-    pp_rank, dp_rank = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
-    if rank != pp_rank * dp + dp_rank:
+    mesh = init_device_mesh(device.type, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+    pp_rank, dp_rank, tp_rank = (mesh.get_local_rank(d) for d in ("pp", "dp", "tp"))
+    if rank != tp_rank + tp * (dp_rank + dp * pp_rank):
         raise RuntimeError(
-            f"internal: mesh coordinates ({pp_rank}, {dp_rank}) of rank {rank} break rank = pp * dp + dp"
+            f"internal: mesh coordinates ({pp_rank}, {dp_rank}, {tp_rank}) of rank {rank} break"
+            " rank = tp_rank + tp * (dp_rank + dp * pp_rank)"
         )
-    return mesh.get_group("pp"), mesh.get_group("dp"), pp_rank, dp_rank
+    return MeshPlace(
+        pp_rank,
+        dp_rank,
+        tp_rank,
+        mesh.get_group("pp"),
+        mesh.get_group("dp") if dp > 1 else None,
+        mesh.get_group("tp") if tp > 1 else None,
+    )
 
 
 def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
@@ -126,13 +155,21 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
     plan = PlanFile.model_validate_json(Path(plan_path).read_text())
     model = ModelSpec.model_validate_json(Path(model_path).read_text())
     tr = plan.training
-    if tr.tp * tr.cp != 1 or tr.dp % tr.ep:
-        raise RuntimeError(f"the plan has tp = {tr.tp}, cp = {tr.cp}, ep = {tr.ep}: this executor runs pp x dp (x ep)")
-    if tr.pp * tr.dp != world:
-        raise RuntimeError(f"the plan has pp x dp = {tr.pp} x {tr.dp} but torchrun started {world} processes")
-    pp_group, dp_group, pp_rank, dp_rank = pipeline_groups(tr.pp, tr.dp, device)
+    if tr.cp != 1 or tr.dp % tr.ep or (tr.ep > 1 and tr.tp > 1):
+        raise RuntimeError(
+            f"the plan has tp = {tr.tp}, cp = {tr.cp}, ep = {tr.ep}: this executor runs pp x dp x tp, or pp x dp"
+            " with ep dividing dp"
+        )
+    if tr.pp * tr.dp * tr.tp != world:
+        raise RuntimeError(
+            f"the plan has pp x dp x tp = {tr.pp} x {tr.dp} x {tr.tp} but torchrun started {world} processes"
+        )
+    place = mesh_groups(tr.pp, tr.dp, tr.tp, device)
+    pp_group, dp_group, pp_rank, dp_rank = place.pp_group, place.dp_group, place.pp_rank, place.dp_rank
     if device.type == "cuda" and pp_group is not None:
         warm_up_pairs(tr.pp, pp_rank, device, pp_group)
+    if place.tp_group is not None:  # NCCL creates the tp communicator lazily: here, not mid-step
+        all_reduce_(torch.zeros(1, device=device), place.tp_group)
     lowered = lower(plan_layout(plan), plan_programs(plan), tr.num_microbatches)
     dtype = DTYPES[args.dtype]
     rt = RankRuntime(
@@ -149,6 +186,14 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         timeout_s=args.timeout_s,
         p2p_order=args.p2p_order if args.p2p_order != "auto" else ("global" if device.type == "cuda" else "ahead"),
         recompute=[st.recompute for st in plan.stages],
+        tp=(place.tp_rank, tr.tp, place.tp_group) if place.tp_group is not None else None,
+    )
+    tpx = (
+        TensorParallel(
+            rt.named_parameters(), {k: v for st in rt.stages.values() for k, v in st.tp_layout.items()}, place.tp_group
+        )
+        if place.tp_group is not None
+        else None
     )
     if tr.ep > 1:  # experts sharded over ep of the dp ranks (`expertparallel`)
         from adaptis_plan.executor.expertparallel import ExpertParallel
@@ -178,12 +223,17 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         dist.barrier()
         t0 = time.perf_counter()
         FLOPS.reset()
+        TP_COMM.reset()
         res = rt.run_step(inputs, labels, fault=fault, step=step)
         flops = {"forward": FLOPS.forward, "input_grad": FLOPS.input_grad, "weight_grad": FLOPS.weight_grad}
         rt.sync_tied_grads()
+        if tpx is not None:
+            tpx.sync_grads()  # the partial gradients of replicated parameters, before the dp average
+        tp_comm = {"tp": TP_COMM.seconds, "tp_bytes": TP_COMM.bytes}
         dpx.sync_grads()  # after the rank's last backward / W of the step
         if args.verify and step == 0:
-            torch.save({"grads": dpx.full_grads(), "loss": res.loss}, out / f"grads.rank{rank}.pt")
+            grads = dpx.full_grads() if tpx is None else tpx.full(dpx.full_grads())
+            torch.save({"grads": grads, "loss": res.loss}, out / f"grads.rank{rank}.pt")
         t_opt = time.perf_counter()
         dpx.step()
         opt_s = time.perf_counter() - t_opt
@@ -191,9 +241,10 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
             torch.cuda.synchronize(device)
         dist.barrier()
         step_times.append(time.perf_counter() - t0)
-        comm.append({**dpx.comm_s, "optimizer_step": opt_s})
+        comm.append({**dpx.comm_s, **tp_comm, "optimizer_step": opt_s})
         if args.verify and step == 0:
-            torch.save({"params": dpx.full_params()}, out / f"params.rank{rank}.pt")
+            params = dpx.full_params() if tpx is None else tpx.full(dpx.full_params())
+            torch.save({"params": params}, out / f"params.rank{rank}.pt")
         if has_last and res.loss is not None:
             losses.append(res.loss)
         timeline = res.actions
@@ -204,9 +255,11 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
             "rank": rank,
             "pp_rank": pp_rank,
             "dp_rank": dp_rank,
+            "tp_rank": place.tp_rank,
             "step_times_s": measured,
-            # per measured step, seconds this rank spent in dp collectives (`DataParallel.start_step`)
-            # and in the optimizer step (ZeRO-1's broadcasts of updated parameters inside)
+            # per measured step, seconds this rank spent in dp collectives (`DataParallel.start_step`),
+            # in tp collectives ("tp", with "tp_bytes" all-reduced; `tpcomm.TP_COMM`) and in the
+            # optimizer step (ZeRO-1's broadcasts of updated parameters inside)
             "comm_s": comm[args.warmup :],
             "held_elements": dpx.held_elements(),  # after the last step (`DataParallel.held_elements`)
             "warmup_times_s": step_times[: args.warmup],

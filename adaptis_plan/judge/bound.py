@@ -222,12 +222,15 @@ def _best_packing_cached(sizes: tuple[float, ...], counts: tuple[int, ...], num_
     g = load
     choices: list[np.ndarray] = []  # per k >= 2: the flat index of the chosen C for each S
     subsets = list(np.ndindex(shape))
-    # only a device load up to a known packing's busiest (largest first onto the least loaded) matters
+    # only a device load up to a known packing's busiest (largest first onto the least loaded) matters;
+    # with a relative margin: that packing's loads are summed job by job, `load` as count x size, and
+    # the two roundings differ (cutting the busiest device's own subset would leave an invalid bound)
     jobs = sorted((x for x, c in zip(sizes, counts, strict=True) for _ in range(c)), reverse=True)
     loads = [0.0] * devices
     for x in jobs:
         loads[loads.index(min(loads))] += x
-    worth = [(flat, c) for flat, c in enumerate(subsets) if load[c] <= max(loads)]
+    cap = max(loads) * (1 + 1e-9)
+    worth = [(flat, c) for flat, c in enumerate(subsets) if load[c] <= cap]
     for _ in range(2, devices + 1):
         new = load.copy()
         choice = np.full(shape, -1, dtype=np.int64)  # -1: S alone on this device (C = S)

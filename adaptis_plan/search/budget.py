@@ -19,8 +19,12 @@ longer limit buys proportionally more list scheduling (big pipelines evaluate mo
 and more CP-SAT work. Known limit: the sizing rests on per-action and per-unit costs of one
 machine (`experiments/findings-search.md`); a machine much slower than that reaches the abort.
 
-The outer search (`search.driver`) splits one budget between its searches with
-`recompute_share` and `target_share` before any phase reads it.
+The outer search (`search.driver`) splits one budget between its searches with `target_share`
+before any phase reads it. Recompute "auto" runs `--recompute none`'s search on the whole budget
+and, where memory binds, each forced mode's search its lower bound does not rule out on the whole
+budget too, then its per-stage recompute lists on `recompute_share` of it: up to 3 +
+`recompute_share` times a forced mode's work, so the same budget never plans slower than a forced
+mode, and the wall clock can cut those extra searches short on big pipelines (the plan says so).
 """
 
 from __future__ import annotations
@@ -85,7 +89,8 @@ class SearchBudget:
     priority_layouts: int = 2
     #: layouts the successive halving starts from (the best by the plain ranks' estimate)
     priority_halving: int = 16
-    #: share of the work recompute "auto" gives its candidates when memory may bind (the rest: the plain search)
+    #: work recompute "auto" gives its per-stage recompute lists where memory binds, as a share of this
+    #: budget (on top of its searches of the forced modes, each of which gets the whole budget)
     recompute_share: float = 0.75
     #: with a target other than adaptis, share of the plain search's work for each of its two searches
     target_share: float = 0.5

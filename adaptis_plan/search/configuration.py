@@ -7,7 +7,8 @@ row per legal configuration saying what happened to it. Same inputs and budget, 
 every order is a sort on numbers and labels, every search runs on a deterministic budget.
 
 Legal points (`legal_points`): tp divides every head count and inner size (`check_tensor_parallel`)
-and stays within a node; cp divides the sequence into 2 x cp load-balanced chunks and only
+and the GPUs of a node (a tensor-parallel group never straddles nodes), tp x cp divides a node or
+fills whole nodes; cp divides the sequence into 2 x cp load-balanced chunks and only
 attention models take it (no Mamba); pp <= layers; dp = gpus / (tp x cp x pp) divides the global
 batch; ep divides the experts and dp x cp (MoE models only); micro-batch size b divides
 B / dp with M = B / (dp x b) micro-batches. ZeRO 1, 2 and 3 are tried where dp x cp > 1: ZeRO 0
@@ -22,12 +23,13 @@ plus the optimizer step (`judge.training_step.layer_extras`): every rank ends wi
 step >= max(pipeline bound + the smallest layer's, (all work + all optimizer steps) / pp).
 The least bound over every point that may fit is the configuration-level lower bound.
 
-Points are screened in the order of their bounds with 1F1B (uniform partition; recomputation
-none, selective, then full: the first that fits), priced as whole steps, until the next bound
-is above the best screened step (the rest are pruned: they cannot win) or the screening budget
-is spent; the best screened points are then planned with the full pipeline search (`driver`),
-each with an equal share of the budget. A point whose search finds no plan that fits keeps its
-screened 1F1B plan.
+Points are screened in the order of an estimate (`_estimate`: 1F1B's step in closed form on the
+uniform partition under the first recompute mode that fits, plus the optimizer step) with 1F1B
+simulated (uniform partition; recomputation none, selective, then full: the first that fits),
+priced as whole steps; a point whose bound is above the best screened step is pruned (it cannot
+win); screening stops when its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`). The best
+screened points are then planned with the full pipeline search (`driver`), each with an equal
+share of the budget. A point whose search finds no plan that fits keeps its screened 1F1B plan.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from adaptis_plan.core import ProgressFn
+import numpy as np
+
+from adaptis_plan.core import CostTable, ProgressFn
 from adaptis_plan.cost.comm import devices_per_node
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel
@@ -44,6 +48,7 @@ from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.simulate import simulate, with_expected
 from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
+from adaptis_plan.schedules.placement import uniform_bounds
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import classic_candidate
@@ -53,6 +58,7 @@ from adaptis_plan.spec.limits import (
     MAX_DEVICE_MICROBATCHES,
     MAX_MICRO_BATCH_SIZE,
     MAX_MICROBATCHES,
+    MAX_NODES,
     MAX_PP,
 )
 from adaptis_plan.spec.model import ModelSpec
@@ -62,13 +68,17 @@ DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch_size", "num_mic
 #: micro-batch sizes tried when not given: powers of two up to this (larger ones only raise the
 #: activation memory; the GEMMs are near their asymptote at b x s = 16K tokens and above)
 MAX_SEARCHED_MICRO_BATCH = 8
-#: points screened with 1F1B: at least SCREEN_LIMIT, then more while the screened plans' actions
-#: (pipeline ranks x micro-batches x 3 per point) stay under SCREEN_ACTIONS (a deterministic budget:
-#: small pipelines screen every point, a 16,384-GPU one its best SCREEN_LIMIT); the best PLAN_LIMIT
-#: of them are planned with the full pipeline search
-SCREEN_LIMIT = 48
-SCREEN_ACTIONS = 400_000
-PLAN_LIMIT = 3
+#: points screened with 1F1B: while the screened plans' actions (pipeline ranks x micro-batches x 3
+#: per point) stay under SCREEN_ACTIONS, and at least SCREEN_LIMIT (a deterministic budget: small
+#: pipelines screen every point, pp 64 x 512 micro-batches about ten); the best PLAN_LIMIT of them
+#: are planned with the full pipeline search
+SCREEN_LIMIT = 8
+SCREEN_ACTIONS = 1_000_000
+PLAN_LIMIT = 2
+#: pp x M from which a pipeline is big (every classic baseline of it simulates for a good fraction of
+#: a second): the best screened point alone is planned, under its screened recompute mode, with
+#: `--recompute auto` (auto's search without recomputation and per forced mode would triple it)
+BIG_PIPELINE = 4096
 SCREEN_STRATEGY = "1F1B"
 #: tokens of a sequence a context-parallel rank holds at least when cp is searched (Megatron-Core
 #: runs cp 2 at 8K and cp 16 at 128K in its published recipes: 4K-8K per rank)
@@ -141,12 +151,13 @@ def screen_strategy(req: Request) -> str:
 @dataclass
 class Considered:
     """One legal point and what became of it. `status`: planned, screened, pruned (its bound is above
-    the best step found), out_of_memory, not_screened (the budget ran out before its bound came up)."""
+    the best step found), out_of_memory, inapplicable (the requested classic strategy cannot run
+    there), not_screened (the budget ran out before its bound came up)."""
 
     point: Point
     bound_s: float
     status: str
-    estimate_s: float = math.inf  # the screening order (`_screen_bound`); not a bound
+    estimate_s: float = math.inf  # the screening order (`_estimate`); not a bound
     step_time_s: float | None = None
     reason: str = ""
     recompute: str | None = None
@@ -193,6 +204,11 @@ def cluster(hardware: HardwareProfile, gpus: int, source: str = "--gpus") -> Har
             f" {hardware.num_devices}"
         )
     g = hardware.groups[0]
+    if gpus > MAX_NODES * g.devices_per_node:
+        raise InputError(
+            f"{source} = {gpus:,}: more than {MAX_NODES:,} nodes of {g.devices_per_node} GPUs; use at most"
+            f" {MAX_NODES * g.devices_per_node:,}"
+        )
     if gpus <= g.devices_per_node:
         group = DeviceGroupSpec(device_type=g.device_type, num_nodes=1, devices_per_node=gpus)
     elif gpus % g.devices_per_node:
@@ -230,7 +246,7 @@ def legal_points(model: ModelSpec, hardware: HardwareProfile, req: Request) -> l
     dpn = devices_per_node(hardware)
     experts = {layer.moe.num_experts for layer in model.layers if layer.moe is not None}
     has_mamba = any(layer.mamba is not None for layer in model.layers)
-    tps = [t for t in _choices("tp", fixed, [d for d in _divisors(n) if d <= dpn]) if _tp_ok(model, t)]
+    tps = [t for t in _choices("tp", fixed, _divisors(dpn)) if _tp_ok(model, t)]
     points: list[Point] = []
     for tp in tps:
         if n % tp:
@@ -241,7 +257,7 @@ def legal_points(model: ModelSpec, hardware: HardwareProfile, req: Request) -> l
             c for c in _divisors(n // tp) if c == 1 or (S % (2 * c) == 0 and S // c >= MIN_CP_TOKENS)
         ]  # fmt: skip
         for cp in _choices("cp", fixed, cps):
-            if n % (tp * cp) or (cp > 1 and S % cp):
+            if n % (tp * cp) or (cp > 1 and S % cp) or dpn % (tp * cp) and (tp * cp) % dpn:
                 continue
             for pp in _choices("pp", fixed, _divisors(n // (tp * cp))):
                 if n % (tp * cp * pp) or pp > model.num_layers:
@@ -249,13 +265,13 @@ def legal_points(model: ModelSpec, hardware: HardwareProfile, req: Request) -> l
                 dp = n // (tp * cp * pp)
                 if fixed.get("dp") not in (None, dp) or B % dp:
                     continue
-                eps = [1]
+                eps = [1]  # a dense model has no experts to shard (a fixed --ep > 1 finds no point)
                 if experts:
                     eps = [e for e in _divisors(dp * cp) if all(x % e == 0 for x in experts)]
                 mbs_all = [b for b in _divisors(B // dp) if b <= MAX_SEARCHED_MICRO_BATCH]
                 zeros = [1, 2, 3] if dp * cp > 1 else [1]
                 for ep in _choices("ep", fixed, eps):
-                    if (dp * cp) % ep:
+                    if (dp * cp) % ep or ep not in eps:
                         continue
                     for zero in _choices("zero", fixed, zeros):
                         for b in _choices("micro_batch_size", fixed, mbs_all):
@@ -292,7 +308,8 @@ def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Po
         costs = CostTables(hw, training).table(model)
     except InputError as e:
         return Considered(point, math.inf, "out_of_memory", reason=str(e))
-    limit = float(costs.mem_limit_bytes.min())
+    # proven: some rank holds at least the mean static bytes; no rank has more than the largest memory
+    limit = float(costs.mem_limit_bytes.max())
     static = float(costs.static_bytes.sum()) / point.pp
     if static > limit:
         return Considered(
@@ -307,17 +324,35 @@ def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Po
         lower_bound(costs, pp, m) + float(extras.min()),
         (m * float(work.sum()) + float(extras.sum())) / pp,
     )
-    # the screening order: the bound, plus a full forward again per micro-batch where 1F1B's first
-    # rank (its layers' share of static bytes and min(pp, M) micro-batches of activations) would not
-    # fit without recomputation; last where even the block inputs alone would not
-    act = float(costs.act_bytes.sum()) / pp * min(pp, m)
-    estimate = bound
-    if static + act > limit:
-        estimate += m * float(costs.f_s.min(axis=0).sum()) / pp
-        inputs = point.micro_batch_size * req.seq_len / point.cp * model.hidden_size * 2 / point.tp
-        if static + inputs * model.num_layers / pp * min(pp, m) > limit:
-            estimate = math.inf
-    return Considered(point, bound, "not_screened", estimate)
+    row = Considered(point, bound, "not_screened")
+    row.estimate_s = _estimate(model, hw, req, point, costs, float(extras.sum()) / pp)
+    return row
+
+
+def _estimate(
+    model: ModelSpec, hw: HardwareProfile, req: Request, point: Point, plain: CostTable, optimizer_s: float
+) -> float:
+    """The screening order (not a bound): 1F1B's step in closed form on the uniform partition,
+    sum over stages of (F + B) + (M - 1) x the slowest stage's (F + B), under the first recompute
+    mode (none, selective, full, or the requested one) whose stages fit their memory (static bytes
+    + min(pp - s, M) micro-batches of activations on stage s), plus the optimizer step; infinite
+    when none fits."""
+    m, pp = point.num_microbatches, point.pp
+    if pp > model.num_layers - 2:
+        return math.inf
+    cuts = uniform_bounds(model.num_layers, pp)
+    modes = RECOMPUTE_LADDER if req.recompute == "auto" else (req.recompute,)
+    limit = float(plain.mem_limit_bytes.min())
+    for mode in modes:
+        costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
+        work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
+        stage = np.add.reduceat(work, cuts[:-1])
+        static = np.add.reduceat(costs.static_bytes, cuts[:-1])
+        act = np.add.reduceat(costs.act_bytes, cuts[:-1])
+        held = np.minimum(pp - np.arange(pp), m)
+        if np.all(static + act * held <= limit):
+            return float(stage.sum() + (m - 1) * stage.max()) + optimizer_s
+    return math.inf
 
 
 def _screen(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered, modes: Sequence[str]) -> _Screen:
@@ -333,8 +368,8 @@ def _screen(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered
             cand = classic_candidate(
                 costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=req.stages_per_device
             )
-        except InputError as e:
-            row.status, row.reason = "out_of_memory", str(e)
+        except InputError as e:  # the classic strategy does not apply at this point (its rules)
+            row.status, row.reason = "inapplicable", str(e)
             return _Screen(row)
         result = cand.result or simulate(cand.layout, costs, cand.programs, p.num_microbatches)
         if not result.fits_memory:
@@ -366,8 +401,9 @@ def search_configuration(
         raise InputError(
             f"--gpus {req.gpus} --global-batch-size {req.global_batch_size} --seq-len {req.seq_len}"
             + (f" with {given}" if given else "")
-            + f": no legal configuration of {model.name} (tp must divide the heads and stay in a node,"
-            " dp x micro-batch size x micro-batches must equal the global batch); change the fixed sizes"
+            + f": no legal configuration of {model.name} (tp must divide the heads and stay in a node, cp the"
+            " sequence, ep the experts of a MoE model and dp x cp; dp x micro-batch size x micro-batches must equal"
+            " the global batch); change the fixed sizes"
         )
     rows = [_screen_bound(model, hw, req, p) for p in points]
     order = sorted((r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.estimate_s, r.bound_s, r.point))
@@ -399,16 +435,21 @@ def search_configuration(
             row.status = "pruned"
             row.reason = f"lower bound {row.bound_s:.4g} s >= the best step found, {best:.4g} s"
     if not screened:
-        worst = min((r for r in rows if r.status == "out_of_memory"), key=lambda r: (r.overflow_bytes, r.point))
+        oom = [r for r in rows if r.status == "out_of_memory"]
+        if not oom:
+            why = next((r.reason for r in rows if r.status == "inapplicable"), "")
+            raise InputError(f"--strategy {req.strategy} applies to no legal configuration: {why}")
+        worst = min(oom, key=lambda r: (r.overflow_bytes, r.point))
         raise InfeasibleError(
             f"no configuration of {model.name} on {req.gpus} GPUs fits in memory; the closest, {worst.point.label},"
             f" {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch"
         )
     screened.sort(key=lambda s: (s.step.step_time_s, s.considered.point))
-    chosen = screened[:PLAN_LIMIT]
-    # each planned point: half for the search with per-stage recomputation, half for its retry
-    # under the screened uniform mode (`_plan_point`)
-    share = budget.scaled(0.5 / len(chosen))
+    top = screened[0].considered.point
+    chosen = screened[: 1 if top.pp * top.num_microbatches >= BIG_PIPELINE else PLAN_LIMIT]
+    # each planned point's search: auto runs up to three searches of its budget where memory binds
+    # (none's, each forced mode's, `driver`), so a point gets 1 / (2 x PLAN_LIMIT) of the budget
+    share = budget.scaled(1.0 / (2 * PLAN_LIMIT))
     results = []
     for got in chosen:
         results.append(_plan_point(model, hw, req, got, share, deadline, progress))
@@ -432,19 +473,17 @@ def _plan_point(
     """The full pipeline search at a screened point; its 1F1B plan when the search finds none better."""
     p, row = got.considered.point, got.considered
     recompute = req.recompute
+    if recompute == "auto" and p.pp * p.num_microbatches >= BIG_PIPELINE:
+        recompute = got.mode
     base_mode = "none" if recompute == "auto" else recompute
     training = p.training(req, recompute)
     tables = CostTables(hw, training, default_mode=base_mode)
     planned: driver.PipelinePlan | None = None
     step: TrainingStep | None = None
     if req.strategy.lower() == "adaptive":
+        # auto searches without recomputation and, where memory binds, each forced mode and per-stage
+        # choices (`driver`): never worse than the uniform mode the screen needed
         planned, step = _adaptive(model, hw, p, training, tables, recompute, req.seed, budget, deadline, progress)
-        if (step is None or step.step_time_s > got.step.step_time_s) and recompute == "auto" and got.mode != "none":
-            # per-stage choices found nothing better: search under the uniform mode the screen needed
-            training = p.training(req, got.mode)
-            tables = CostTables(hw, training, default_mode=got.mode)
-            planned, step = _adaptive(model, hw, p, training, tables, got.mode, req.seed, budget, deadline, progress)
-            recompute = got.mode
     if step is None or step.step_time_s > got.step.step_time_s:
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
         strategy = screen_strategy(req)

@@ -23,8 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from adaptis_plan.core import CostTable, ProgressFn
+from adaptis_plan.cost.recompute import recomputes
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.errors import InputError
+from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.schedules.targets import Target, get_target
 from adaptis_plan.search.budget import Deadline, SearchBudget
@@ -39,7 +41,14 @@ from adaptis_plan.search.generator import (
     search_plan,
 )
 from adaptis_plan.search.head_chunks import head_split_options
-from adaptis_plan.search.recompute import memory_may_bind, recompute_report, search_recompute
+from adaptis_plan.search.recompute import (
+    cannot_win,
+    memory_may_bind,
+    recompute_report,
+    result_summary,
+    search_recompute,
+    why_not_recompute,
+)
 from adaptis_plan.spec.model import ModelSpec
 
 #: A model variant (its head split or not) and its cost table.
@@ -123,60 +132,26 @@ def search_pipeline(
 ) -> PipelinePlan:
     """The best adaptive plan for `model` on `pp` devices with `num_microbatches` micro-batches.
 
-    With recompute "auto" where memory may bind, `budget.recompute_share` of the work goes to the
-    recompute candidates; with a target other than adaptis, the rest is split by
-    `budget.target_share` between the unrestricted search and the one within the target's rules.
+    The search gets all of `budget` (with a target other than adaptis, split by
+    `budget.target_share` between the unrestricted search and the one within the target's rules).
+    Recompute "auto" starts from exactly `--recompute none`'s search; where memory binds, it then
+    also runs the forced modes' searches that their lower bounds do not rule out, each on the same
+    budget, and the per-stage candidates on `budget.recompute_share` of it (`_auto_recompute`): it
+    can do up to 3 + `recompute_share` times the work of a forced mode. `baselines` in the result
+    are the classic plans in `tables.default_mode` (no recomputation for auto), whatever is chosen.
     """
     costs, forced, target, baselines = _prepare(
         model, tables, pp, num_microbatches, options.head_chunks, options.target
     )
-    restricted = target.name != "adaptis"
-    if forced is not None:
-        variants = [(forced, tables.table(forced))]
-    else:
-        variants = [(model, costs)]
-        if options.head_chunks is None and "partition" in options.components:
-            variants += [(m, tables.table(m)) for m in head_split_options(model, costs)]
-    # classic plans are candidates only on the cost table they were built on (the unsplit head)
-    searched = baselines if forced is None else {}
-    auto = options.recompute == "auto"
-    rc_share = budget.recompute_share if auto and memory_may_bind(baselines) else 0.0
-    plain = budget.scaled(1.0 - rc_share)
-    share = plain.scaled(budget.target_share) if restricted else plain
-
-    def run(chosen: Sequence[Variant], placement_ok: PlacementFilter | None) -> tuple[int, SearchOutcome]:
-        return _search_variants(chosen, num_microbatches, searched, options, share, deadline, progress, placement_ok)
-
-    k_best, outcome = run(variants, None)
-    unrestricted, unrestricted_info = None, {}
-    if restricted:
-        # what the restriction costs: the same search without it, beside the restricted one
-        best_model = variants[k_best][0]
-        unrestricted = outcome.best.result or simulate(
-            outcome.best.layout, variants[k_best][1], outcome.best.programs, num_microbatches
-        )
-        unrestricted_info = {
-            "stage_device": list(outcome.best.layout.stage_device),
-            "head_chunks": best_model.num_head_chunks,
-        }
-        if target.problem(outcome.best.layout.stage_device, pp, best_model.num_head_chunks) is not None:
-            # the best plan needs what the target cannot run: search within its rules
-            runnable = [k for k, (m, _) in enumerate(variants) if target.head_problem(m.num_head_chunks) is None]
-            k_run, outcome = run([variants[k] for k in runnable], target.placement_filter(pp))
-            k_best = runnable[k_run]
-    model, costs = variants[k_best]
-    modes, rc_info = [tables.default_mode] * model.num_layers, {}
-    if auto:
-        restrict = target.placement_filter(pp) if restricted else None
-        modes, costs, outcome, rc_info = _auto_recompute(
-            model, tables, costs, outcome, baselines, num_microbatches, options, restrict, budget.scaled(rc_share),
-            deadline, progress,
-        )  # fmt: skip
-    best = outcome.best
-    if target.runtime_schedule(best.layout.num_stages // pp) is not None:
-        # the classic baselines were costed without recomputation: they compete only when none is chosen
-        same_costs = baselines if all(m == tables.default_mode for m in modes) else {}
-        best = _with_runtime_order(target, best, costs, same_costs, num_microbatches)
+    shape = _Shape(forced, target, pp, num_microbatches, options, deadline, progress)
+    chosen = _mode_search(tables, model, costs, baselines, shape, budget)
+    variants = chosen.variants
+    modes, rc_info = [tables.default_mode] * chosen.model.num_layers, {}
+    if options.recompute == "auto":
+        chosen, modes, rc_info = _auto_recompute(model, tables, chosen, shape, budget)
+    model, costs, outcome = chosen.model, chosen.costs, chosen.outcome
+    unrestricted, unrestricted_info = chosen.unrestricted, chosen.unrestricted_info
+    best = _final(chosen, modes, shape)
     info = {
         "source": best.label,
         "plan": best.describe(),
@@ -277,39 +252,199 @@ def _search_variants(
     return best_k, outcome
 
 
-def _auto_recompute(
-    model: ModelSpec,
+@dataclass(frozen=True)
+class _Shape:
+    """What every search of one `search_pipeline` call shares besides the cost tables and budget."""
+
+    forced: ModelSpec | None
+    target: Target
+    pp: int
+    num_microbatches: int
+    options: PipelineOptions
+    deadline: Deadline
+    progress: ProgressFn | None
+
+
+@dataclass
+class _ModeSearch:
+    """One uniform recompute mode's search, what `--recompute MODE` runs: the model variants (head
+    splits) and their tables, the classic plans on the unsplit table, the best variant and its
+    outcome, and with a target other than adaptis the best plan without its rules."""
+
+    variants: list[Variant]
+    baselines: dict[str, Candidate]
+    k_best: int
+    outcome: SearchOutcome
+    unrestricted: SimResult | None = None
+    unrestricted_info: dict = field(default_factory=dict)
+    final: Candidate | None = None  # `_final`'s, once computed
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.variants[self.k_best][0]
+
+    @property
+    def costs(self) -> CostTable:
+        return self.variants[self.k_best][1]
+
+
+def _mode_search(
     tables: CostTables,
+    model: ModelSpec,
     costs: CostTable,
-    outcome: SearchOutcome,
     baselines: dict[str, Candidate],
-    num_microbatches: int,
-    options: PipelineOptions,
-    placement_ok: PlacementFilter | None,
+    shape: _Shape,
     budget: SearchBudget,
-    deadline: Deadline,
-    progress: ProgressFn | None,
-) -> tuple[list[str], CostTable, SearchOutcome, dict]:
-    """Recompute "auto" after the search without recomputation: when memory can bind, the recompute
-    candidates (`search.recompute`) share `budget` under `deadline`; when it cannot, nothing more is
-    searched (the plan is recompute "none"'s)."""
-    if not memory_may_bind(baselines):
-        reason = "every classic plan fits memory (GPipe included): memory does not bind"
-        return ["none"] * model.num_layers, costs, outcome, {"reason": reason}
+) -> _ModeSearch:
+    """The search of `tables.default_mode` on `budget`: each head variant, the classic plans with the
+    unsplit one (`costs`, `baselines`), then within the target's rules when the best breaks them."""
+    options, pp, m = shape.options, shape.pp, shape.num_microbatches
+    target = shape.target
+    if shape.forced is not None:
+        variants = [(shape.forced, tables.table(shape.forced))]
+    else:
+        variants = [(model, costs)]
+        if options.head_chunks is None and "partition" in options.components:
+            variants += [(v, tables.table(v)) for v in head_split_options(model, costs)]
+    # classic plans are candidates only on the cost table they were built on (the unsplit head)
+    searched = baselines if shape.forced is None else {}
+    restricted = target.name != "adaptis"
+    share = budget.scaled(budget.target_share) if restricted else budget
+
+    def run(chosen: Sequence[Variant], placement_ok: PlacementFilter | None) -> tuple[int, SearchOutcome]:
+        return _search_variants(chosen, m, searched, options, share, shape.deadline, shape.progress, placement_ok)
+
+    k_best, outcome = run(variants, None)
+    got = _ModeSearch(variants, baselines, k_best, outcome)
+    if restricted:
+        # what the restriction costs: the same search without it, beside the restricted one
+        best_model = variants[k_best][0]
+        got.unrestricted = outcome.best.result or simulate(
+            outcome.best.layout, variants[k_best][1], outcome.best.programs, m
+        )
+        got.unrestricted_info = {
+            "stage_device": list(outcome.best.layout.stage_device),
+            "head_chunks": best_model.num_head_chunks,
+        }
+        if target.problem(outcome.best.layout.stage_device, pp, best_model.num_head_chunks) is not None:
+            # the best plan needs what the target cannot run: search within its rules
+            runnable = [k for k, (v, _) in enumerate(variants) if target.head_problem(v.num_head_chunks) is None]
+            k_run, got.outcome = run([variants[k] for k in runnable], target.placement_filter(pp))
+            got.k_best = runnable[k_run]
+    return got
+
+
+def _final(search: _ModeSearch, modes: Sequence[str], shape: _Shape) -> Candidate:
+    """The plan `search` gives: its best, or for a runtime that runs its own schedule that schedule's
+    order on the best layout (or one of the runtime's classic plans, when `modes` are uniform: those
+    were costed in that mode)."""
+    if search.final is None:
+        best, target, pp = search.outcome.best, shape.target, shape.pp
+        if target.runtime_schedule(best.layout.num_stages // pp) is not None:
+            same_costs = search.baselines if len(set(modes)) == 1 else {}
+            best = _with_runtime_order(target, best, search.costs, same_costs, shape.num_microbatches)
+        search.final = best
+    return search.final
+
+
+#: The forced modes recompute "auto" also searches where memory binds, likeliest to fit first.
+FORCED_MODES = ("full", "selective")
+
+
+def _auto_recompute(
+    model: ModelSpec, tables: CostTables, plain: _ModeSearch, shape: _Shape, budget: SearchBudget
+) -> tuple[_ModeSearch, list[str], dict]:
+    """Recompute "auto" after `plain` (exactly `--recompute none`'s search): (the kept search, one
+    mode per layer of its model, the record).
+
+    When memory cannot bind (every classic plan fits) or no device of the plain plan is near its
+    limit, nothing more is searched. Otherwise each forced mode whose lower bound leaves room for a
+    faster plan is searched as `--recompute MODE` searches it (its head variants and classic plans,
+    the same `budget`; under an expired `deadline` that search ends at once with its classic plans,
+    the forced mode's own fallback), then the per-stage recompute lists of `search.recompute` on
+    the plain search's model share `budget.recompute_share` of the work; the fastest feasible plan
+    is kept. So auto is never slower than a forced mode on the same budget, and plans wherever one
+    does, as long as the time limit does not cut the searches short.
+    """
+    m, options, deadline = shape.num_microbatches, shape.options, shape.deadline
+    none = ["none"] * plain.model.num_layers
+    if not memory_may_bind(plain.baselines):
+        return plain, none, {"reason": "every classic plan fits memory (GPipe included): memory does not bind"}
+    best, best_modes, best_label = plain, none, ""
+    incumbent = _final(plain, none, shape)  # what is compared: the plan each search gives
+    rows: list[dict] = []
+    cannot: dict[str, float] = {}
+    found: list[str] = []  # forced modes whose search found a plan that fits
+    if why_not_recompute(plain.outcome, plain.costs)[1] is None:
+        for mode in FORCED_MODES:
+            mode_tables = dataclasses.replace(tables, default_mode=mode)
+            costs = mode_tables.table(model)
+            label = f"{mode} everywhere"
+            bound = min(lower_bound(mode_tables.table(v), shape.pp, m) for v in _variant_models(model, costs, shape))
+            if cannot_win(bound, incumbent):
+                cannot[label] = bound
+                continue
+            # the classic plans apply to the unsplit head only (a forced split searches without them)
+            baselines = classic_baselines(costs, model.num_layers, m) if shape.forced is None else {}
+            got = _mode_search(mode_tables, model, costs, baselines, _labelled(shape, label), budget)
+            got_modes = [mode] * got.model.num_layers
+            cand = _final(got, got_modes, shape)
+            assert cand.result is not None
+            blocks = sum(recomputes(layer.kind) for layer in got.model.layers)
+            rows.append({"label": label, **result_summary(cand.result), "recomputed_layers": blocks})
+            if cand.feasible:
+                found.append(mode)
+            if cand.feasible and better(cand, incumbent):
+                best, best_modes, best_label, incumbent = got, got_modes, label, cand
+    restrict = shape.target.placement_filter(shape.pp) if shape.target.name != "adaptis" else None
     rc = search_recompute(
-        functools.partial(tables.table, model),
-        costs,
-        outcome,
-        [layer.kind for layer in model.layers],
-        num_microbatches,
+        functools.partial(tables.table, plain.model),
+        plain.costs,
+        plain.outcome,
+        [layer.kind for layer in plain.model.layers],
+        m,
         components=options.components,
         seed=options.seed,
-        budget=budget,
+        budget=budget.scaled(budget.recompute_share),
         deadline=deadline,
-        progress=progress,
-        placement_ok=placement_ok,
+        progress=shape.progress,
+        placement_ok=restrict,
+        beat=incumbent,
+        searched_modes=found,
     )
-    return rc.modes, rc.costs, rc.outcome, rc.info
+    info = rc.info
+    info["candidates"] = rows + info["candidates"]
+    if cannot:
+        info["cannot_win"] = {**cannot, **info.get("cannot_win", {})}
+    if rc.outcome is not plain.outcome:
+        kept = _ModeSearch([(plain.model, rc.costs)], plain.baselines, 0, rc.outcome)
+        kept.unrestricted, kept.unrestricted_info = plain.unrestricted, plain.unrestricted_info
+        if better(_final(kept, rc.modes, shape), incumbent):
+            return kept, rc.modes, info
+        info.pop("chosen", None)
+    if best is not plain:
+        info["chosen"] = best_label
+        info.pop("reason", None)
+        return best, best_modes, info
+    info.setdefault("reason", "no candidate gave a faster plan than the one without recomputation")
+    return plain, none, info
+
+
+def _labelled(shape: _Shape, label: str) -> _Shape:
+    """`shape` with its progress messages prefixed by the recompute candidate they come from."""
+    progress = shape.progress
+    if progress is None:
+        return shape
+    return dataclasses.replace(shape, progress=lambda msg, frac: progress(f"recompute ({label}): {msg}", frac))
+
+
+def _variant_models(model: ModelSpec, costs: CostTable, shape: _Shape) -> list[ModelSpec]:
+    """The models `_mode_search` plans (`costs`: the unsplit model's table in that mode)."""
+    if shape.forced is not None:
+        return [shape.forced]
+    if shape.options.head_chunks is None and "partition" in shape.options.components:
+        return [model, *head_split_options(model, costs)]
+    return [model]
 
 
 def _with_runtime_order(

@@ -1,16 +1,18 @@
 """Recomputation as a search decision (`plan --recompute auto`): which stages recompute, and the
 best plan over those choices.
 
-Data flow: the best plan without recomputation (the generator on the plain cost table) ->
-`memory_bound_devices` (does memory bind at all?) -> `recompute_candidates` (per-layer
-recompute lists, full or selective: the memory-bound devices' stages heaviest first, some or all
-of them, and the model's blocks heaviest first, whatever the layout) -> `table_for` (the
-caller's cost-table builder, bound to the model) builds one cost table per list ->
-`search_recompute` runs the generator (`search_plan`) on each, makes every stage of each winner run one mode, re-simulates
-it on that table, and keeps the plan that simulates fastest (the plain plan included, so "auto"
-is never worse than no recomputation on the same budget). An orchestration layer outside the
-generator, called by `search.driver`. Imports `core`, `judge`, `cost.recompute` and the
-generator; no solver at import time.
+Data flow: the best plan without recomputation (exactly `--recompute none`'s search) ->
+`why_not_recompute` / `memory_bound_devices` (does memory bind at all?) -> the caller
+(`search.driver`) runs the forced modes' own searches where their lower bounds leave room
+(`cannot_win`) -> `recompute_candidates` (per-layer recompute lists, full or selective: the
+memory-bound devices' stages heaviest first, some or all of them, and the model's blocks heaviest
+first, whatever the layout) -> `table_for` (the caller's cost-table builder, bound to the model)
+builds one cost table per list -> `search_recompute` drops the lists no plan on which can beat
+the best so far (lower bounds), runs the generator (`search_plan`) on the others, makes every
+stage of each winner run one mode, re-simulates it on that table, and keeps the plan that
+simulates fastest (the plain plan included). An orchestration layer outside the generator, called
+by `search.driver`. Imports `core`, `judge`, `cost.recompute` and the generator; no solver at
+import time.
 
 Why these candidates. Recomputing a layer costs one more forward (full) or attention core
 (selective) per micro-batch, and frees its activations between F and I: it pays off only where
@@ -30,10 +32,17 @@ import numpy as np
 
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.cost.recompute import check_modes, recomputes, stage_recompute, strongest_per_stage
+from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.semantics import stage_costs
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.search.budget import Deadline, SearchBudget
-from adaptis_plan.search.generator import Candidate, PlacementFilter, SearchOutcome, better, search_plan
+from adaptis_plan.search.generator import (
+    Candidate,
+    PlacementFilter,
+    SearchOutcome,
+    better,
+    search_plan,
+)
 
 # A candidate recompute list (one mode per layer) -> its cost table (`cost.source.CostTables.table` of one model).
 TableFor = Callable[[Sequence[str]], CostTable]
@@ -151,8 +160,9 @@ def recompute_candidates(
     blocks_part = fractions(by_layer, "of the blocks")
     stages_part = fractions(by_stage, f"of the {len(stages)} memory-bound stages")
     # the likeliest first (when time runs out the rest are skipped): half of the blocks, all of
-    # them (= full everywhere, so auto is never worse than forcing full on the same budget), the
-    # memory-bound stages, the other fractions, selective last (it frees little: see cost.recompute)
+    # them (= full everywhere: `search.driver` runs the forced modes' own searches first and drops
+    # it when that search found a plan), the memory-bound stages, the other fractions, selective
+    # last (it frees little: see cost.recompute)
     raw: list[tuple[str, list[str]]] = blocks_part[len(blocks_part) // 2 :][:1]
     raw.append(("full everywhere", modes_for(by_layer, "full")))
     raw.append((f"full, all {len(stages)} memory-bound stages", modes_for(by_stage, "full")))
@@ -168,6 +178,22 @@ def recompute_candidates(
     return out
 
 
+def why_not_recompute(plain: SearchOutcome, plain_costs: CostTable) -> tuple[list[int], str | None]:
+    """(the plain plan's memory-bound devices, why no recomputation is worth trying: None when some
+    may be). Recomputation only adds work; it can pay only where memory holds the plan back."""
+    r = plain.best.result
+    assert r is not None
+    bound = memory_bound_devices(plain.best.layout, plain_costs, r)
+    if not bound:
+        return bound, f"no device comes within {1 - BOUND_FRACTION:.0%} of its memory limit without recomputation"
+    return bound, None
+
+
+def cannot_win(bound_s: float, best: Candidate | None) -> bool:
+    """Whether a cost table with this lower bound holds no plan faster than `best` (when feasible)."""
+    return best is not None and best.feasible and bound_s >= best.step_s
+
+
 def search_recompute(
     table_for: TableFor,
     plain_costs: CostTable,
@@ -181,55 +207,72 @@ def search_recompute(
     deadline: Deadline,
     progress: ProgressFn | None = None,
     placement_ok: PlacementFilter | None = None,
+    beat: Candidate | None = None,
+    searched_modes: Sequence[str] = (),
 ) -> RecomputeOutcome:
-    """The best plan over the recompute candidates of `plain` (the generator's outcome on
-    `plain_costs`, no recomputation), in order, each searched with an equal share of `budget`'s
-    work (so the outcome does not depend on the machine); candidates the `deadline` leaves no
-    time for are skipped (`info["skipped"]`, and the deadline records the abort).
+    """The best plan over `plain` (the generator's outcome on `plain_costs`, no recomputation) and
+    the per-stage recompute lists of `recompute_candidates`, in order, each searched with an equal
+    share of `budget`'s work (so the outcome does not depend on the machine); lists the `deadline`
+    leaves no time for are skipped (`info["skipped"]`, and the deadline records the abort).
 
-    Nothing is tried when no device is memory-bound or the plain plan is within `NEAR_BOUND` of
-    its lower bound; `info["reason"]` says which. Each candidate's winner is made stage-uniform
-    (`strongest_per_stage`) and re-simulated on that table before it is compared; only one that
-    fits memory can replace the plain plan (when none fits, the plain plan is what is reported).
+    Nothing is tried when no device is memory-bound (`why_not_recompute`) or the plain plan is
+    within `NEAR_BOUND` of its lower bound; `info["reason"]` says which. A list whose table's lower
+    bound is no less than the best feasible step so far, `beat`'s included (a plan found elsewhere,
+    the forced modes' searches), is not searched: no plan on it can win (`info["cannot_win"]`). Each
+    candidate's winner is made stage-uniform (`strongest_per_stage`) and re-simulated on that table
+    before it is compared; only one that fits memory can replace the plain plan (when none fits,
+    the plain plan is what is reported). `searched_modes` leaves out the lists that recompute
+    every block in one of these modes (the caller's own searches of those forced modes found plans).
     """
     none = ["none"] * len(kinds)
     best = RecomputeOutcome(none, plain_costs, plain)
     r = plain.best.result
     assert r is not None
-    bound = memory_bound_devices(plain.best.layout, plain_costs, r)
+    bound, why = why_not_recompute(plain, plain_costs)
     info: dict = {
         "memory_bound_devices": bound,
-        "without": _summary(r),
+        "without": result_summary(r),
         "candidates": [],
     }
     best.info = info
-    if not bound:
-        info["reason"] = f"no device comes within {1 - BOUND_FRACTION:.0%} of its memory limit without recomputation"
+    if why is not None:
+        info["reason"] = why
         return best
     if r.fits_memory and r.step_time_s <= r.lower_bound_s * (1 + NEAR_BOUND):
         info["reason"] = f"the plan without recomputation is within {NEAR_BOUND:.0%} of its lower bound"
         return best
     cands = recompute_candidates(plain.best.layout, plain_costs, plain.best.programs, r, kinds)
-    # each candidate gets at least a quarter of the default search's work; the budget decides how
-    # many of the likeliest are tried (the rest are listed as skipped)
-    runs = max(1, min(len(cands), budget.schedule_actions // MIN_CANDIDATE_ACTIONS))
-    if runs < len(cands):
-        info["not_tried"] = [lab for lab, _ in cands[runs:]]
-        cands = cands[:runs]
-    share = budget.scaled(1.0 / len(cands))
-    for n, (label, modes) in enumerate(cands):
+    cands = [(label, modes) for label, modes in cands if _uniform(modes, kinds) not in searched_modes]
+    incumbent = beat if beat is not None and better(beat, plain.best) else plain.best
+    tables = [table_for(modes) for _, modes in cands]
+    num_devices = plain.best.layout.num_devices
+    bounds = [lower_bound(t, num_devices, num_microbatches) for t in tables]
+    runnable = [n for n, lb in enumerate(bounds) if not cannot_win(lb, incumbent)]
+    if len(runnable) < len(cands):
+        info["cannot_win"] = {cands[n][0]: bounds[n] for n in range(len(cands)) if n not in runnable}
+    # each candidate gets at least MIN_CANDIDATE_ACTIONS of work; the budget decides how many of
+    # the likeliest are tried (the rest are listed as not tried)
+    runs = min(len(runnable), max(1, budget.schedule_actions // MIN_CANDIDATE_ACTIONS))
+    if runs < len(runnable):
+        info["not_tried"] = [cands[n][0] for n in runnable[runs:]]
+        runnable = runnable[:runs]
+    share = budget.scaled(1.0 / max(len(runnable), 1))
+    for k, n in enumerate(runnable):
+        (label, modes), costs = cands[n], tables[n]
+        if cannot_win(bounds[n], incumbent):  # a faster plan has been found meanwhile
+            info.setdefault("cannot_win", {})[label] = bounds[n]
+            continue
         if deadline.expired():  # the time is a hard limit: the rest are not tried
             deadline.abort("recompute candidates")
-            info["skipped"] = [lab for lab, _ in cands[n:]]
+            info["skipped"] = [cands[j][0] for j in runnable[k:]]
             break
-        costs = table_for(modes)
         out = search_plan(
             costs,
             len(kinds),
             num_microbatches,
             components=components,
             seed=seed,
-            progress=_scaled(progress, n, len(cands), label),
+            progress=_scaled(progress, k, len(runnable), label),
             placement_ok=placement_ok,
             baselines={},  # the search's own policies: classic plans are judged once, without recomputation
             budget=share,
@@ -238,11 +281,13 @@ def search_recompute(
         kept_modes, kept_costs, cand = _stage_uniform(out.best, modes, costs, kinds, table_for, num_microbatches)
         out.best = cand
         assert cand.result is not None
-        row = {"label": label, **_summary(cand.result), "recomputed_layers": sum(m != "none" for m in kept_modes)}
+        row = {"label": label, **result_summary(cand.result), "recomputed_layers": sum(m != "none" for m in kept_modes)}
         info["candidates"].append(row)
         if cand.feasible and better(cand, best.outcome.best):
             best = RecomputeOutcome(kept_modes, kept_costs, out, info)
             info["chosen"] = label
+            if better(cand, incumbent):
+                incumbent = cand
     if "chosen" not in info:
         info["reason"] = (
             "no candidate simulated faster than the plan without recomputation"
@@ -250,6 +295,12 @@ def search_recompute(
             else "no candidate fits memory either"
         )
     return best
+
+
+def _uniform(modes: Sequence[str], kinds: Sequence[str]) -> str | None:
+    """The mode `modes` give every decoder block when it is one (a forced mode's table), else None."""
+    blocks = {m for m, k in zip(modes, kinds, strict=True) if recomputes(k)}
+    return blocks.pop() if len(blocks) == 1 else None
 
 
 def _stage_uniform(
@@ -302,7 +353,8 @@ def recompute_report(
     }
 
 
-def _summary(r: SimResult) -> dict:
+def result_summary(r: SimResult) -> dict:
+    """A simulated plan's row in `info`: step, bubble, bound, whether it fits."""
     return {
         "step_time_s": r.step_time_s,
         "bubble_ratio": r.bubble_ratio,

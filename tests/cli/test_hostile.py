@@ -270,12 +270,13 @@ def _char_device(path: Path) -> Path:
     return path
 
 
-def test_run_refuses_a_plan_with_tensor_or_context_parallelism(adaptis, tmp_path: Path) -> None:
-    """The executor runs the pipeline and data-parallel dimensions only: a TP or CP plan is refused, never
-    run as PP x DP alone."""
+def test_run_refuses_context_parallelism_and_tp_it_cannot_split(adaptis, tmp_path: Path) -> None:
+    """The executor runs the pipeline, data- and tensor-parallel dimensions: a CP plan, or a TP plan of a
+    model with MoE blocks, is refused, never run as something else."""
     plan = tmp_path / "tp2.json"
-    assert adaptis("plan", *TINY, *CLASSIC, "--tp", "2", "-o", plan).exit_code == 0
-    one_line_error(adaptis("run", plan, "--steps", "1"), 2, str(plan), "training.tp = 2", "--tp 1")
+    moe = ("--model", "tiny-deepseek", *TINY[2:])
+    assert adaptis("plan", *moe, *CLASSIC, "--tp", "2", "-o", plan).exit_code == 0
+    one_line_error(adaptis("run", plan, "--steps", "1"), 2, str(plan), "training.tp = 2", "MoE block", "--tp 1")
     data = json.loads(plan.read_text())
     data["training"] |= {"tp": 1, "dp": 2, "cp": 2}
     one_line_error(adaptis("run", _write(tmp_path / "cp2.json", data), "--steps", "1"), 2, "training.cp = 2", "--cp 1")

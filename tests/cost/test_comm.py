@@ -111,3 +111,27 @@ def test_cluster_sizes_the_profile_and_refuses_partial_nodes() -> None:
     assert cluster(hw, 4).groups[0].devices_per_node == 4
     with pytest.raises(InputError, match="multiple of 8"):
         cluster(hw, 12)
+
+
+def test_the_training_step_adds_what_the_pipeline_does_not_hide() -> None:
+    from adaptis_plan.cost.source import CostTables
+    from adaptis_plan.judge.training_step import device_extras, training_step
+    from adaptis_plan.search.generator import classic_candidate
+
+    model = load_model("llama-2-7b")
+    hw = cluster(load_hardware("h100"), 64)
+    steps = {}
+    for overlap in (True, False):
+        training = _train(tp=8, pp=2, dp=4, num_microbatches=4, dp_overlap=overlap, zero=1)
+        costs = CostTables(hw, training).table(model)
+        cand = classic_candidate(costs, model.num_layers, 4, "1F1B")
+        step = training_step(cand.layout, cand.programs, cand.result, model, training, hw, costs.device_names)
+        extras = device_extras(cand.layout, model, training, hw, costs.device_names)
+        assert step.pipeline_step_time_s == cand.result.step_time_s
+        assert step.grad_sync_s == pytest.approx(max(x.grad_sync_s for x in extras))
+        steps[overlap] = step
+    hidden, exposed = steps[True], steps[False]
+    # without overlap every rank's whole sync and gather follow its last action
+    assert exposed.grad_sync_exposed_s == pytest.approx(exposed.grad_sync_s)
+    assert exposed.step_time_s > hidden.step_time_s >= hidden.pipeline_step_time_s
+    assert hidden.grad_sync_exposed_s < hidden.grad_sync_s

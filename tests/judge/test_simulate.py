@@ -563,6 +563,18 @@ def test_best_packing_is_the_optimal_makespan_and_its_assignment() -> None:
     assert checked > 150
 
 
+def test_best_packing_of_many_equal_blocks_whatever_their_size() -> None:
+    """498 equal blocks on 64 devices: 8 on the busiest, at any block size. The DP prunes sub-multisets
+    heavier than a greedy packing's busiest device; summed job by job, that load can land a rounding
+    below 8 x size, which once pruned the 8-block subsets and gave 57 x size (a 500-layer model's
+    bound came out 7x above its own simulated plans)."""
+    from adaptis_plan.judge.bound import best_packing
+
+    for size in (1.0, 0.003995, 0.00399533, 3.7e-3):
+        packing = best_packing(np.array([size] * 498 + [1.385 * size]), 64)
+        assert packing is not None and packing.max_load == pytest.approx(8 * size, rel=1e-12), size
+
+
 def test_lower_bound_sees_the_best_packing_of_two_layer_kinds() -> None:
     """19 Mamba-like layers (3.77) and 9 attention-like ones (9.09) plus a head (12.28) on 4 devices:
     a device load of 11 small layers sits just above the mean (41.47 vs 41.43), but the rest cannot

@@ -110,11 +110,16 @@ def test_auto_recomputes_where_memory_binds_and_keeps_only_a_faster_plan() -> No
     again = simulate(layout, table(out.modes), out.outcome.best.programs, 8)
     assert again.step_time_s == r.step_time_s and np.array_equal(out.costs.i_s, table(out.modes).i_s)
     assert r.lower_bound_s == again.lower_bound_s > p.lower_bound_s  # the bound of its own costs
-    # 45 bytes: the plan without recomputation fits, and no candidate is faster: it is kept
+    # 45 bytes: the plan without recomputation fits, and no candidate is faster: it is kept; the
+    # candidates its step rules out by their tables' lower bounds are not even searched
     costs, plain = _plain(45.0)
     out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, seed=0, **_budget(20.0))
-    assert out.outcome is plain and out.modes == ["none"] * len(KINDS) and len(out.info["candidates"]) >= 3
-    assert all(c["step_time_s"] >= plain.best.result.step_time_s for c in out.info["candidates"])
+    step = plain.best.result.step_time_s
+    ruled_out = out.info.get("cannot_win", {})
+    assert out.outcome is plain and out.modes == ["none"] * len(KINDS)
+    assert out.info["candidates"] and len(out.info["candidates"]) + len(ruled_out) >= 3
+    assert all(c["step_time_s"] >= step for c in out.info["candidates"])
+    assert all(bound >= step for bound in ruled_out.values())
     assert "faster" in out.info["reason"]  # says why it kept the plain plan; the facts are asserted above
 
 
@@ -226,3 +231,94 @@ def test_cli_bare_recompute_flag_means_full_and_the_report_says_where(adaptis, t
     assert data["training"]["recompute"] == "full" and {s["recompute"] for s in data["stages"]} == {"full"}
     r = adaptis("plan", *TINY, "--time-limit", "1", "-o", tmp_path / "q.json")
     assert "recomputation (auto): none" in r.stderr
+
+
+# ----------------------------------------------------------------------------- auto against the forced modes
+FORCED = ("none", "selective", "full")
+
+
+def _small_memory_hardware(tmp_path, hbm_bytes: float) -> str:  # noqa: ANN001
+    """The `cpu` profile with `hbm_bytes` per device: tiny-llama's activations then bind memory."""
+    from importlib.resources import files
+
+    data = json.loads(files("adaptis_plan.profiles").joinpath("cpu.json").read_text())
+    for device in data["device_types"].values():
+        device["hbm_bytes"] = int(hbm_bytes)
+    path = tmp_path / f"cpu-{int(hbm_bytes)}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _plan_step(req: PlanRequest) -> float | None:
+    """The plan's simulated step, None when no plan fits memory (`plan` exits 3)."""
+    from adaptis_plan.errors import InfeasibleError
+
+    try:
+        return make_plan_for(req).result.step_time_s
+    except InfeasibleError:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("pp", "num_microbatches", "hbm_bytes", "target"),
+    [
+        (4, 16, 100e6, "adaptis"),  # recomputing in full is fastest, none and selective fit too
+        (4, 16, 80e6, "adaptis"),  # full is a quarter faster than none
+        # Megatron runs its own order: the plans are compared in that order, not the searched one
+        (4, 16, 180e6, "megatron"),
+        pytest.param(4, 16, 120e6, "adaptis", marks=pytest.mark.slow),  # none is fastest: memory binds, not enough
+        pytest.param(2, 8, 125e6, "adaptis", marks=pytest.mark.slow),  # forced full finds no plan that fits
+    ],
+)
+def test_auto_is_never_slower_than_a_forced_mode_where_memory_binds(
+    tmp_path,  # noqa: ANN001
+    pp: int,
+    num_microbatches: int,
+    hbm_bytes: float,
+    target: str,
+) -> None:
+    """tiny-llama at 1K tokens on CPU ranks with 80-180 MB each (90% usable): auto's plan fits
+    whenever a forced mode's does, and is no slower than any of them on the same deterministic
+    budget (auto runs their searches where their lower bounds leave room)."""
+    hw = _small_memory_hardware(tmp_path, hbm_bytes)
+
+    def req(mode: str) -> PlanRequest:
+        return PlanRequest(
+            "tiny-llama", hw, pp, num_microbatches, seq_len=1024, recompute=mode, time_limit_s=1.0, hard_stop=False,
+            target=target,
+        )  # fmt: skip
+
+    forced = {mode: _plan_step(req(mode)) for mode in FORCED}
+    feasible = {mode: step for mode, step in forced.items() if step is not None}
+    assert feasible, forced  # the case plans at all
+    auto = _plan_step(req("auto"))
+    assert auto is not None, forced
+    assert auto <= min(feasible.values()) * (1 + 1e-9), (auto, forced)
+
+
+@pytest.mark.slow
+def test_auto_plans_the_500_layer_pipeline_that_full_recomputation_plans(tmp_path) -> None:  # noqa: ANN001
+    """500 LLaMA-2-S layers, PP 64, 512 micro-batches at 4K tokens on h200 with the default limit: no
+    plan without recomputation fits, and the search is cut short at once (the classic plans take the
+    time), so each forced mode's search is its classic plans. auto used to skip every recompute
+    candidate then and exit 3 where `--recompute full` plans a step 4% above its bound; it now
+    searches the forced modes (their classic plans at least) and plans no slower than full."""
+    from adaptis_plan.inputs.models.load import load_model
+
+    base = load_model("llama-2-s")
+    blocks = base.layers[1:-1]
+    layers = [base.layers[0], *(blocks[i % len(blocks)] for i in range(498)), base.layers[-1]]
+    spec = tmp_path / "llama-2-s-500.json"
+    spec.write_text(base.model_copy(update={"name": "llama-2-s-500", "layers": layers}).model_dump_json())
+
+    def req(mode: str) -> PlanRequest:
+        return PlanRequest(str(spec), "h200", 64, 512, seq_len=4096, recompute=mode)
+
+    full = make_plan_for(req("full"))
+    auto = make_plan_for(req("auto"))
+    assert auto.result.fits_memory and full.result.fits_memory
+    assert auto.result.step_time_s <= full.result.step_time_s * (1 + 1e-9)
+    info = auto.search_info["recompute"]
+    assert not info["without"]["fits_memory"]
+    assert any(row["label"] == "full everywhere" and row["fits_memory"] for row in info["candidates"])
+    assert auto.result.lower_bound_s <= auto.result.step_time_s
