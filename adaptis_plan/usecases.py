@@ -653,10 +653,11 @@ def run_plan_file(
 
 def predicted_comm(plan: PlanFile, model: ModelSpec) -> dict[str, float] | None:
     """The cost model's collectives of one step by dimension, on the slowest pipeline rank: "dp" its
-    gradient sync and parameter gather (`cost.comm.step_extras`), "tp" its layers' tensor-parallel
-    collectives over every micro-batch (`cost.table.layer_tp_seconds`). None with neither."""
+    gradient sync and parameter gather (`cost.comm.step_extras`), "tp" and "ep" its layers'
+    tensor-parallel collectives and expert all-to-alls over every micro-batch, recomputed forwards
+    included (`cost.table.layer_comm_seconds`). None with none of them."""
     from adaptis_plan.cost.recompute import plan_layer_recompute
-    from adaptis_plan.cost.table import device_types, layer_tp_seconds
+    from adaptis_plan.cost.table import device_types, layer_comm_seconds
     from adaptis_plan.judge.training_step import device_extras
 
     t, hw, layout = plan.training, plan.hardware.profile, plan_layout(plan)
@@ -664,10 +665,11 @@ def predicted_comm(plan: PlanFile, model: ModelSpec) -> dict[str, float] | None:
     if t.dp * t.cp > 1:
         extras = device_extras(layout, model, t, hw, device_types(hw, t))
         out["dp"] = max(x.grad_sync_s + x.param_gather_s for x in extras)
-    if t.tp > 1:
-        per_layer = layer_tp_seconds(model, hw, t, plan_layer_recompute(plan))
-        held = [[layer for s in layout.stages_of(d) for layer in layout.layers(s)] for d in range(layout.num_devices)]
-        out["tp"] = t.num_microbatches * max(float(per_layer[h].sum()) for h in held)
+    held = [[layer for s in layout.stages_of(d) for layer in layout.layers(s)] for d in range(layout.num_devices)]
+    for group, degree in (("tp", t.tp), ("ep", t.ep)):
+        if degree > 1:
+            per_layer = layer_comm_seconds(model, hw, t, group, plan_layer_recompute(plan))
+            out[group] = t.num_microbatches * max(float(per_layer[h].sum()) for h in held)
     return out or None
 
 

@@ -553,6 +553,13 @@ def run_cmd(
             f" tp collectives {fmt_time(out['comm_s']['tp'], 'ms')} per step (slowest rank, median, waits included)"
             + ("" if predicted is None else f", predicted {fmt_time(predicted, 'ms')}")
         )
+    if plan.training.ep > 1:
+        predicted = (out.get("predicted_comm_s") or {}).get("ep")
+        c.print(
+            f"expert parallel: experts over {plan.training.ep} of the dp ranks; expert all-to-alls"
+            f" {fmt_time(out['comm_s']['ep'], 'ms')} per step (slowest rank, median, with the wait for ep peers)"
+            + ("" if predicted is None else f", predicted {fmt_time(predicted, 'ms')}")
+        )
     if verify:
         ok = "[green]verified[/]" if out["verified"] else "[red]NOT verified[/]"
         c.print(

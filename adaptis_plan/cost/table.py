@@ -560,18 +560,24 @@ def layer_param_shares(model: ModelSpec, training: TrainingConfig) -> tuple[np.n
     )
 
 
-def layer_tp_seconds(
-    model: ModelSpec, hardware: HardwareProfile, training: TrainingConfig, modes: Sequence[str] | None = None
+def layer_comm_seconds(
+    model: ModelSpec,
+    hardware: HardwareProfile,
+    training: TrainingConfig,
+    group: str,
+    modes: Sequence[str] | None = None,
 ) -> np.ndarray:
-    """Per layer, the tensor-parallel collectives of one micro-batch's F and I (with its recomputed
-    forward), in seconds on `placement(hardware, training).tp` (before any overlap with GEMMs)."""
+    """Per layer, the collectives of `group` ("tp", "cp" or "ep") in one micro-batch's F and I (with its
+    recomputed forward), in seconds on `placement(hardware, training)`, before any overlap."""
     place = placement(hardware, training)
     out = np.zeros(model.num_layers)
-    if training.tp == 1:
+    if place.group(group).size == 1:
         return out
     for n, w in enumerate(_works(model, training, modes)):
         ops = (w.f, w.i, w.recompute_i)
-        out[n] = sum(place.tp.seconds(c.kind, c.nbytes) for op in ops for c in op.collectives if c.group == "tp")
+        out[n] = sum(
+            place.group(group).seconds(c.kind, c.nbytes) for op in ops for c in op.collectives if c.group == group
+        )
     return out
 
 

@@ -201,8 +201,9 @@ def run_plan(
     collectives, the layers' all-reduces in forwards, backwards and recomputed forwards plus the step's
     sum of partial gradients, including the wait for the slowest tp peer at each, 0 with tp = 1;
     `tpcomm.TP_COMM`), `comm_step_s` (per measured step, `{"dp", "dp_wait", "dp_grad_sync",
-    "dp_param_gather", "tp", "tp_bytes", "optimizer_step"}`, each the slowest rank's;
-    `dataparallel.DataParallel.start_step`),
+    "dp_param_gather", "tp", "tp_bytes", "optimizer_step"}` (and "ep" with ep > 1: the seconds inside
+    the experts' all-to-alls, `expertparallel`), each the slowest rank's;
+    `dataparallel.DataParallel.start_step`), `ep`,
     `predicted_comm_s` (`predicted_comm_s`, or None),
     and with `verify` also `loss_diff`, `max_abs_grad_diff`, `max_abs_param_diff`, `verified` (the
     first step's loss, every gradient of every dp replica, and every parameter after the optimizer
@@ -643,9 +644,14 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "dp": plan.training.dp,
         "zero": plan.training.zero,
         "tp": plan.training.tp,
+        "ep": plan.training.ep,
         "world_size": plan.training.pp * plan.training.dp * plan.training.tp,
         "global_batch_size": plan.training.dp * plan.training.micro_batch_size * plan.training.num_microbatches,
-        "comm_s": {k: statistics.median(c[k] for c in comm_steps) if comm_steps else 0.0 for k in ("dp", "tp")},
+        "comm_s": {
+            **{k: statistics.median(c[k] for c in comm_steps) if comm_steps else 0.0 for k in ("dp", "tp")},
+            # ep > 1: seconds inside the expert all-to-alls (`expertparallel`), the slowest rank's, median over steps
+            **({"ep": statistics.median(c["ep"] for c in comm_steps)} if comm_steps and "ep" in comm_steps[0] else {}),
+        },
         "comm_step_s": comm_steps,
         # per rank of this node: elements its optimizer updates, full parameters it holds between steps, its stages' parameters
         "held_elements": [per_rank[r]["held_elements"] for r in ranks],

@@ -12,18 +12,33 @@ from adaptis_plan.spec.plan_file import PlanFile
 
 
 def refusal(plan: PlanFile, model: ModelSpec | None = None) -> str | None:
-    """Why the bundled executor cannot run `plan` as planned, or None. It runs the pipeline, data- and
-    tensor-parallel dimensions (pp x dp x tp processes, ZeRO 0-3; `executor.dataparallel`,
-    `executor.tensorparallel`): a plan with context or expert parallelism would run as a different
-    configuration, so it is refused rather than run. With tp > 1 and `model` given, also the layers
-    the executor cannot cut over tp (MLA, Mamba-2, MoE) and sizes tp does not divide."""
+    """Why the bundled executor cannot run `plan` as planned, or None. It runs the pipeline, data-,
+    tensor- and expert-parallel dimensions (pp x dp x tp processes, ZeRO 0-3, MoE experts sharded over
+    ep of the dp ranks when tp = 1; `executor.dataparallel`, `executor.tensorparallel`,
+    `executor.expertparallel`): a plan with context parallelism, or ep with tp, would run as a
+    different configuration, so it is refused rather than run. With tp > 1 and `model` given, also
+    the layers the executor cannot cut over tp (MLA, Mamba-2, MoE) and sizes tp does not divide."""
     t = plan.training
-    for dim, value, flag in (("cp", t.cp, "--cp 1"), ("ep", t.ep, "--ep 1")):
-        if value > 1:
+    if t.cp > 1:
+        return (
+            f"training.cp = {t.cp}: `adaptis run` executes the pipeline, data-, tensor- and expert-parallel"
+            " dimensions (cp = 1); run this plan under Megatron-LM or torchtitan (`adaptis export`), or plan"
+            " with --cp 1 to run it here"
+        )
+    if t.ep > 1:
+        if t.tp > 1:
             return (
-                f"training.{dim} = {value}: `adaptis run` executes the pipeline, data- and tensor-parallel"
-                f" dimensions only (cp = ep = 1); run this plan under Megatron-LM or torchtitan (`adaptis export`),"
-                f" or plan with {flag} to run it here"
+                f"training.tp = {t.tp} with ep = {t.ep}: `adaptis run` shards experts over data-parallel ranks"
+                " without tensor parallelism; plan with --tp 1 (or --ep 1) to run it here"
+            )
+        if (t.dp * t.cp) % t.ep:
+            return f"training.ep = {t.ep} does not divide dp x cp = {t.dp} x {t.cp}: use an ep that divides dp"
+        experts = sorted({lay.moe.num_experts for lay in plan.model.spec.layers if lay.moe is not None})
+        bad = [n for n in experts if n % t.ep]
+        if bad:
+            return (
+                f"training.ep = {t.ep} does not divide the MoE layers' {bad[0]} experts: the executor shards whole"
+                " experts over the ep ranks; use an ep that divides the expert count"
             )
     if t.tp > 1 and model is not None:
         return _tp_refusal(model, t.tp)

@@ -11,7 +11,9 @@ pp x dp x tp, global rank = tp_rank + tp * (dp_rank + dp * pp_rank); `mesh_group
 `lowering.lower` -> `RankRuntime` (with the plan's per-stage recomputation and, with tp > 1, this
 tp rank's slice of every layer; point-to-point inside this rank's pp group, the ranks of the same
 (dp, tp) index), `TensorParallel` (partial gradients summed over tp; with --verify every tensor
-gathered over tp) and `DataParallel` (dp-averaged gradients, ZeRO, the optimizer) -> per-step
+gathered over tp) and `DataParallel` (dp-averaged gradients, ZeRO, the optimizer; with training.ep > 1 the MoE layers'
+experts sharded over ep of the dp ranks and `expertparallel.ExpertDataParallel` instead, which adds
+the experts' all-to-all seconds as `comm_s` "ep") -> per-step
 timings, the timeline of
 the last step, and with `--verify` the first step's loss, gradients and updated parameters,
 written under `--out` (one file per rank; the launcher merges them). Data: each step draws
@@ -153,8 +155,11 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
     plan = PlanFile.model_validate_json(Path(plan_path).read_text())
     model = ModelSpec.model_validate_json(Path(model_path).read_text())
     tr = plan.training
-    if tr.cp * tr.ep != 1:
-        raise RuntimeError(f"the plan has cp = {tr.cp}, ep = {tr.ep}: this executor runs pp x dp x tp only")
+    if tr.cp != 1 or tr.dp % tr.ep or (tr.ep > 1 and tr.tp > 1):
+        raise RuntimeError(
+            f"the plan has tp = {tr.tp}, cp = {tr.cp}, ep = {tr.ep}: this executor runs pp x dp x tp, or pp x dp"
+            " with ep dividing dp"
+        )
     if tr.pp * tr.dp * tr.tp != world:
         raise RuntimeError(
             f"the plan has pp x dp x tp = {tr.pp} x {tr.dp} x {tr.tp} but torchrun started {world} processes"
@@ -190,7 +195,14 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         if place.tp_group is not None
         else None
     )
-    dpx = DataParallel(rt.stages, group=dp_group, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
+    if tr.ep > 1:  # experts sharded over ep of the dp ranks (`expertparallel`)
+        from adaptis_plan.executor.expertparallel import ExpertParallel
+
+        epx = ExpertParallel(pp=tr.pp, dp=tr.dp, ep=tr.ep, pp_rank=pp_rank, dp_rank=dp_rank, dp_group=dp_group)
+        epx.shard(rt.stages)
+        dpx = epx.data_parallel(rt.stages, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
+    else:
+        dpx = DataParallel(rt.stages, group=dp_group, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
     rt.params_hook = dpx
     fault = Fault.from_env()
     has_last = plan.stages[-1].device == pp_rank
