@@ -34,7 +34,7 @@ from bench import records, report  # noqa: E402
 from bench.common import REPO  # noqa: E402
 
 #: the suites `bench.run` runs by default, in order (gpu_check needs a GPU: `python -m bench.gpu_check`)
-SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale")
+SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm")
 QUICK_RESULTS = Path(tempfile.gettempdir()) / "adaptis-bench-quick"
 
 
@@ -52,7 +52,7 @@ def run_suite(name: str, quick: bool, workers: int, log: Callable[[str], None]) 
         from bench import interop
 
         return interop.run_suite(name, quick, workers)
-    mod = importlib.import_module(f"bench.{name}")  # real, zb, scale: their own modules
+    mod = importlib.import_module(f"bench.{name}")  # real, zb, scale, comm: their own modules
     return mod.run_suite(quick, workers)
 
 
