@@ -657,15 +657,18 @@ def predicted_comm(plan: PlanFile, model: ModelSpec) -> dict[str, float] | None:
     tensor-parallel collectives and expert all-to-alls over every micro-batch, recomputed forwards
     included (`cost.table.layer_comm_seconds`). None with none of them."""
     from adaptis_plan.cost.recompute import plan_layer_recompute
-    from adaptis_plan.cost.table import device_types, layer_comm_seconds
+    from adaptis_plan.cost.table import device_types, layer_comm_seconds, zero3_seconds
     from adaptis_plan.judge.training_step import device_extras
 
     t, hw, layout = plan.training, plan.hardware.profile, plan_layout(plan)
     out: dict[str, float] = {}
+    held = [[layer for s in layout.stages_of(d) for layer in layout.layers(s)] for d in range(layout.num_devices)]
     if t.dp * t.cp > 1:
         extras = device_extras(layout, model, t, hw, device_types(hw, t))
         out["dp"] = max(x.grad_sync_s + x.param_gather_s for x in extras)
-    held = [[layer for s in layout.stages_of(d) for layer in layout.layers(s)] for d in range(layout.num_devices)]
+        if t.zero == 3:  # the per-op gathers and scatters, every micro-batch (`cost.analytic.op_seconds`)
+            per_layer = zero3_seconds(model, hw, t, plan_layer_recompute(plan))
+            out["dp"] += t.num_microbatches * max(float(per_layer[h].sum()) for h in held)
     for group, degree in (("tp", t.tp), ("ep", t.ep)):
         if degree > 1:
             per_layer = layer_comm_seconds(model, hw, t, group, plan_layer_recompute(plan))

@@ -62,6 +62,7 @@ CASES = (
     CommCase("PP2 x TP2, full recompute", "tiny-llama", 2, tp=2, extra=("--recompute", "full")),
     CommCase("TP2 x DP2 (pp 1), ZeRO 1", "tiny-llama", 1, tp=2, dp=2),
     CommCase("PP2 x TP2 x DP2, ZeRO 1", "tiny-llama", 2, tp=2, dp=2),
+    CommCase("PP2 x DP2 x EP2, ZeRO 1 (tiny-deepseek)", "tiny-deepseek", 2, dp=2, ep=2),
 )
 
 
@@ -113,7 +114,7 @@ def run_suite(quick: bool, workers: int = 1, log=None) -> dict:  # noqa: ANN001,
     cases = CASES[:2] if quick else CASES
     rows = [run_case(c) for c in cases]
     command = "python -m bench.run --suites comm" + (" --quick" if quick else "")
-    settings = {"hardware": "cpu", "backend": "gloo", "model": "tiny-llama", "quick": quick}
+    settings = {"hardware": "cpu", "backend": "gloo", "models": sorted({c.model for c in cases}), "quick": quick}
     return records.record(SUITE, settings, {"rows": records.to_json(rows)}, command, time.perf_counter() - t0)
 
 
@@ -140,7 +141,7 @@ def render(rec: Mapping) -> str:
             "",
             reproduce_line(rec),
             "",
-            "`adaptis run --verify --json` on tiny-llama plans (cpu profile, seq 16, 4 micro-batches), the plan's"
+            "`adaptis run --verify --json` on tiny-llama (and tiny-deepseek) plans (cpu profile, seq 16, 4 micro-batches), the plan's"
             " `training` set to the dimensions shown: per step the collectives of each dimension on the slowest rank"
             " (`comm_s`, median over 3 steps, waits for peers included) beside the cost model's (`predicted_comm_s`,"
             " the cpu profile's link, no overlap). No accuracy target on CPU: 4-8 ranks share 2 cores, so most of"

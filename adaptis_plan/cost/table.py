@@ -46,7 +46,7 @@ import numpy as np
 
 from adaptis_plan.core import CostTable
 from adaptis_plan.cost.analytic import LayerWork, layer_work, op_seconds
-from adaptis_plan.cost.comm import Placement, placement
+from adaptis_plan.cost.comm import GRAD_REDUCE_BYTES, Placement, placement
 from adaptis_plan.cost.params import layer_params
 from adaptis_plan.cost.recompute import check_modes, measured_recompute, recompute_work, recomputes, uniform_modes
 from adaptis_plan.errors import InputError
@@ -578,6 +578,22 @@ def layer_comm_seconds(
         out[n] = sum(
             place.group(group).seconds(c.kind, c.nbytes) for op in ops for c in op.collectives if c.group == group
         )
+    return out
+
+
+def zero3_seconds(
+    model: ModelSpec, hardware: HardwareProfile, training: TrainingConfig, modes: Sequence[str] | None = None
+) -> np.ndarray:
+    """Per layer, ZeRO-3's collectives of one micro-batch: the parameter all-gather before F and before
+    I (and before the recomputed forward) and the gradient reduce-scatter after W (`cost.comm`)."""
+    place = placement(hardware, training)
+    out = np.zeros(model.num_layers)
+    for n, w in enumerate(_works(model, training, modes)):
+        gather = place.dp.ring("all_gather", w.dense_params * place.param_bytes)
+        gather += place.edp.ring("all_gather", w.expert_params * place.param_bytes)
+        scatter = place.dp.ring("reduce_scatter", w.dense_params * GRAD_REDUCE_BYTES)
+        scatter += place.edp.ring("reduce_scatter", w.expert_params * GRAD_REDUCE_BYTES)
+        out[n] = (3 if w.recompute == "full" else 2) * gather + scatter
     return out
 
 
