@@ -1,0 +1,42 @@
+"""bench.scale and bench.comm render from their records alone; the summary's figures are the rows'."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import comm, records, scale
+
+pytestmark = pytest.mark.unit
+
+
+def _rec(suite: str, data: dict) -> dict:
+    prov = {"commit": "abc1234", "clean": True, "machine": "test", "date": "2026-12-04 00:00 UTC",
+            "command": f"python -m bench.run --suites {suite}", "wall_s": 1.0}  # fmt: skip
+    return {"suite": suite, "format": records.FORMAT, "provenance": prov, "settings": {}, "data": data}
+
+
+def test_scale_summary_counts_only_uncalibrated_predictions() -> None:
+    rows = [
+        scale.ScaleRow("a", "s1", "a100-80gb", 8, "tp1", 100.0, predicted=110.0, free=120.0),
+        scale.ScaleRow("b", "s2", "h100-80gb", 4096, "tp8", 100.0, predicted=80.0, free=90.0),
+        scale.ScaleRow(
+            "c", "s2", "h100-80gb", 16, "tp8", 100.0, predicted=102.0, free=101.0, used_for_calibration=True
+        ),
+        scale.ScaleRow("d", "s3", "a100-80gb", 64, "tp2", 100.0, forced_error="out of memory"),
+    ]
+    s = scale.summary(rows)
+    assert (s["runs"], s["sources"], s["refused"]) == (2, 2, 1)
+    assert s["median_abs_error"] == pytest.approx(0.15) and s["worst_abs_error"] == pytest.approx(0.2)
+    assert s["free_slower"] == 0 and s["mean_gain"] == pytest.approx((120 / 110 + 90 / 80) / 2)
+    assert (s["min_gpus"], s["max_gpus"]) == (8, 4096)
+    text = scale.render(_rec("scale", {"rows": records.to_json(rows)}))
+    assert text.startswith(scale.HEADING)
+    assert "| c* |" in text and "+10.0%" in text and "-20.0%" in text and "d: out of memory" in text
+
+
+def test_comm_renders_every_dimension_of_a_case() -> None:
+    rows = [comm.CommRow("PP2 x TP2 x DP2", 8, True, 0.5, {"dp": 0.02, "tp": 0.3}, {"dp": 0.002, "tp": 0.01})]
+    text = comm.render(_rec("comm", {"rows": records.to_json(rows)}))
+    assert text.startswith(comm.HEADING)
+    assert "| PP2 x TP2 x DP2 | 8 | yes | 500.0 | dp | 20.0 | 2.0 |" in text
+    assert "|  |  |  |  | tp | 300.0 | 10.0 |" in text
