@@ -233,3 +233,12 @@ def layout_for(model: ModelSpec, shape: str, stage_device: tuple[int, ...]) -> L
     else:
         bounds = even_bounds(n, len(stage_device))
     return Layout(bounds=bounds, stage_device=stage_device, num_devices=2)
+
+
+def with_training(plan: PlanFile, *, recompute: list[str] | None = None, **training: int) -> PlanFile:
+    """`plan` with its training block's fields replaced (dp, tp, ep, zero, ...) and, when given, every
+    stage's recompute mode: how the executor tests turn one planned replica into a cluster plan."""
+    stages = plan.stages
+    if recompute is not None:
+        stages = [st.model_copy(update={"recompute": r}) for st, r in zip(stages, recompute, strict=True)]
+    return plan.model_copy(update={"training": plan.training.model_copy(update=training), "stages": stages})

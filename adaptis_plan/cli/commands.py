@@ -539,27 +539,22 @@ def run_cmd(
     recomputed = [f"{st.stage}: {st.recompute}" for st in plan.stages if st.recompute != "none"]
     if recomputed:
         c.print(f"recomputation (stage: mode): {', '.join(recomputed)}")
-    if plan.training.dp > 1:
-        predicted = (out.get("predicted_comm_s") or {}).get("dp")
-        c.print(
-            f"data parallel: {plan.training.dp} replicas ({out['world_size']} processes), ZeRO {plan.training.zero};"
-            f" dp collectives {fmt_time(out['comm_s']['dp'], 'ms')} per step (slowest rank, median)"
-            + ("" if predicted is None else f", predicted {fmt_time(predicted, 'ms')}")
-        )
-    if plan.training.tp > 1:
-        predicted = (out.get("predicted_comm_s") or {}).get("tp")
-        c.print(
-            f"tensor parallel: {plan.training.tp} ranks per stage ({out['world_size']} processes);"
-            f" tp collectives {fmt_time(out['comm_s']['tp'], 'ms')} per step (slowest rank, median, waits included)"
-            + ("" if predicted is None else f", predicted {fmt_time(predicted, 'ms')}")
-        )
-    if plan.training.ep > 1:
-        predicted = (out.get("predicted_comm_s") or {}).get("ep")
-        c.print(
-            f"expert parallel: experts over {plan.training.ep} of the dp ranks; expert all-to-alls"
-            f" {fmt_time(out['comm_s']['ep'], 'ms')} per step (slowest rank, median, with the wait for ep peers)"
-            + ("" if predicted is None else f", predicted {fmt_time(predicted, 'ms')}")
-        )
+    t = plan.training
+    lines = {
+        "dp": (t.dp, f"data parallel: {t.dp} replicas ({out['world_size']} processes), ZeRO {t.zero}; dp collectives",
+               "slowest rank, median"),
+        "tp": (t.tp, f"tensor parallel: {t.tp} ranks per stage ({out['world_size']} processes); tp collectives",
+               "slowest rank, median, waits included"),
+        "ep": (t.ep, f"expert parallel: experts over {t.ep} of the dp ranks; expert all-to-alls",
+               "slowest rank, median, with the wait for ep peers"),
+    }  # fmt: skip
+    for dim, (degree, what, how) in lines.items():
+        if degree > 1:
+            predicted = (out.get("predicted_comm_s") or {}).get(dim)
+            c.print(
+                f"{what} {fmt_time(out['comm_s'][dim], 'ms')} per step ({how})"
+                + ("" if predicted is None else f", predicted {fmt_time(predicted, 'ms')}")
+            )
     if verify:
         ok = "[green]verified[/]" if out["verified"] else "[red]NOT verified[/]"
         c.print(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_executor import greedy_programs, layout_for, tiny_family, write_plan_file
+from helpers_executor import greedy_programs, layout_for, tiny_family, with_training, write_plan_file
 
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plan, run_plans
 from adaptis_plan.planfile.io import write_plan
@@ -42,13 +42,6 @@ def adaptive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _with(plan: PlanFile, *, recompute: list[str] | None = None, **training: int) -> PlanFile:
-    stages = plan.stages
-    if recompute is not None:
-        stages = [st.model_copy(update={"recompute": r}) for st, r in zip(stages, recompute, strict=True)]
-    return plan.model_copy(update={"training": plan.training.model_copy(update=training), "stages": stages})
-
-
 @pytest.mark.slow
 def test_pp2_dp2_zero_1_2_3_match_one_process(adaptive: Path, interleaved_gemma: Path) -> None:
     plan, model = load_plan_and_model(str(adaptive), None)
@@ -57,11 +50,11 @@ def test_pp2_dp2_zero_1_2_3_match_one_process(adaptive: Path, interleaved_gemma:
     gemma, gemma_model = load_plan_and_model(str(interleaved_gemma), None)
     assert [st.device for st in gemma.stages] == [0, 1, 0, 1] and gemma_model.tie_word_embeddings
     cases = {
-        "zero1": (_with(plan, dp=2, zero=1), model),
-        "zero2": (_with(plan, dp=2, zero=2), model),
-        "zero3": (_with(plan, dp=2, zero=3), model),
-        "zero3+recompute": (_with(plan, dp=2, zero=3, recompute=["full", "selective"]), model),
-        "gemma-interleaved-zero3": (_with(gemma, dp=2, zero=3), gemma_model),
+        "zero1": (with_training(plan, dp=2, zero=1), model),
+        "zero2": (with_training(plan, dp=2, zero=2), model),
+        "zero3": (with_training(plan, dp=2, zero=3), model),
+        "zero3+recompute": (with_training(plan, dp=2, zero=3, recompute=["full", "selective"]), model),
+        "gemma-interleaved-zero3": (with_training(gemma, dp=2, zero=3), gemma_model),
     }
     jobs = [PlanJob(p, m, label=name, predicted_comm_s={"dp": 0.001}) for name, (p, m) in cases.items()]
     results = run_plans(jobs, RunOptions(steps=2, warmup=0, verify=True, timeout_s=120))
@@ -91,7 +84,7 @@ def test_a_replica_losing_a_weight_gradient_fails_verification(adaptive: Path, m
     """Global rank 1 (pp rank 0 of replica 1) drops one W: the dp average spreads the error to replica 0."""
     plan, model = load_plan_and_model(str(adaptive), None)
     monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "skipw:1")
-    r = run_plan(_with(plan, dp=2, zero=1), model, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
+    r = run_plan(with_training(plan, dp=2, zero=1), model, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
     assert r["verified"] is False
     # replica 0 ran every W itself: its gradients are wrong only through the average
     assert any(n.endswith("(dp rank 0)") for n in r["mismatched_params"]), r["mismatched_params"]
@@ -99,10 +92,10 @@ def test_a_replica_losing_a_weight_gradient_fails_verification(adaptive: Path, m
 
 def test_executor_refuses_cp_ep_and_runs_dp_tp(adaptive: Path) -> None:
     plan = PlanFile.model_validate_json(adaptive.read_text())
-    assert executor_refusal(_with(plan, dp=2, zero=3)) is None
-    assert executor_refusal(_with(plan, dp=2, tp=2)) is None  # tests/executor/test_tensorparallel.py runs it
+    assert executor_refusal(with_training(plan, dp=2, zero=3)) is None
+    assert executor_refusal(with_training(plan, dp=2, tp=2)) is None  # tests/executor/test_tensorparallel.py runs it
     for dims, says in (({"cp": 2}, "training.cp = 2"), ({"dp": 2, "ep": 4}, "ep = 4")):
-        why = executor_refusal(_with(plan, **dims))
+        why = executor_refusal(with_training(plan, **dims))
         assert why is not None and says in why and "\n" not in why, why
 
 
@@ -110,21 +103,9 @@ def test_plans_run_together_need_the_same_dp(adaptive: Path) -> None:
     from adaptis_plan.errors import InputError
 
     plan, model = load_plan_and_model(str(adaptive), None)
-    jobs = [PlanJob(plan, model, label="a"), PlanJob(_with(plan, dp=2), model, label="b")]
+    jobs = [PlanJob(plan, model, label="a"), PlanJob(with_training(plan, dp=2), model, label="b")]
     with pytest.raises(InputError, match="training.dp = 2"):
         run_plans(jobs, RunOptions(steps=1))
-
-
-@pytest.fixture
-def one_rank_group():
-    """A one-process gloo group in this process (a HashStore: nothing started)."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.unit

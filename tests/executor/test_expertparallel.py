@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_executor import with_training
 
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
 from adaptis_plan.planfile.io import write_plan
@@ -37,13 +38,6 @@ def deepseek(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("ep") / "deepseek.json"
     write_plan(make_plan_for(req).plan, path)
     return path
-
-
-def _with(plan: PlanFile, *, recompute: list[str] | None = None, **training: int) -> PlanFile:
-    stages = plan.stages
-    if recompute is not None:
-        stages = [st.model_copy(update={"recompute": r}) for st, r in zip(stages, recompute, strict=True)]
-    return plan.model_copy(update={"training": plan.training.model_copy(update=training), "stages": stages})
 
 
 def _expert_elements(plan: PlanFile, model: object, device: int) -> tuple[int, int]:
@@ -67,8 +61,8 @@ def test_pp2_dp2_ep2_match_one_process(deepseek: Path) -> None:
     assert {"I", "W"} <= ops, ops  # the adaptive plan defers the experts' weight gradients to W
     modes = ["full", "selective"] + ["none"] * (len(plan.stages) - 2)
     cases = {
-        "ep2-zero1": _with(plan, dp=2, ep=2, zero=1),
-        "ep2-zero3+recompute": _with(plan, dp=2, ep=2, zero=3, recompute=modes),
+        "ep2-zero1": with_training(plan, dp=2, ep=2, zero=1),
+        "ep2-zero3+recompute": with_training(plan, dp=2, ep=2, zero=3, recompute=modes),
     }
     for p in cases.values():
         assert executor_refusal(p) is None
@@ -99,7 +93,7 @@ def test_dp4_ep2_syncs_experts_over_the_expert_data_parallel_group(tmp_path: Pat
     path = tmp_path / "pp1.json"
     write_plan(make_plan_for(req).plan, path)
     plan, model = load_plan_and_model(str(path), None)
-    p = _with(plan, dp=4, ep=2, zero=3)
+    p = with_training(plan, dp=4, ep=2, zero=3)
     assert executor_refusal(p) is None
     (r,) = run_plans([PlanJob(p, model, label="dp4-ep2-zero3")], RunOptions(steps=1, warmup=0, verify=True))
     assert r["verified"], (r["max_abs_grad_diff"], r["worst_param"], r["mismatched_params"])
@@ -110,18 +104,6 @@ def test_dp4_ep2_syncs_experts_over_the_expert_data_parallel_group(tmp_path: Pat
         # dense state over 4 ranks, the half of the experts this rank holds over 2 (flat shards padded)
         want = (total - experts) / 4 + experts / 4
         assert want <= held["optimizer"] <= want + 4 * len(plan.stages), (held, want)
-
-
-@pytest.fixture
-def one_rank_group():
-    """A one-process gloo group in this process (a HashStore: nothing started)."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.unit
@@ -174,13 +156,13 @@ def test_sharded_moe_on_one_rank_is_the_moe(one_rank_group, deferred: bool) -> N
 
 def test_executor_refuses_ep_that_does_not_divide(deepseek: Path, tmp_path: Path) -> None:
     plan = PlanFile.model_validate_json(deepseek.read_text())
-    assert executor_refusal(_with(plan, dp=2, ep=2)) is None
+    assert executor_refusal(with_training(plan, dp=2, ep=2)) is None
     for dims, says in (
         ({"dp": 2, "ep": 4}, "ep = 4 does not divide dp"),
         ({"dp": 3, "ep": 3}, "does not divide the MoE layers' 8 experts"),
         ({"dp": 2, "ep": 2, "tp": 2}, "training.tp = 2"),
     ):
-        why = executor_refusal(_with(plan, **dims))
+        why = executor_refusal(with_training(plan, **dims))
         assert why is not None and says in why and "\n" not in why, why
     # through the CLI: the plan file's own check, one line, exit 2
     data = json.loads(deepseek.read_text())
@@ -206,7 +188,7 @@ def test_predicted_ep_comm_prices_the_all_to_alls(deepseek: Path) -> None:
     from adaptis_plan.usecases import predicted_comm
 
     plan, model = load_plan_and_model(str(deepseek), None)
-    assert "ep" not in (predicted_comm(_with(plan, dp=2, ep=1), model) or {})
-    plain = predicted_comm(_with(plan, dp=2, ep=2), model)["ep"]
-    full = predicted_comm(_with(plan, dp=2, ep=2, recompute=["full"] * len(plan.stages)), model)["ep"]
+    assert "ep" not in (predicted_comm(with_training(plan, dp=2, ep=1), model) or {})
+    plain = predicted_comm(with_training(plan, dp=2, ep=2), model)["ep"]
+    full = predicted_comm(with_training(plan, dp=2, ep=2, recompute=["full"] * len(plan.stages)), model)["ep"]
     assert plain > 0 and full == pytest.approx(1.5 * plain)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_executor import greedy_programs, layout_for, tiny_family, write_plan_file
+from helpers_executor import greedy_programs, layout_for, tiny_family, with_training, write_plan_file
 
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plan, run_plans
 from adaptis_plan.planfile.io import write_plan
@@ -50,13 +50,6 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _with(plan: PlanFile, *, recompute: list[str] | None = None, **training: int) -> PlanFile:
-    stages = plan.stages
-    if recompute is not None:
-        stages = [st.model_copy(update={"recompute": r}) for st, r in zip(stages, recompute, strict=True)]
-    return plan.model_copy(update={"training": plan.training.model_copy(update=training), "stages": stages})
-
-
 def _ops(plan: PlanFile) -> set[str]:
     return {a.op for d in plan.devices for a in d.actions}
 
@@ -83,11 +76,11 @@ def test_pp2_tp2_matches_one_process(plans: dict[str, Path]) -> None:
     gemma, gemma_model = load_plan_and_model(str(plans["gemma"]), None)
     assert gemma_model.tie_word_embeddings and gemma_model.layers[1].attention.num_kv_heads == 1
     jobs = [
-        PlanJob(_with(adaptive, tp=2), model, label="adaptive"),
+        PlanJob(with_training(adaptive, tp=2), model, label="adaptive"),
         PlanJob(recompute, model, label="recompute"),
-        PlanJob(_with(adaptive, tp=2, recompute=["full", "selective"]), model, label="adaptive+recompute"),
+        PlanJob(with_training(adaptive, tp=2, recompute=["full", "selective"]), model, label="adaptive+recompute"),
         PlanJob(chunks, model, label="chunks"),
-        PlanJob(_with(gemma, tp=2), gemma_model, label="gemma-interleaved"),
+        PlanJob(with_training(gemma, tp=2), gemma_model, label="gemma-interleaved"),
     ]
     results = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
     _check(results, 4)
@@ -125,14 +118,14 @@ def test_tp_rank_losing_a_weight_gradient_fails_verification(
     """Global rank 1 (tp rank 1 of pipeline rank 0) drops one W: its slices' gathered gradients are wrong."""
     plan, model = load_plan_and_model(str(plans["adaptive"]), None)
     monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "skipw:1")
-    r = run_plan(_with(plan, tp=2), model, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
+    r = run_plan(with_training(plan, tp=2), model, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
     assert r["verified"] is False and r["mismatched_params"], r
 
 
 @pytest.mark.slow
 def test_tp2_dp2_zero_1_3_match_one_process(plans: dict[str, Path]) -> None:
     plan, model = load_plan_and_model(str(plans["pp1"]), None)
-    jobs = [PlanJob(_with(plan, dp=2, zero=z), model, label=f"zero{z}") for z in (1, 3)]
+    jobs = [PlanJob(with_training(plan, dp=2, zero=z), model, label=f"zero{z}") for z in (1, 3)]
     results = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
     _check(results, 4)
     for r in results:
@@ -143,7 +136,7 @@ def test_tp2_dp2_zero_1_3_match_one_process(plans: dict[str, Path]) -> None:
 def test_pp2_tp2_dp2_matches_one_process(plans: dict[str, Path]) -> None:
     plan, model = load_plan_and_model(str(plans["adaptive"]), None)
     (r,) = run_plans(
-        [PlanJob(_with(plan, tp=2, dp=2, zero=2), model, label="pp2-tp2-dp2")],
+        [PlanJob(with_training(plan, tp=2, dp=2, zero=2), model, label="pp2-tp2-dp2")],
         RunOptions(steps=1, warmup=0, verify=True, timeout_s=180),
     )
     _check([r], 8)
@@ -153,7 +146,7 @@ def test_pp2_tp2_dp2_matches_one_process(plans: dict[str, Path]) -> None:
 def test_executor_runs_tp_and_refuses_what_it_cannot_split(plans: dict[str, Path]) -> None:
     plan, model = load_plan_and_model(str(plans["recompute"]), None)
     assert executor_refusal(plan, model) is None
-    assert executor_refusal(_with(plan, dp=2, zero=3), model) is None
+    assert executor_refusal(with_training(plan, dp=2, zero=3), model) is None
     emb, head = LayerSpec(kind="embedding"), LayerSpec(kind="head")
     mla = tiny_family("deepseek").layers[1]
     three_heads = LayerSpec(
@@ -172,7 +165,7 @@ def test_executor_runs_tp_and_refuses_what_it_cannot_split(plans: dict[str, Path
         why = executor_refusal(plan, m)
         assert why is not None and says in why and "training.tp = 2" in why and "\n" not in why, (name, why)
     for dims, says in (({"cp": 2}, "training.cp = 2"), ({"dp": 2, "ep": 2}, "ep = 2")):
-        why = executor_refusal(_with(plan, **dims), model)
+        why = executor_refusal(with_training(plan, **dims), model)
         assert why is not None and says in why and "\n" not in why, why
 
 
