@@ -8,8 +8,8 @@ every order is a sort on numbers and labels, every search runs on a deterministi
 
 Legal points (`legal_points`): tp divides every head count and inner size (`check_tensor_parallel`)
 and the GPUs of a node (a tensor-parallel group never straddles nodes), tp x cp divides a node or
-fills whole nodes; cp divides the sequence into 2 x cp load-balanced chunks and only
-attention models take it (no Mamba); pp <= layers; dp = gpus / (tp x cp x pp) divides the global
+fills whole nodes; cp divides the sequence into 2 x cp load-balanced chunks of at least
+`MIN_CP_TOKENS` tokens per rank, and only attention models take it (no Mamba); pp <= layers; dp = gpus / (tp x cp x pp) divides the global
 batch; ep divides the experts and dp x cp (MoE models only); micro-batch size b divides
 B / dp with M = B / (dp x b) micro-batches. ZeRO 1, 2 and 3 are tried where dp x cp > 1: ZeRO 0
 is never better in this cost model (it holds more memory than ZeRO 1 and its all-reduce moves
@@ -28,8 +28,10 @@ uniform partition under the first recompute mode that fits, plus the optimizer s
 simulated (uniform partition; recomputation none, selective, then full: the first that fits),
 priced as whole steps; a point whose bound is above the best screened step is pruned (it cannot
 win); screening stops when its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`). The best
-screened points are then planned with the full pipeline search (`driver`), each with an equal
-share of the budget. A point whose search finds no plan that fits keeps its screened 1F1B plan.
+`PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
+1 / (2 x PLAN_LIMIT) of the budget (auto recomputation runs up to three searches of it); a big
+pipeline (pp x M >= `BIG_PIPELINE`) plans only the best point, under its screened recompute
+mode. A point whose search finds no plan that fits keeps its screened 1F1B plan.
 """
 
 from __future__ import annotations
