@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.cost.recompute import stage_recompute
 from adaptis_plan.cost.source import CostTables, cost_table_for, costs_notes, load_costs_profile
+from adaptis_plan.cost.table import device_types
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.simulate import SimResult, simulate, with_expected
 from adaptis_plan.judge.training_step import TrainingStep, training_step
@@ -526,7 +527,7 @@ def simulate_plan_file(
     )
     source = inputs.profile_source or f"{plan_path}: costs.profile"
     notes = tuple(costs_notes(inputs.profile, inputs.hardware, source))
-    names = inputs.cost_table().device_names
+    names = device_types(inputs.hardware, plan.training)  # the cost table's rows, without rebuilding it
     step = training_step(layout, programs, result, inputs.model, plan.training, inputs.hardware, names)
     return SimOutcome(plan, layout, programs, result, title, differs, inputs.cost_source, notes, step)
 
@@ -657,7 +658,7 @@ def predicted_comm(plan: PlanFile, model: ModelSpec) -> dict[str, float] | None:
     tensor-parallel collectives and expert all-to-alls over every micro-batch, recomputed forwards
     included (`cost.table.layer_comm_seconds`). None with none of them."""
     from adaptis_plan.cost.recompute import plan_layer_recompute
-    from adaptis_plan.cost.table import device_types, layer_comm_seconds, zero3_seconds
+    from adaptis_plan.cost.table import layer_comm_seconds, zero3_seconds
     from adaptis_plan.judge.training_step import device_extras
 
     t, hw, layout = plan.training, plan.hardware.profile, plan_layout(plan)

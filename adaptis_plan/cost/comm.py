@@ -6,7 +6,7 @@ Data flow: `TrainingConfig` (tp, cp, ep, dp, pp, zero) + `HardwareProfile` -> `P
 collectives inside each op with it, and `step_extras` prices what runs once per step around the
 pipeline (gradient sync, parameter all-gather, optimizer). Imports only the specs. Never prints.
 
-Rank placement (Megatron-LM's order, `RANK_ORDER`): global rank = tp_rank + tp * (cp_rank + cp *
+Rank placement (Megatron-LM's order: tp, cp, dp, pp): global rank = tp_rank + tp * (cp_rank + cp *
 (dp_rank + dp * pp_rank)); tp varies fastest. Expert parallelism shards the experts over ep of the
 dp x cp ranks, consecutive in that order (stride tp x cp), as Megatron-Core's expert-model-parallel
 groups are built inside the data-parallel group. A group of `size` ranks at `stride` fits in one
@@ -53,13 +53,10 @@ apex's / torch's fused Adam kernels move them), on the parameters the rank owns 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from adaptis_plan.spec.hardware import HardwareProfile, LinkSpec
 from adaptis_plan.spec.training import TrainingConfig
 
-RANK_ORDER = ("tp", "cp", "dp", "pp")
-Dim = Literal["tp", "cp", "ep", "dp", "edp", "pp"]
 GRAD_REDUCE_BYTES = 4  # fp32 gradients (module docstring)
 ADAM_BYTES_PER_PARAM = 30.0  # fp32 master, m, v, gradient read; master, m, v, bf16 weight written
 
@@ -198,7 +195,3 @@ def step_extras(
 def exposed(comm_s: float, window_s: float, overlap: bool) -> float:
     """What of `comm_s` is left when it may hide under `window_s` of compute."""
     return max(0.0, comm_s - window_s) if overlap else comm_s
-
-
-def gpus(training: TrainingConfig) -> int:
-    return training.tp * training.cp * training.dp * training.pp

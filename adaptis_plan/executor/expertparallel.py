@@ -62,7 +62,7 @@ import torch.distributed as dist
 from torch import nn
 
 from adaptis_plan.executor.dataparallel import DataParallel
-from adaptis_plan.executor.layers import Block, Moe
+from adaptis_plan.executor.layers import Block, Moe, route
 
 
 class _Timer:
@@ -130,9 +130,7 @@ class ExpertParallelMoe(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         t = x.reshape(-1, shape[-1])
-        probs = torch.softmax(self.router(t).float(), dim=-1)
-        weights, idx = probs.topk(self.top_k, dim=-1)
-        weights = weights.to(x.dtype)
+        weights, idx = route(self.router, t, self.top_k)
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)  # (token, slot) rows grouped by expert, hence by owner
         tok, slot = order // self.top_k, order % self.top_k

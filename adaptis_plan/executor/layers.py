@@ -321,6 +321,15 @@ class Mlp(nn.Module):
         return reduce_from_tp(y, self.tp_group)
 
 
+def route(router: nn.Module, t: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k softmax routing of tokens `t` [tokens, hidden]: (weights in t's dtype, expert indices),
+    each [tokens, top_k]. One function for the whole MoE layer and its expert-parallel shard
+    (`expertparallel`), so both route every token the same way."""
+    probs = torch.softmax(router(t).float(), dim=-1)
+    weights, idx = probs.topk(top_k, dim=-1)
+    return weights.to(t.dtype), idx
+
+
 class Moe(nn.Module):
     def __init__(self, hidden: int, m: MoeSpec) -> None:
         super().__init__()
@@ -335,9 +344,7 @@ class Moe(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         t = x.reshape(-1, shape[-1])
-        probs = torch.softmax(self.router(t).float(), dim=-1)
-        weights, idx = probs.topk(self.top_k, dim=-1)
-        weights = weights.to(x.dtype)
+        weights, idx = route(self.router, t, self.top_k)
         out = torch.zeros_like(t)
         for e, expert in enumerate(self.experts):
             tok, slot = (idx == e).nonzero(as_tuple=True)

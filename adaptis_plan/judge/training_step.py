@@ -14,8 +14,9 @@ Per pipeline rank d (device d of the plan), with finish_d its last action's end:
 - the all-gather of updated parameters (ZeRO >= 1) hides under the next step's first forward on
   d (its F actions of micro-batch 0), else it is exposed.
 step = max_d (finish_d + exposed sync_d + optimizer_d) + max_d exposed gather_d.
-Lower bound of any plan of these costs (`extras_bound`): the pipeline's bound + the least
-optimizer time (+ the least sync when it cannot overlap).
+Per layer, what its parameters add to their rank's step end (`layer_extras`): the optimizer step
+(+ the sync when it cannot overlap), the part of a lower bound `search.configuration` adds to the
+pipeline's.
 Imports `core`, `cost` and the specs only.
 """
 
@@ -126,7 +127,9 @@ def layer_extras(model: ModelSpec, training: TrainingConfig, hardware: HardwareP
 
 
 def _latencies(training: TrainingConfig, place) -> float:  # noqa: ANN001
-    """The latency part of one rank's sync (not additive over layers: taken out of each layer's share)."""
+    """The latency part of one rank's sync (not additive over layers: taken out of each layer's share).
+    It counts the expert group's rings even for a layer without experts: more than that layer's own
+    latency, so the share stays a valid (if looser) part of a lower bound."""
     z = training.zero
     per_ring = sum((g.size - 1) * g.latency_s for g in (place.dp, place.edp) if g.size > 1)
     rings = {0: 2, 1: 1, 2: training.num_microbatches}.get(z, 0)
