@@ -22,6 +22,7 @@ a plan's figures need on top:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -63,13 +64,10 @@ class SimResult:
     """
 
     step_time_s: float
-    times: list[list[tuple[float, float]]]
     busy_s: list[float]
     bubble_ratio_per_device: list[float]
     bubble_ratio: float
     peak_memory_bytes: list[float]
-    memory_timeline: list[list[tuple[float, float]]]
-    transfers: list[Transfer]
     lower_bound_s: float
     fits_memory: bool
     overflow_bytes: list[float]
@@ -79,10 +77,24 @@ class SimResult:
     # the median step when each action's time varies as the costs say (`expected_step`); None: not
     # computed, or costs without variation
     expected_step_time_s: float | None = None
+    # per-action times, memory timelines and transfers, built on first use (`_Detail`)
+    detail: _Detail | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def times(self) -> list[list[tuple[float, float]]]:
+        return self.detail.times()  # type: ignore[union-attr]
+
+    @property
+    def memory_timeline(self) -> list[list[tuple[float, float]]]:
+        return self.detail.memory_timeline()  # type: ignore[union-attr]
+
+    @property
+    def transfers(self) -> list[Transfer]:
+        return self.detail.transfers()  # type: ignore[union-attr]
 
     @property
     def num_devices(self) -> int:
-        return len(self.times)
+        return len(self.busy_s)
 
     def summary(self) -> dict[str, object]:
         """The JSON-ready keys that `plan --json` / `simulate --json` carry."""
@@ -160,14 +172,74 @@ def with_expected(
     return replace(result, expected_step_time_s=expected_step(layout, costs, programs, num_microbatches, result))
 
 
+class _Detail:
+    """What a `SimResult` shows action by action, built from the replay on first use and kept: the
+    search judges many candidates by their step time and memory peaks alone, and a big pipeline's
+    per-action tuples cost more than its replay."""
+
+    def __init__(self, layout: Layout, sc: StageCosts, run: Replay, when: np.ndarray, levels: list) -> None:
+        self._layout, self._sc, self._run, self._when, self._levels = layout, sc, run, when, levels
+        self._times: list[list[tuple[float, float]]] | None = None
+        self._timeline: list[list[tuple[float, float]]] | None = None
+        self._transfers: list[Transfer] | None = None
+
+    def times(self) -> list[list[tuple[float, float]]]:
+        if self._times is None:
+            run = self._run
+            self._times = [list(zip(s, e, strict=True)) for s, e in zip(run.starts, run.ends, strict=True)]
+        return self._times
+
+    def memory_timeline(self) -> list[list[tuple[float, float]]]:
+        if self._timeline is None:
+            self._timeline = [
+                [(0.0, static), *zip(when.tolist(), level.tolist(), strict=True)]
+                for static, when, level in self._levels
+            ]
+        return self._timeline
+
+    def transfers(self) -> list[Transfer]:
+        if self._transfers is None:
+            self._transfers = _transfers(self._layout, self._sc, self._run)
+        return self._transfers
+
+
+def _transfers(layout: Layout, sc: StageCosts, run: Replay) -> list[Transfer]:
+    """The cross-device messages of `run`, by start time, then source and destination device."""
+    dev_a, _, stage_a, op_a, mb_a = run.flat
+    xfer = np.array([x for lst in run.xfer_starts for x in lst], dtype=float)
+    idx = np.flatnonzero(xfer >= 0.0)
+    is_f = op_a[idx] == _F
+    stage_device = np.asarray(layout.stage_device, dtype=np.int64)
+    last = layout.num_stages - 1
+    src = dev_a[idx]
+    dst = np.where(
+        is_f, stage_device[np.minimum(stage_a[idx] + 1, last)], stage_device[np.maximum(stage_a[idx] - 1, 0)]
+    )
+    pdur = np.where(is_f, sc.p2p_act[np.minimum(stage_a[idx] + 1, last)], sc.p2p_grad[stage_a[idx]])
+    x0 = xfer[idx]
+    order = np.lexsort((dst, src, x0))
+    idx, src, dst, x0, pdur = idx[order], src[order], dst[order], x0[order], pdur[order]
+    return list(
+        map(
+            Transfer,
+            src.tolist(),
+            dst.tolist(),
+            x0.tolist(),
+            (x0 + pdur).tolist(),
+            stage_a[idx].tolist(),
+            mb_a[idx].tolist(),
+            np.where(op_a[idx] == _F, "act", "grad").tolist(),
+        )
+    )
+
+
 def _assemble(layout: Layout, costs: CostTable, sc: StageCosts, run: Replay, m: int) -> SimResult:
     num_devices = layout.num_devices
     dev_a, _, stage_a, op_a, mb_a = run.flat
     lengths = [len(x) for x in run.starts]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    times = [list(zip(run.starts[d], run.ends[d], strict=True)) for d in range(num_devices)]
-    starts = np.array([x for lst in run.starts for x in lst], dtype=float)
-    ends = np.array([x for lst in run.ends for x in lst], dtype=float)
+    starts = np.fromiter(itertools.chain.from_iterable(run.starts), dtype=float, count=int(offsets[-1]))
+    ends = np.fromiter(itertools.chain.from_iterable(run.ends), dtype=float, count=int(offsets[-1]))
     step_time = float(ends.max()) if ends.size else 0.0
     busy = np.bincount(dev_a, weights=ends - starts, minlength=num_devices) if ends.size else np.zeros(num_devices)
     bubbles = [float(1.0 - b / step_time) if step_time > 0 else 0.0 for b in busy]
@@ -182,54 +254,26 @@ def _assemble(layout: Layout, costs: CostTable, sc: StageCosts, run: Replay, m: 
     delta[op_a == _W] = -actw_stage[stage_a[op_a == _W]]
     when = np.where(op_a == _F, starts, ends)
     static = [float(x) for x in sc.static]
-    peaks, timelines = [], []
+    peaks, levels = [], []
     for d in range(num_devices):
         lo, hi = offsets[d], offsets[d + 1]
         level = static[d] + np.cumsum(delta[lo:hi])
         peaks.append(float(max(static[d], level.max())) if hi > lo else static[d])
-        timelines.append([(0.0, static[d]), *zip(when[lo:hi].tolist(), level.tolist(), strict=True)])
+        levels.append((static[d], when[lo:hi], level))
     limits = [float(x) for x in costs.mem_limit_bytes[:num_devices]]
     overflow = [p - lim if p - lim > MEM_SLACK else 0.0 for p, lim in zip(peaks, limits, strict=True)]
 
-    xfer = np.array([x for lst in run.xfer_starts for x in lst], dtype=float)
-    idx = np.flatnonzero(xfer >= 0.0)
-    is_f = op_a[idx] == _F
-    stage_device = np.asarray(layout.stage_device, dtype=np.int64)
-    last = layout.num_stages - 1
-    src = dev_a[idx]
-    dst = np.where(
-        is_f, stage_device[np.minimum(stage_a[idx] + 1, last)], stage_device[np.maximum(stage_a[idx] - 1, 0)]
-    )
-    pdur = np.where(is_f, sc.p2p_act[np.minimum(stage_a[idx] + 1, last)], sc.p2p_grad[stage_a[idx]])
-    x0 = xfer[idx]
-    order = np.lexsort((dst, src, x0))
-    idx, src, dst, x0, pdur = idx[order], src[order], dst[order], x0[order], pdur[order]
-    transfers = list(
-        map(
-            Transfer,
-            src.tolist(),
-            dst.tolist(),
-            x0.tolist(),
-            (x0 + pdur).tolist(),
-            stage_a[idx].tolist(),
-            mb_a[idx].tolist(),
-            np.where(op_a[idx] == _F, "act", "grad").tolist(),
-        )
-    )
-
     return SimResult(
         step_time_s=step_time,
-        times=times,
         busy_s=[float(b) for b in busy],
         bubble_ratio_per_device=bubbles,
         bubble_ratio=float(np.mean(bubbles)) if bubbles else 0.0,
         peak_memory_bytes=peaks,
-        memory_timeline=timelines,
-        transfers=transfers,
         lower_bound_s=lower_bound(costs, num_devices, m),
         fits_memory=all(o == 0.0 for o in overflow),
         overflow_bytes=overflow,
         mem_limit_bytes=limits,
         static_bytes=static,
         num_microbatches=m,
+        detail=_Detail(layout, sc, run, when, levels),
     )

@@ -27,7 +27,9 @@ Points are screened in the order of an estimate (`_estimate`: 1F1B's step in clo
 uniform partition under the first recompute mode that fits, plus the optimizer step) with 1F1B
 simulated (uniform partition; recomputation none, selective, then full: the first that fits),
 priced as whole steps; a point whose bound is above the best screened step is pruned (it cannot
-win); screening stops when its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`). The best
+win); screening stops when its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`) or when the
+estimate passes the `PLAN_LIMIT`-th best screened step by `SCREEN_MARGIN` (the rest could not be
+planned: they stay not_screened, with the reason). The best
 `PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
 1 / (2 x PLAN_LIMIT) of the budget (auto recomputation runs up to three searches of it); a big
 pipeline (pp x M >= `BIG_PIPELINE`) plans only the best point, under its screened recompute
@@ -77,6 +79,10 @@ MAX_SEARCHED_MICRO_BATCH = 8
 SCREEN_LIMIT = 8
 SCREEN_ACTIONS = 1_000_000
 PLAN_LIMIT = 2
+#: once PLAN_LIMIT points are screened, a point whose estimate is this far above the PLAN_LIMIT-th
+#: best screened step is not screened: it would not be planned (the estimate is 1F1B's closed form,
+#: within a few percent of the simulated 1F1B step on the published runs' configurations)
+SCREEN_MARGIN = 0.10
 #: pp x M from which a pipeline is big (every classic baseline of it simulates for a good fraction of
 #: a second): the best screened point alone is planned, under its screened recompute mode, with
 #: `--recompute auto` (auto's search without recomputation and per forced mode would triple it)
@@ -154,7 +160,7 @@ def screen_strategy(req: Request) -> str:
 class Considered:
     """One legal point and what became of it. `status`: planned, screened, pruned (its bound is above
     the best step found), out_of_memory, inapplicable (the requested classic strategy cannot run
-    there), not_screened (the budget ran out before its bound came up)."""
+    there), not_screened (the screening budget ran out, or its estimate says it would not be planned)."""
 
     point: Point
     bound_s: float
@@ -414,6 +420,7 @@ def search_configuration(
     screened: list[_Screen] = []
     best = math.inf
     tried = actions = 0
+    steps: list[float] = []  # the PLAN_LIMIT best screened steps
     for row in order:
         if row.bound_s >= best:
             row.status = "pruned"
@@ -421,6 +428,12 @@ def search_configuration(
             continue
         if tried >= SCREEN_LIMIT and actions >= SCREEN_ACTIONS:
             continue  # the screening budget is spent: the rest stay not_screened
+        if len(steps) >= PLAN_LIMIT and row.estimate_s > steps[PLAN_LIMIT - 1] * (1.0 + SCREEN_MARGIN):
+            row.reason = (
+                f"1F1B estimate {row.estimate_s:.4g} s is more than {SCREEN_MARGIN:.0%} above the"
+                f" {PLAN_LIMIT} best screened steps: it would not be planned"
+            )
+            continue
         if screened and deadline.expired():
             deadline.abort("configuration screening")  # --time-limit's hard stop
             continue
@@ -430,6 +443,7 @@ def search_configuration(
         if got.step is not None:
             screened.append(got)
             best = min(best, got.step.step_time_s)
+            steps = sorted([*steps, got.step.step_time_s])[:PLAN_LIMIT]
         if progress is not None:
             progress("configurations", min(1.0, tried / max(1, len(order))))
     for row in order:  # a point passed over before the best was found may be beaten by it now
