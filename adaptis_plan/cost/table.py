@@ -61,17 +61,43 @@ def _layer_key(layer: LayerSpec) -> tuple[Any, ...]:
     return (layer.kind, layer.attention, layer.mlp, layer.moe, layer.mamba, layer.vocab_range)
 
 
+#: (model, each layer's group) of the models last seen, by id: a configuration search builds the cost
+#: tables of hundreds of points of one model, and hashing a layer's specs costs more than its work
+_GROUPS: dict[int, tuple[ModelSpec, list[int]]] = {}
+_GROUPS_KEPT = 8
+
+
+def _layer_groups(model: ModelSpec) -> list[int]:
+    """Per layer of `model`, the index of the first layer with its `_layer_key` (equal shapes, equal
+    costs); computed once per model object."""
+    got = _GROUPS.get(id(model))
+    if got is not None and got[0] is model and len(got[1]) == len(model.layers):
+        return got[1]
+    first: dict[tuple[Any, ...], int] = {}
+    by_id: dict[int, int] = {}
+    groups = []
+    for n, layer in enumerate(model.layers):
+        g = by_id.get(id(layer))
+        if g is None:
+            g = by_id[id(layer)] = first.setdefault(_layer_key(layer), n)
+        groups.append(g)
+    if len(_GROUPS) >= _GROUPS_KEPT:
+        _GROUPS.pop(next(iter(_GROUPS)))
+    _GROUPS[id(model)] = (model, groups)
+    return groups
+
+
 def _works(model: ModelSpec, training: TrainingConfig, modes: Sequence[str] | None = None) -> list[LayerWork]:
     """Per-layer work under `modes` (None: no recomputation); equal layers share one object."""
-    cache: dict[tuple[Any, ...], LayerWork] = {}
+    cache: dict[tuple[int, str], LayerWork] = {}
     works = []
-    for n, layer in enumerate(model.layers):
+    for n, (layer, layer_key) in enumerate(zip(model.layers, _layer_groups(model), strict=True)):
         mode = modes[n] if modes is not None and recomputes(layer.kind) else "none"
-        plain_key = (_layer_key(layer), "none")
+        plain_key = (layer_key, "none")
         plain = cache.get(plain_key)
         if plain is None:
             plain = cache[plain_key] = layer_work(model, layer, training)
-        key = (_layer_key(layer), mode)
+        key = (layer_key, mode)
         work = cache.get(key)
         if work is None:
             work = cache[key] = recompute_work(plain, layer, model, training, mode)
