@@ -232,7 +232,7 @@ def list_schedule(
         if not multi[d]:
             return True  # one stage: older micro-batches have no forward left here
         stages = dev_stages[d]
-        lo = min(next_f[x] for x in stages)
+        lo = min([next_f[x] for x in stages])
         if lo >= k:
             return True
         need_d, held_d = need[d], held[d]
@@ -286,7 +286,7 @@ def list_schedule(
         next_f_arrival = inf
         blocked = False
         late_f: list[tuple[tuple[int, int], float]] = []  # forwards whose input is in flight: (key, arrival)
-        oldest = min(next_b[s] for s in stages)
+        oldest = next_b[stages[0]] if len(stages) == 1 else min([next_b[s] for s in stages])
         # forwards matter only when no backward is ready, or when the policy alternates after one
         for s in stages if best_b is None or (alternate and last_fb[d] == "B") or priority is not None else ():
             k = next_f[s]
