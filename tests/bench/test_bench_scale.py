@@ -34,6 +34,26 @@ def test_scale_summary_counts_only_uncalibrated_predictions() -> None:
     assert "| c* |" in text and "+10.0%" in text and "-20.0%" in text and "d: out of memory" in text
 
 
+def test_scale_reports_the_unstated_interleaving_beside_the_headline() -> None:
+    """A run whose source does not state its interleaving keeps 1F1B in the headline; the best degree that
+    fits is its own column and summary line (and "none fits" counts as 1F1B there)."""
+    rows = [
+        scale.ScaleRow(
+            "a", "s1", "h100-80gb", 64, "tp8 pp4", 100.0, predicted=80.0, interleaved=95.0, interleaved_vp=4
+        ),
+        scale.ScaleRow("b", "s1", "h100-80gb", 64, "tp8 pp8", 100.0, predicted=70.0, interleaved_note="none fits"),
+        scale.ScaleRow("c", "s2", "a100-80gb", 8, "tp8 pp1", 100.0, predicted=104.0),
+    ]
+    s = scale.summary(rows)
+    assert s["worst_abs_error"] == pytest.approx(0.3)  # the headline is 1F1B's
+    u = s["unstated_vp"]
+    assert (u["runs"], u["fits"]) == (2, 1)
+    assert u["plain"] == pytest.approx((0.25, 0.3)) and u["best"] == pytest.approx((0.175, 0.3))
+    text = scale.render(_rec("scale", {"rows": records.to_json(rows)}))
+    assert "| vp4 -5.0% |" in text and "| none fits |" in text
+    assert "from 25.0% to 17.5%" in text and "Mist (EuroSys'25)" in text
+
+
 def test_comm_renders_every_dimension_of_a_case() -> None:
     rows = [comm.CommRow("PP2 x TP2 x DP2", 8, True, 0.5, {"dp": 0.02, "tp": 0.3}, {"dp": 0.002, "tp": 0.01})]
     text = comm.render(_rec("comm", {"rows": records.to_json(rows)}))
