@@ -122,15 +122,16 @@ def layer_extras(model: ModelSpec, training: TrainingConfig, hardware: HardwareP
     out = np.empty(len(dense))
     for n, (a, b) in enumerate(zip(dense, expert, strict=True)):
         x = step_extras(float(a), float(b), training, place, hbm)
-        out[n] = x.optimizer_s + (0.0 if training.dp_overlap else x.grad_sync_s - _latencies(training, place))
+        sync = x.grad_sync_s - _latencies(training, place, float(a) > 0, float(b) > 0)
+        out[n] = x.optimizer_s + (0.0 if training.dp_overlap else sync)
     return np.maximum(out, 0.0)
 
 
-def _latencies(training: TrainingConfig, place) -> float:  # noqa: ANN001
-    """The latency part of one rank's sync (not additive over layers: taken out of each layer's share).
-    It counts the expert group's rings even for a layer without experts: more than that layer's own
-    latency, so the share stays a valid (if looser) part of a lower bound."""
-    z = training.zero
-    per_ring = sum((g.size - 1) * g.latency_s for g in (place.dp, place.edp) if g.size > 1)
-    rings = {0: 2, 1: 1, 2: training.num_microbatches}.get(z, 0)
+def _latencies(training: TrainingConfig, place, dense: bool, expert: bool) -> float:  # noqa: ANN001
+    """The latency part of a layer's sync: the rings of the groups its parameters sync over (data-parallel
+    for `dense`, expert-data-parallel for `expert`), as `step_extras` runs them. Latency is paid once per
+    ring per rank, not per layer, so it is taken out of each layer's share (a valid part of a bound)."""
+    groups = [g for g, held in ((place.dp, dense), (place.edp, expert)) if held and g.size > 1]
+    per_ring = sum((g.size - 1) * g.latency_s for g in groups)
+    rings = {0: 2, 1: 1, 2: training.num_microbatches}.get(training.zero, 0)
     return per_ring * rings

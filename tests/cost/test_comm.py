@@ -135,3 +135,26 @@ def test_the_training_step_adds_what_the_pipeline_does_not_hide() -> None:
     assert exposed.grad_sync_exposed_s == pytest.approx(exposed.grad_sync_s)
     assert exposed.step_time_s > hidden.step_time_s >= hidden.pipeline_step_time_s
     assert hidden.grad_sync_exposed_s < hidden.grad_sync_s
+
+
+def test_a_layer_s_share_of_the_sync_drops_only_its_own_groups_latency() -> None:
+    """Without overlap, each layer carries its sync less the latency of the rings its parameters sync
+    over (paid once per rank, not per layer): a dense layer of a MoE model keeps every byte of its
+    data-parallel sync, and the shares of a rank's layers never add up to more than its whole sync."""
+    from adaptis_plan.cost.table import layer_param_shares
+    from adaptis_plan.judge.training_step import layer_extras
+
+    model = load_model("deepseek-v2-lite")
+    hw = cluster(load_hardware("h100"), 64)
+    training = _train(tp=1, pp=4, dp=16, ep=8, zero=1, dp_overlap=False)
+    place = placement(hw, training)
+    device = next(iter(hw.device_types))
+    hbm = hw.device_types[device].hbm_bandwidth_gbps * 1e9 * hw.device_types[device].memory_efficiency
+    shares = layer_extras(model, training, hw, device)
+    dense, expert = layer_param_shares(model, training)
+    n = next(i for i, layer in enumerate(model.layers) if layer.kind == "decoder" and layer.moe is None)
+    x = step_extras(float(dense[n]), float(expert[n]), training, place, hbm)
+    assert expert[n] == 0 and place.edp.size > 1
+    assert shares[n] == pytest.approx(x.optimizer_s + x.grad_sync_s - (place.dp.size - 1) * place.dp.latency_s)
+    whole = step_extras(float(dense.sum()), float(expert.sum()), training, place, hbm)
+    assert shares.sum() <= whole.optimizer_s + whole.grad_sync_s
