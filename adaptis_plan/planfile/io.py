@@ -128,6 +128,8 @@ def write_plan(plan: PlanFile, path: str | Path) -> None:
 
 # objects with at most this many plain values are written on one line (an action has five)
 _FLAT_KEYS = 5
+# `json.dumps(value, separators=...)` builds a new encoder per call; a plan writes one line per action
+_ONE_LINE = json.JSONEncoder(separators=(", ", ": ")).encode
 
 
 def dumps(data: object) -> str:
@@ -144,7 +146,7 @@ def _dump(value: object, level: int, out: list[str]) -> None:
         and 0 < len(value) <= _FLAT_KEYS
         and not any(isinstance(v, dict | list | tuple) for v in value.values())
     ):
-        out.append(json.dumps(value, separators=(", ", ": ")))
+        out.append(_ONE_LINE(value))
     elif isinstance(value, dict):
         if not value:
             out.append("{}")
@@ -163,7 +165,7 @@ def _dump(value: object, level: int, out: list[str]) -> None:
             _dump(item, level + 1, out)
         out.append("\n" + " " * level + "]")
     else:
-        out.append(json.dumps(value, separators=(", ", ": ")))
+        out.append(_ONE_LINE(value))
 
 
 def write_json_atomic(data: object, path: str | Path) -> None:
