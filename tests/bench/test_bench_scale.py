@@ -54,6 +54,31 @@ def test_scale_reports_the_unstated_interleaving_beside_the_headline() -> None:
     assert "from 25.0% to 17.5%" in text and "Mist (EuroSys'25)" in text
 
 
+def test_a_stated_interleaving_of_unstated_degree_takes_the_best_degree_and_lists_1f1b() -> None:
+    """Llama 3-style rows: the headline is the best interleaving (its 1F1B figure under the table); they
+    are not counted among the runs whose interleaving is unstated."""
+    key = scale.DEGREE_UNSTATED[0]
+    rows = [
+        scale.ScaleRow(
+            "l",
+            key,
+            "h100-80gb",
+            64,
+            "tp8 pp16 vp4 (best that fits)",
+            100.0,
+            predicted=90.0,
+            interleaved=90.0,
+            interleaved_vp=4,
+            one_f_one_b=60.0,
+        ),  # fmt: skip
+        scale.ScaleRow("n", key, "h100-80gb", 64, "tp8 pp16", 100.0, predicted=70.0, interleaved_note="none fits"),
+    ]
+    s = scale.summary(rows)
+    assert s["worst_abs_error"] == pytest.approx(0.3) and s["unstated_vp"] is None
+    text = scale.render(_rec("scale", {"rows": records.to_json(rows)}))
+    assert "With 1F1B instead: l -40.0%; n -30.0% (no interleaving fits: the headline is 1F1B)." in text
+
+
 def test_comm_renders_every_dimension_of_a_case() -> None:
     rows = [comm.CommRow("PP2 x TP2 x DP2", 8, True, 0.5, {"dp": 0.02, "tp": 0.3}, {"dp": 0.002, "tp": 0.01})]
     text = comm.render(_rec("comm", {"rows": records.to_json(rows)}))
