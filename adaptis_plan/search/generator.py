@@ -36,14 +36,14 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InputError
 from adaptis_plan.judge.simulate import SimResult, simulate
-from adaptis_plan.schedules import STRATEGIES, get_spec, placement, uniform_bounds
+from adaptis_plan.schedules import STRATEGIES, ScheduleSpec, get_spec, placement, uniform_bounds
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.listsched import ListPolicy, list_schedule
 from adaptis_plan.search.partition import (
@@ -149,19 +149,8 @@ def classic_candidate(
     """One classic strategy as a simulated candidate. Raises InputError when it does not apply."""
     spec = get_spec(strategy)
     p = costs.num_devices
-    stage_device = spec.stage_device(p, stages_per_device)
-    if len(stage_device) > num_layers - 2 and partition == "uniform":
-        raise InputError(
-            f"{spec.name}: {len(stage_device)} stages for {num_layers - 2} decoder layers; lower --pp or the stages per device"
-        )
-    if len(stage_device) > num_layers:
-        raise InputError(f"{spec.name}: {len(stage_device)} stages for {num_layers} layers")
-    if partition == "uniform":
-        bounds = uniform_bounds(num_layers, len(stage_device))
-    else:  # the min-max partition (Mist-like): minimize the heaviest stage
-        bounds = min_max_stage_bounds(costs, stage_device)
-    layout = Layout(bounds=tuple(bounds), stage_device=stage_device, num_devices=p)
-    programs = spec.build(stage_device, p, num_microbatches)
+    layout = _classic_layout(costs, num_layers, spec, partition, stages_per_device)
+    programs = spec.build(layout.stage_device, p, num_microbatches)
     result = simulate(layout, costs, programs, num_microbatches)
     label = spec.name if partition == "uniform" else f"{spec.name}/balanced"
     return Candidate(
@@ -176,17 +165,44 @@ def classic_candidate(
     )
 
 
+def _classic_layout(
+    costs: CostTable, num_layers: int, spec: ScheduleSpec, partition: str, stages_per_device: int | None = None
+) -> Layout:
+    """A classic strategy's layout: its placement, and the uniform or the balanced partition. Raises
+    InputError when the strategy has more stages than the model has layers to give them."""
+    stage_device = spec.stage_device(costs.num_devices, stages_per_device)
+    if len(stage_device) > num_layers - 2 and partition == "uniform":
+        raise InputError(
+            f"{spec.name}: {len(stage_device)} stages for {num_layers - 2} decoder layers; lower --pp or the stages per device"
+        )
+    if len(stage_device) > num_layers:
+        raise InputError(f"{spec.name}: {len(stage_device)} stages for {num_layers} layers")
+    if partition == "uniform":
+        bounds = uniform_bounds(num_layers, len(stage_device))
+    else:  # the min-max partition (Mist-like): minimize the heaviest stage
+        bounds = min_max_stage_bounds(costs, stage_device)
+    return Layout(bounds=tuple(bounds), stage_device=stage_device, num_devices=costs.num_devices)
+
+
 def classic_baselines(costs: CostTable, num_layers: int, num_microbatches: int) -> dict[str, Candidate]:
     """Every classic strategy that applies to this input, with uniform and balanced partitions.
 
-    Always complete (the plan report lists every feasible classic strategy), whatever the clock."""
+    Always complete (the plan report lists every feasible classic strategy), whatever the clock. Where
+    the balanced partition is the uniform one (a model of equal layers), the balanced entry is the
+    uniform plan under its own label: the same layout and programs simulate to the same result."""
     out: dict[str, Candidate] = {}
     for name in STRATEGIES:
+        uniform: Candidate | None = None
         for part in ("uniform", "balanced"):
             try:
-                cand = classic_candidate(costs, num_layers, num_microbatches, name, part)
+                if uniform is not None and _classic_layout(costs, num_layers, get_spec(name), part) == uniform.layout:
+                    cand = replace(uniform, partition=part, source=f"{uniform.source}/balanced")
+                else:
+                    cand = classic_candidate(costs, num_layers, num_microbatches, name, part)
             except InputError:
                 continue
+            if part == "uniform":
+                uniform = cand
             out[cand.label] = cand
     return out
 
