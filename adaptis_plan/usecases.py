@@ -662,17 +662,18 @@ def predicted_comm(plan: PlanFile, model: ModelSpec) -> dict[str, float] | None:
     from adaptis_plan.judge.training_step import device_extras
 
     t, hw, layout = plan.training, plan.hardware.profile, plan_layout(plan)
+    modes = plan_layer_recompute(plan)
     out: dict[str, float] = {}
     held = [[layer for s in layout.stages_of(d) for layer in layout.layers(s)] for d in range(layout.num_devices)]
     if t.dp * t.cp > 1:
         extras = device_extras(layout, model, t, hw, device_types(hw, t))
         out["dp"] = max(x.grad_sync_s + x.param_gather_s for x in extras)
         if t.zero == 3:  # the per-op gathers and scatters, every micro-batch (`cost.analytic.op_seconds`)
-            per_layer = zero3_seconds(model, hw, t, plan_layer_recompute(plan))
+            per_layer = zero3_seconds(model, hw, t, modes)
             out["dp"] += t.num_microbatches * max(float(per_layer[h].sum()) for h in held)
     for group, degree in (("tp", t.tp), ("ep", t.ep)):
         if degree > 1:
-            per_layer = layer_comm_seconds(model, hw, t, group, plan_layer_recompute(plan))
+            per_layer = layer_comm_seconds(model, hw, t, group, modes)
             out[group] = t.num_microbatches * max(float(per_layer[h].sum()) for h in held)
     return out or None
 

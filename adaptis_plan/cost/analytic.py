@@ -789,12 +789,19 @@ def op_seconds(
     if work.recompute_i.kernels or work.recompute_i.mem_bytes or work.recompute_i.launches:
         i += work_seconds(work.recompute_i, device, work.tp, link, place)
     if place is not None and place.zero == 3:
-        gather = place.dp.ring("all_gather", work.dense_params * place.param_bytes)
-        gather += place.edp.ring("all_gather", work.expert_params * place.param_bytes)
-        scatter = place.dp.ring("reduce_scatter", work.dense_params * GRAD_REDUCE_BYTES)
-        scatter += place.edp.ring("reduce_scatter", work.expert_params * GRAD_REDUCE_BYTES)
+        gather, scatter = zero3_collectives(work, place)
         f, i, w = max(f, gather), max(i, gather), max(w, scatter)
     return f, i, w
+
+
+def zero3_collectives(work: LayerWork, place: Placement) -> tuple[float, float]:
+    """ZeRO-3's (parameter all-gather before each op, gradient reduce-scatter after W) of a layer, in
+    seconds: dense parameters over the data-parallel group, experts over the expert-data-parallel one."""
+    gather = place.dp.ring("all_gather", work.dense_params * place.param_bytes)
+    gather += place.edp.ring("all_gather", work.expert_params * place.param_bytes)
+    scatter = place.dp.ring("reduce_scatter", work.dense_params * GRAD_REDUCE_BYTES)
+    scatter += place.edp.ring("reduce_scatter", work.expert_params * GRAD_REDUCE_BYTES)
+    return gather, scatter
 
 
 def layer_cost(

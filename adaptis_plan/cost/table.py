@@ -45,8 +45,8 @@ from typing import Any
 import numpy as np
 
 from adaptis_plan.core import CostTable
-from adaptis_plan.cost.analytic import LayerWork, layer_work, op_seconds
-from adaptis_plan.cost.comm import GRAD_REDUCE_BYTES, Placement, placement
+from adaptis_plan.cost.analytic import LayerWork, layer_work, op_seconds, zero3_collectives
+from adaptis_plan.cost.comm import Placement, placement
 from adaptis_plan.cost.params import layer_params
 from adaptis_plan.cost.recompute import check_modes, measured_recompute, recompute_work, recomputes, uniform_modes
 from adaptis_plan.errors import InputError
@@ -615,10 +615,7 @@ def zero3_seconds(
     place = placement(hardware, training)
     out = np.zeros(model.num_layers)
     for n, w in enumerate(_works(model, training, modes)):
-        gather = place.dp.ring("all_gather", w.dense_params * place.param_bytes)
-        gather += place.edp.ring("all_gather", w.expert_params * place.param_bytes)
-        scatter = place.dp.ring("reduce_scatter", w.dense_params * GRAD_REDUCE_BYTES)
-        scatter += place.edp.ring("reduce_scatter", w.expert_params * GRAD_REDUCE_BYTES)
+        gather, scatter = zero3_collectives(w, place)
         out[n] = (3 if w.recompute == "full" else 2) * gather + scatter
     return out
 

@@ -127,22 +127,33 @@ def step_with_grads(
     far inside the gradient tolerance into one of up to lr * |dg| / eps in the parameter; a check of
     the whole step against `reference_update` alone would either miss bugs or flag rounding."""
     with cpu_rank() if device == "cpu" else nullcontext():
-        layers = build_model(model, seed=seed).to(device=device, dtype=dtype)
-        named = [
-            (f"{i}.{n}", p) for i, layer in layers.items() for n, p in layer.named_parameters(remove_duplicate=False)
-        ]
-        unique: dict[int, torch.nn.Parameter] = {}
-        for name, p in named:
-            if id(p) in unique:
-                continue
-            unique[id(p)] = p
+        named = _named(build_model(model, seed=seed).to(device=device, dtype=dtype))
+        seen: set[int] = set()
+        for name, p in named:  # a tied parameter takes the gradient under its first name
             g = grads.get(name)
-            if g is not None:
+            if id(p) not in seen and g is not None:
                 p.grad = g.to(device=device, dtype=p.dtype).clone()
-            elif none_grads_as_zero:
+            seen.add(id(p))
+        return _step(named, optimizer, lr, none_grads_as_zero)
+
+
+def _named(layers: torch.nn.ModuleDict) -> list[tuple[str, torch.nn.Parameter]]:
+    """Every parameter as `{layer index}.{name in layer}` (a tied one under each of its names)."""
+    return [(f"{i}.{n}", p) for i, layer in layers.items() for n, p in layer.named_parameters(remove_duplicate=False)]
+
+
+def _step(
+    named: list[tuple[str, torch.nn.Parameter]], optimizer: str, lr: float, none_grads_as_zero: bool
+) -> dict[str, torch.Tensor]:
+    """One step of the workers' optimizer over the distinct parameters of `named` (a parameter without a
+    gradient steps with a zero one when `none_grads_as_zero`, else is skipped): {name: parameter after}."""
+    unique = list({id(p): p for _, p in named}.values())
+    if none_grads_as_zero:
+        for p in unique:
+            if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        make_optimizer(list(unique.values()), optimizer, lr).step()
-        return {n: p.detach().float().cpu().clone() for n, p in named}
+    make_optimizer(unique, optimizer, lr).step()
+    return {n: p.detach().float().cpu().clone() for n, p in named}
 
 
 def _reference(
@@ -176,20 +187,9 @@ def _reference(
                 loss = x * (1.0 / (num_microbatches * dp))
                 loss.backward()
                 total += float(loss.detach())
-        named = [
-            (f"{i}.{n}", p) for i, layer in layers.items() for n, p in layer.named_parameters(remove_duplicate=False)
-        ]
+        named = _named(layers)
         grads = {name: (None if p.grad is None else p.grad.detach().float().cpu()) for name, p in named}
-        params: dict[str, torch.Tensor] = {}
-        if optimizer is not None:
-            name, lr, none_as_zero = optimizer
-            unique = list({id(p): p for _, p in named}.values())
-            if none_as_zero:
-                for p in unique:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-            make_optimizer(unique, name, lr).step()
-            params = {n: p.detach().float().cpu().clone() for n, p in named}
+        params = _step(named, *optimizer) if optimizer is not None else {}
         return total, grads, params
 
 

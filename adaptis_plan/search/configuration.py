@@ -423,8 +423,7 @@ def search_configuration(
     steps: list[float] = []  # the PLAN_LIMIT best screened steps
     for row in order:
         if row.bound_s >= best:
-            row.status = "pruned"
-            row.reason = f"lower bound {row.bound_s:.4g} s >= the best step found, {best:.4g} s"
+            _prune(row, best)
             continue
         if tried >= SCREEN_LIMIT and actions >= SCREEN_ACTIONS:
             continue  # the screening budget is spent: the rest stay not_screened
@@ -448,8 +447,7 @@ def search_configuration(
             progress("configurations", min(1.0, tried / max(1, len(order))))
     for row in order:  # a point passed over before the best was found may be beaten by it now
         if row.status == "not_screened" and row.bound_s >= best:
-            row.status = "pruned"
-            row.reason = f"lower bound {row.bound_s:.4g} s >= the best step found, {best:.4g} s"
+            _prune(row, best)
     if not screened:
         oom = [r for r in rows if r.status == "out_of_memory"]
         if not oom:
@@ -475,6 +473,12 @@ def search_configuration(
     win.considered = rows
     win.lower_bound_s = lower
     return win
+
+
+def _prune(row: Considered, best: float) -> None:
+    """Mark `row` pruned: its bound says it cannot beat the best step found."""
+    row.status = "pruned"
+    row.reason = f"lower bound {row.bound_s:.4g} s >= the best step found, {best:.4g} s"
 
 
 def _plan_point(

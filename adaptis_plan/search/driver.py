@@ -144,7 +144,7 @@ def search_pipeline(
         model, tables, pp, num_microbatches, options.head_chunks, options.target
     )
     shape = _Shape(forced, target, pp, num_microbatches, options, deadline, progress)
-    chosen = _mode_search(tables, model, costs, baselines, shape, budget)
+    chosen = _mode_search(_variants(tables, model, costs, shape), baselines, shape, budget)
     variants = chosen.variants
     modes, rc_info = [tables.default_mode] * chosen.model.num_layers, {}
     if options.recompute == "auto":
@@ -288,24 +288,24 @@ class _ModeSearch:
         return self.variants[self.k_best][1]
 
 
+def _variants(tables: CostTables, model: ModelSpec, costs: CostTable, shape: _Shape) -> list[Variant]:
+    """The model variants one mode's search plans, with their tables in `tables.default_mode`
+    (`costs`: the unsplit model's): the forced head split alone, or the model and its head splits."""
+    if shape.forced is not None:
+        return [(shape.forced, tables.table(shape.forced))]
+    variants = [(model, costs)]
+    if shape.options.head_chunks is None and "partition" in shape.options.components:
+        variants += [(v, tables.table(v)) for v in head_split_options(model, costs)]
+    return variants
+
+
 def _mode_search(
-    tables: CostTables,
-    model: ModelSpec,
-    costs: CostTable,
-    baselines: dict[str, Candidate],
-    shape: _Shape,
-    budget: SearchBudget,
+    variants: list[Variant], baselines: dict[str, Candidate], shape: _Shape, budget: SearchBudget
 ) -> _ModeSearch:
-    """The search of `tables.default_mode` on `budget`: each head variant, the classic plans with the
-    unsplit one (`costs`, `baselines`), then within the target's rules when the best breaks them."""
+    """One mode's search on `budget` (`variants` from `_variants`): each variant, the classic plans
+    with the unsplit one (`baselines`), then within the target's rules when the best breaks them."""
     options, pp, m = shape.options, shape.pp, shape.num_microbatches
     target = shape.target
-    if shape.forced is not None:
-        variants = [(shape.forced, tables.table(shape.forced))]
-    else:
-        variants = [(model, costs)]
-        if options.head_chunks is None and "partition" in options.components:
-            variants += [(v, tables.table(v)) for v in head_split_options(model, costs)]
     # classic plans are candidates only on the cost table they were built on (the unsplit head)
     searched = baselines if shape.forced is None else {}
     restricted = target.name != "adaptis"
@@ -380,13 +380,14 @@ def _auto_recompute(
             mode_tables = dataclasses.replace(tables, default_mode=mode)
             costs = mode_tables.table(model)
             label = f"{mode} everywhere"
-            bound = min(lower_bound(mode_tables.table(v), shape.pp, m) for v in _variant_models(model, costs, shape))
+            variants = _variants(mode_tables, model, costs, shape)
+            bound = min(lower_bound(table, shape.pp, m) for _, table in variants)
             if cannot_win(bound, incumbent):
                 cannot[label] = bound
                 continue
             # the classic plans apply to the unsplit head only (a forced split searches without them)
             baselines = classic_baselines(costs, model.num_layers, m) if shape.forced is None else {}
-            got = _mode_search(mode_tables, model, costs, baselines, _labelled(shape, label), budget)
+            got = _mode_search(variants, baselines, _labelled(shape, label), budget)
             got_modes = [mode] * got.model.num_layers
             cand = _final(got, got_modes, shape)
             assert cand.result is not None
@@ -436,15 +437,6 @@ def _labelled(shape: _Shape, label: str) -> _Shape:
     if progress is None:
         return shape
     return dataclasses.replace(shape, progress=lambda msg, frac: progress(f"recompute ({label}): {msg}", frac))
-
-
-def _variant_models(model: ModelSpec, costs: CostTable, shape: _Shape) -> list[ModelSpec]:
-    """The models `_mode_search` plans (`costs`: the unsplit model's table in that mode)."""
-    if shape.forced is not None:
-        return [shape.forced]
-    if shape.options.head_chunks is None and "partition" in shape.options.components:
-        return [model, *head_split_options(model, costs)]
-    return [model]
 
 
 def _with_runtime_order(
