@@ -5,7 +5,9 @@
 scheduler (each round every device runs one ready action, picked by the style's priority),
 so every order it returns is accepted by the dependency simulator by construction;
 `plan_file` / `write_plan_file` wrap a layout and programs in a plan file (with per-stage
-recomputation), `job` makes a launcher job of a plan file on disk.
+recomputation), `job` makes a launcher job of a plan file on disk. `cpu_plan_file` is the one
+helper that runs the planner: its own plan of a zoo model on the cpu profile, for the tests that
+execute what `adaptis plan` writes.
 """
 
 from __future__ import annotations
@@ -207,6 +209,19 @@ def write_plan_file(
 ) -> Path:
     """`plan_file(...)` written to `path` (keywords as `plan_file`)."""
     write_plan(plan_file(model, layout, programs, num_microbatches, **kw), path)  # type: ignore[arg-type]
+    return path
+
+
+def cpu_plan_file(path: Path, model_arg: str, *, pp: int = 2, num_microbatches: int = 4, **kw: object) -> Path:
+    """`adaptis plan` of `model_arg` on the cpu profile at seq 16 with a 1 s budget (other `PlanRequest`
+    fields as `kw`), written to `path`."""
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+
+    req = PlanRequest(
+        model_arg=model_arg, hardware_arg="cpu", pp=pp, num_microbatches=num_microbatches, seq_len=16,
+        time_limit_s=1.0, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+    write_plan(make_plan_for(req).plan, path)
     return path
 
 

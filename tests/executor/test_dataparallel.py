@@ -16,12 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_executor import greedy_programs, layout_for, tiny_family, with_training, write_plan_file
+from helpers_executor import cpu_plan_file, greedy_programs, layout_for, tiny_family, with_training, write_plan_file
 
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plan, run_plans
-from adaptis_plan.planfile.io import write_plan
 from adaptis_plan.spec.plan_file import PlanFile
-from adaptis_plan.usecases import PlanRequest, executor_refusal, load_plan_and_model, make_plan_for
+from adaptis_plan.usecases import executor_refusal, load_plan_and_model
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +33,7 @@ def interleaved_gemma(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def adaptive(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    req = PlanRequest(
-        model_arg="tiny-llama", hardware_arg="cpu", pp=2, num_microbatches=4, seq_len=16, time_limit_s=1.0
-    )
-    path = tmp_path_factory.mktemp("dp") / "adaptive.json"
-    write_plan(make_plan_for(req).plan, path)
-    return path
+    return cpu_plan_file(tmp_path_factory.mktemp("dp") / "adaptive.json", "tiny-llama")
 
 
 @pytest.mark.slow

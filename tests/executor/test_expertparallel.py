@@ -20,24 +20,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_executor import with_training
+from helpers_executor import cpu_plan_file, with_training
 
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
-from adaptis_plan.planfile.io import write_plan
 from adaptis_plan.spec.plan_file import PlanFile
-from adaptis_plan.usecases import PlanRequest, executor_refusal, load_plan_and_model, make_plan_for
+from adaptis_plan.usecases import executor_refusal, load_plan_and_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def deepseek(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    req = PlanRequest(
-        model_arg="tiny-deepseek", hardware_arg="cpu", pp=2, num_microbatches=4, seq_len=16, time_limit_s=1.0
-    )
-    path = tmp_path_factory.mktemp("ep") / "deepseek.json"
-    write_plan(make_plan_for(req).plan, path)
-    return path
+    return cpu_plan_file(tmp_path_factory.mktemp("ep") / "deepseek.json", "tiny-deepseek")
 
 
 def _expert_elements(plan: PlanFile, model: object, device: int) -> tuple[int, int]:
@@ -87,11 +81,7 @@ def test_dp4_ep2_syncs_experts_over_the_expert_data_parallel_group(tmp_path: Pat
     """PP1 x DP4 x EP2: dp ranks 0 and 2 hold experts 0-3, 1 and 3 experts 4-7; each pair averages its
     experts' gradients (ZeRO 3 shards them, and their optimizer state, over the pair), the 4 ranks the
     dense ones."""
-    req = PlanRequest(
-        model_arg="tiny-deepseek", hardware_arg="cpu", pp=1, num_microbatches=2, seq_len=16, time_limit_s=1.0
-    )
-    path = tmp_path / "pp1.json"
-    write_plan(make_plan_for(req).plan, path)
+    path = cpu_plan_file(tmp_path / "pp1.json", "tiny-deepseek", pp=1, num_microbatches=2)
     plan, model = load_plan_and_model(str(path), None)
     p = with_training(plan, dp=4, ep=2, zero=3)
     assert executor_refusal(p) is None

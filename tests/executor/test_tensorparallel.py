@@ -16,24 +16,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_executor import greedy_programs, layout_for, tiny_family, with_training, write_plan_file
+from helpers_executor import cpu_plan_file, greedy_programs, layout_for, tiny_family, with_training, write_plan_file
 
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plan, run_plans
-from adaptis_plan.planfile.io import write_plan
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec, ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
-from adaptis_plan.usecases import PlanRequest, executor_refusal, load_plan_and_model, make_plan_for
+from adaptis_plan.usecases import executor_refusal, load_plan_and_model
 
 M = 4
 
 
 def _plan(tmp: Path, name: str, **kw: object) -> Path:
-    req = PlanRequest(
-        model_arg="tiny-llama", hardware_arg="cpu", num_microbatches=M, seq_len=16, time_limit_s=1.0, **kw
-    )
-    path = tmp / f"{name}.json"
-    write_plan(make_plan_for(req).plan, path)
-    return path
+    return cpu_plan_file(tmp / f"{name}.json", "tiny-llama", num_microbatches=M, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
