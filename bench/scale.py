@@ -14,7 +14,8 @@ Where the source does not state its interleaving (pp > 1, not `VP_STATED`), the 
 assumes none, and the run is planned again with each Interleaved1F1B degree of `VP_TRIED` (the rest
 still forced): the best that fits is reported beside the headline, not in it. A source that states an
 interleaved schedule but not its degree (`DEGREE_UNSTATED`) gets that best degree in the headline
-(1F1B where none fits), and its 1F1B figure is listed under the table.
+(1F1B where none fits), and its 1F1B figure is listed under the table. Then `run_walls` times
+`WALL_CASES`: `adaptis plan` in a new process, one at a time, as a user runs it.
 
 Settings: the analytic cost model on the built-in `a100` / `h100` profiles (an A100-40GB run uses
 the `a100` profile with 40 GB of HBM). A published configuration ran, so its memory is checked
@@ -74,6 +75,20 @@ HARDWARE = {"a100-80gb": ("a100", None), "a100-40gb": ("a100", 40_000_000_000), 
 PUBLISHED_MEMORY_FRACTION = 1.0
 #: the figures `issues` holds the cost model to: median and worst |error| over the dense runs
 MEDIAN_TARGET, WORST_TARGET = 0.10, 0.25
+#: the whole-configuration planning times the project is held to (at most 10 s up to 1,024 GPUs, at most
+#: 60 s for a 405B-class model on 16,384 GPUs): `adaptis plan --no-hard-stop` as a user runs it (a new
+#: process, built-in profile, defaults), one at a time after the runs above; (case, model: a published
+#: run's id, whose `model_spec` is written, or a config path, plan arguments, target seconds)
+WALL_CASES = (
+    ("175B on 64 A100s", "korthikanti22-gpt-175b-64",
+     ("--hardware", "a100", "--gpus", "64", "--global-batch-size", "64", "--seq-len", "2048"), 10.0),
+    ("Llama-3.1-70B on 1,024 H100s", "tests/data/configs/llama-3.1-70b.json",
+     ("--hardware", "h100", "--gpus", "1024", "--global-batch-size", "1024", "--seq-len", "4096"), 10.0),
+    ("1T on 512 A100s", "korthikanti22-gpt-1t-512",
+     ("--hardware", "a100", "--gpus", "512", "--global-batch-size", "512", "--seq-len", "2048"), 10.0),
+    ("Llama-3.1-405B on 16,384 H100s", "tests/data/configs/llama-3.1-405b.json",
+     ("--hardware", "h100", "--gpus", "16384", "--global-batch-size", "2048", "--seq-len", "8192"), 60.0),
+)  # fmt: skip
 QUICK_IDS = ("narayanan21-gpt-1.7b-32", "korthikanti22-gpt-175b-64", "llama3-405b-16384-cp1", "mcore24-gpt-70b-768")
 
 
@@ -241,6 +256,52 @@ def run_one(run: dict) -> ScaleRow:
     return row
 
 
+@dataclass
+class WallRow:
+    case: str
+    model: str
+    args: list[str]
+    target_s: float
+    wall_s: float | None = None
+    configuration: str | None = None
+    tokens_per_s_per_gpu: float | None = None
+    error: str | None = None
+
+
+def run_walls(quick: bool = False) -> list[WallRow]:
+    """`WALL_CASES` through the command line, one at a time (quick: the first only)."""
+    import subprocess
+    import sys
+
+    from bench.common import REPO
+
+    runs = {r["id"]: r for r in load_runs()}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case, model, args, target in WALL_CASES[:1] if quick else WALL_CASES:
+            row = WallRow(case, model, list(args), target)
+            path = model
+            if model in runs:
+                path = str(Path(tmp) / f"{model}.json")
+                Path(path).write_text(json.dumps(model_spec(runs[model]), indent=1))
+            cmd = [sys.executable, "-m", "adaptis_plan.cli", "plan", "--model", path, *args, "--no-hard-stop",
+                   "--json", "-o", str(Path(tmp) / "plan.json")]  # fmt: skip
+            t0 = time.perf_counter()
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+            row.wall_s = time.perf_counter() - t0
+            if r.returncode != 0:
+                row.error = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+            else:
+                out = json.loads(r.stdout)
+                k = out["configuration"]
+                row.configuration = (
+                    f"tp{k['tp']} pp{k['pp']} dp{k['dp']} cp{k['cp']} M{k['num_microbatches']} {k['strategy']}"
+                )
+                row.tokens_per_s_per_gpu = out["tokens_per_s_per_gpu"]
+            rows.append(row)
+    return rows
+
+
 def _best_interleaved(run: dict, row: ScaleRow, common: dict, cfg: dict) -> None:
     """The published configuration with Interleaved1F1B at each degree of VP_TRIED that the layers allow;
     the fastest that fits goes into `row` (`ScaleRow.interleaved`)."""
@@ -293,7 +354,9 @@ def run_suite(quick: bool, workers: int = 1, log=None) -> dict:  # noqa: ANN001
         "quick": quick,
         "workers": workers,
     }
-    return records.record(SUITE, settings, {"rows": records.to_json(rows)}, command, time.perf_counter() - t0)
+    walls = run_walls(quick)  # after the runs above: one plan at a time on this machine
+    data = {"rows": records.to_json(rows), "walls": records.to_json(walls)}
+    return records.record(SUITE, settings, data, command, time.perf_counter() - t0)
 
 
 def results_from_record(rec: Mapping) -> list[ScaleRow]:
@@ -346,6 +409,31 @@ def _spread(rows: list[ScaleRow], key) -> dict[str, tuple[int, float, float]]:  
     for r in rows:
         groups.setdefault(key(r), []).append(abs(r.error))
     return {k: (len(v), statistics.median(v), max(v)) for k, v in sorted(groups.items())}
+
+
+def _walls_section(rec: Mapping) -> list[str]:
+    """The planning-time table (`WALL_CASES`), when the record has it."""
+    from bench.records import from_json
+
+    walls = from_json(list[WallRow], rec["data"].get("walls", []))
+    if not walls:
+        return []
+    body = [
+        [w.case, f"`adaptis plan --model {w.model} {' '.join(w.args)} --no-hard-stop`",
+         "-" if w.wall_s is None else f"{w.wall_s:.1f}", f"{w.target_s:.0f}",
+         "met" if w.error is None and w.wall_s is not None and w.wall_s <= w.target_s else "MISS",
+         w.configuration or (w.error or "-")[:80],
+         "-" if w.tokens_per_s_per_gpu is None else f"{w.tokens_per_s_per_gpu:,.1f}"]
+        for w in walls
+    ]  # fmt: skip
+    return [
+        "",
+        "Planning time of the whole configuration: `adaptis plan` in a new process, one at a time on this"
+        " machine, built-in profile and defaults (analytic costs, 90% of HBM, `--recompute auto`); a model named"
+        " by a run id above is that run's `model_spec`.",
+        "",
+        table(["case", "command", "wall s", "target s", "verdict", "configuration", "tok/s/GPU"], body),
+    ]
 
 
 def _interleaved(r: ScaleRow) -> str:
@@ -449,6 +537,7 @@ def render(rec: Mapping) -> str:
             )
             + ".",
         ]
+    lines += _walls_section(rec)
     errors = [r for r in rows if r.forced_error]
     if errors:
         lines += ["", "Forced configurations the planner refused:", ""]

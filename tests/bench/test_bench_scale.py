@@ -79,6 +79,22 @@ def test_a_stated_interleaving_of_unstated_degree_takes_the_best_degree_and_list
     assert "With 1F1B instead: l -40.0%; n -30.0% (no interleaving fits: the headline is 1F1B)." in text
 
 
+def test_scale_renders_the_planning_times_against_their_targets() -> None:
+    walls = [
+        scale.WallRow(
+            "fast", "m.json", ["--gpus", "64"], 10.0, wall_s=3.5, configuration="tp4 pp8", tokens_per_s_per_gpu=1.0
+        ),
+        scale.WallRow("slow", "m.json", ["--gpus", "512"], 10.0, wall_s=20.5, configuration="tp4 pp64"),
+        scale.WallRow("broken", "m.json", [], 10.0, wall_s=1.0, error="error: bad input"),
+    ]
+    rows = [scale.ScaleRow("a", "s1", "a100-80gb", 8, "tp1", 100.0, predicted=101.0)]
+    text = scale.render(_rec("scale", {"rows": records.to_json(rows), "walls": records.to_json(walls)}))
+    assert "| fast | `adaptis plan --model m.json --gpus 64 --no-hard-stop` | 3.5 | 10 | met | tp4 pp8 |" in text
+    assert "| slow |" in text and "| 20.5 | 10 | MISS |" in text
+    assert "| 1.0 | 10 | MISS | error: bad input |" in text
+    assert "Planning time" not in scale.render(_rec("scale", {"rows": records.to_json(rows)}))
+
+
 def test_comm_renders_every_dimension_of_a_case() -> None:
     rows = [comm.CommRow("PP2 x TP2 x DP2", 8, True, 0.5, {"dp": 0.02, "tp": 0.3}, {"dp": 0.002, "tp": 0.01})]
     text = comm.render(_rec("comm", {"rows": records.to_json(rows)}))
