@@ -23,21 +23,24 @@ plus the optimizer step (`judge.training_step.layer_extras`): every rank ends wi
 step >= max(pipeline bound + the smallest layer's, (all work + all optimizer steps) / pp).
 The least bound over every point that may fit is the configuration-level lower bound.
 
-Points are screened in the order of an estimate (`_estimate`: 1F1B's step in closed form on the
-uniform partition under the first recompute mode that fits, plus the optimizer step) with 1F1B
-simulated (uniform partition; recomputation none, selective, then full: the first that fits),
-priced as whole steps; a point whose bound is above the best screened step is pruned (it cannot
+Points are screened in the order of an estimate (`_estimate`: the fastest classic schedule in closed
+form, 1F1B or, for adaptive and an Interleaved1F1B of unstated degree, Interleaved1F1B at up to
+`MAX_SCREEN_CHUNKS` stages per device, on the uniform partition under the first recompute mode where
+one fits, plus the optimizer step) with that schedule simulated (uniform partition; recomputation
+none, selective, then full: the first that fits; 1F1B where the interleaving overflows), priced as
+whole steps; a point whose bound is above the best screened step is pruned (it cannot
 win); screening stops when its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`) or when the
 estimate passes the `PLAN_LIMIT`-th best screened step by `SCREEN_MARGIN` (the rest could not be
 planned: they stay not_screened, with the reason). The best
 `PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
 1 / (2 x PLAN_LIMIT) of the budget (auto recomputation runs up to three searches of it); a big
 pipeline (pp x M >= `BIG_PIPELINE`) plans only the best point, under its screened recompute
-mode. A point whose search finds no plan that fits keeps its screened 1F1B plan.
+mode. A point whose search finds no plan that fits, or none faster, keeps its screened classic plan.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,7 +75,7 @@ DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch_size", "num_mic
 #: micro-batch sizes tried when not given: powers of two up to this (larger ones only raise the
 #: activation memory; the GEMMs are near their asymptote at b x s = 16K tokens and above)
 MAX_SEARCHED_MICRO_BATCH = 8
-#: points screened with 1F1B: while the screened plans' actions (pipeline ranks x micro-batches x 3
+#: points screened: while the screened plans' actions (stages x micro-batches x 3
 #: per point) stay under SCREEN_ACTIONS, and at least SCREEN_LIMIT (a deterministic budget: small
 #: pipelines screen every point, pp 64 x 512 micro-batches about ten); the best PLAN_LIMIT of them
 #: are planned with the full pipeline search
@@ -88,6 +91,12 @@ SCREEN_MARGIN = 0.10
 #: `--recompute auto` (auto's search without recomputation and per forced mode would triple it)
 BIG_PIPELINE = 4096
 SCREEN_STRATEGY = "1F1B"
+#: the most stages per device the screen's estimate tries for Interleaved1F1B beside 1F1B (adaptive,
+#: or Interleaved1F1B without --stages-per-device): the bubble falls as 1 / degree while each degree
+#: adds a round of transfers; Megatron-LM's published pipelined runs that state a degree use 2-8
+#: layers per virtual stage or fewer, and past 8 the estimate's bubble is within (pp - 1) / (8 M) of
+#: the step. Each degree costs one closed form per point, no simulation.
+MAX_SCREEN_CHUNKS = 8
 #: tokens of a sequence a context-parallel rank holds at least when cp is searched (Megatron-Core
 #: runs cp 2 at 8K and cp 16 at 128K in its published recipes: 4K-8K per rank)
 MIN_CP_TOKENS = 1024
@@ -151,9 +160,19 @@ class Point:
         return {k: getattr(self, k) for k in DIMENSIONS}
 
 
-def screen_strategy(req: Request) -> str:
-    """The classic schedule points are screened with: the requested one, or 1F1B for adaptive."""
-    return SCREEN_STRATEGY if req.strategy.lower() == "adaptive" else req.strategy
+def screen_strategy(req: Request, chunks: int = 1) -> tuple[str, int | None]:
+    """The classic schedule (strategy, stages per device) a point is screened with: the requested one,
+    or 1F1B for adaptive; Interleaved1F1B at `chunks` stages per device where the estimate chose an
+    interleaving degree (`_degrees`)."""
+    if chunks > 1:
+        return "Interleaved1F1B", chunks
+    return (SCREEN_STRATEGY if req.strategy.lower() == "adaptive" else req.strategy), req.stages_per_device
+
+
+def _degrees(req: Request) -> bool:
+    """Whether the screen chooses an interleaving degree: adaptive, or Interleaved1F1B, without
+    --stages-per-device."""
+    return req.stages_per_device is None and req.strategy.lower() in ("adaptive", "interleaved1f1b")
 
 
 @dataclass
@@ -166,6 +185,7 @@ class Considered:
     bound_s: float
     status: str
     estimate_s: float = math.inf  # the screening order (`_estimate`); not a bound
+    chunks: int = 1  # stages per device of the classic schedule the estimate chose (1: 1F1B)
     step_time_s: float | None = None
     reason: str = ""
     recompute: str | None = None
@@ -180,6 +200,8 @@ class Considered:
             out["recompute"] = self.recompute
         if self.strategy is not None:
             out["strategy"] = self.strategy
+            if self.strategy == "Interleaved1F1B" and self.chunks > 1:
+                out["stages_per_device"] = self.chunks
         if self.reason:
             out["reason"] = self.reason
         if self.overflow_bytes:
@@ -307,6 +329,7 @@ class _Screen:
     candidate: object = None
     step: TrainingStep | None = None
     mode: str = "none"
+    schedule: tuple[str, int | None] = ("1F1B", None)  # the screened classic (strategy, stages per device)
 
 
 def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Point) -> Considered:
@@ -333,59 +356,89 @@ def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Po
         (m * float(work.sum()) + float(extras.sum())) / pp,
     )
     row = Considered(point, bound, "not_screened")
-    row.estimate_s = _estimate(model, hw, req, point, costs, float(extras.sum()) / pp)
+    row.estimate_s, row.chunks = _estimate(model, hw, req, point, costs, float(extras.sum()) / pp)
     return row
 
 
 def _estimate(
     model: ModelSpec, hw: HardwareProfile, req: Request, point: Point, plain: CostTable, optimizer_s: float
-) -> float:
-    """The screening order (not a bound): 1F1B's step in closed form on the uniform partition,
-    sum over stages of (F + B) + (M - 1) x the slowest stage's (F + B), under the first recompute
-    mode (none, selective, full, or the requested one) whose stages fit their memory (static bytes
-    + min(pp - s, M) micro-batches of activations on stage s), plus the optimizer step; infinite
-    when none fits."""
+) -> tuple[float, int]:
+    """The screening order (not a bound) and the stages per device it chose: under the first recompute
+    mode (none, selective, full, or the requested one) in which some classic schedule fits, the fastest
+    of them in closed form on the uniform partition, plus the optimizer step; infinite when none fits.
+
+    - 1F1B: sum over stages of (F + B) + (M - 1) x the slowest stage's (F + B); stage s holds static
+      bytes + min(pp - s, M) micro-batches of activations.
+    - Interleaved1F1B at k stages per device (`_degrees`, up to `MAX_SCREEN_CHUNKS`): M x the busiest
+      device's (F + B) + (pp - 1) x the slowest stage's (the bubble of one stage per device shrinks to
+      one of its k chunks); device d holds its static bytes + its warm-up forwards + 1 of its k chunks
+      (`schedules.interleaved_1f1b`: min((k - 1) g + 2 (pp - 1 - d), k M), g the micro-batch group)
+      at its chunks' mean activation."""
     m, pp = point.num_microbatches, point.pp
     if pp > model.num_layers - 2:
-        return math.inf
-    cuts = uniform_bounds(model.num_layers, pp)
+        return math.inf, 1
+    degrees = [1]
+    if pp > 1 and _degrees(req):
+        degrees += [k for k in range(2, MAX_SCREEN_CHUNKS + 1) if pp * k <= model.num_layers - 2]
     modes = RECOMPUTE_LADDER if req.recompute == "auto" else (req.recompute,)
     limit = float(plain.mem_limit_bytes.min())
+    group = -(-m // max(1, m // pp))  # the first micro-batch group's size (`microbatch_groups`)
+    dev = np.arange(pp)
     for mode in modes:
         costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
         work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
-        stage = np.add.reduceat(work, cuts[:-1])
-        static = np.add.reduceat(costs.static_bytes, cuts[:-1])
-        act = np.add.reduceat(costs.act_bytes, cuts[:-1])
-        held = np.minimum(pp - np.arange(pp), m)
-        if np.all(static + act * held <= limit):
-            return float(stage.sum() + (m - 1) * stage.max()) + optimizer_s
-    return math.inf
+        best, chunks = math.inf, 1
+        for k in degrees:
+            cuts = uniform_bounds(model.num_layers, pp * k)[:-1]
+            stage = np.add.reduceat(work, cuts)
+            static = np.add.reduceat(costs.static_bytes, cuts).reshape(k, pp).sum(axis=0)
+            act = np.add.reduceat(costs.act_bytes, cuts).reshape(k, pp).sum(axis=0)
+            if k == 1:
+                held = np.minimum(pp - dev, m).astype(float)
+                step = float(stage.sum() + (m - 1) * stage.max())
+            else:
+                held = (np.minimum((k - 1) * group + 2 * (pp - 1 - dev), k * m) + 1) / k
+                step = float(m * stage.reshape(k, pp).sum(axis=0).max() + (pp - 1) * stage.max())
+            if np.all(static + act * held <= limit) and step < best:
+                best, chunks = step, k
+        if best < math.inf:
+            return best + optimizer_s, chunks
+    return math.inf, 1
 
 
 def _screen(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered, modes: Sequence[str]) -> _Screen:
-    """1F1B at the point with the first recompute mode of `modes` that fits, as a whole step."""
+    """The classic schedule the estimate chose (`screen_strategy`; 1F1B where that interleaving does
+    not fit) at the point, with the first recompute mode of `modes` that fits, as a whole step."""
     p = row.point
     worst = 0.0
-    strategy = screen_strategy(req)
+    schedules = [screen_strategy(req, row.chunks)]
+    if row.chunks > 1:
+        schedules.append(screen_strategy(req))
     for mode in modes:
         training = p.training(req, mode)
         tables = CostTables(hw, training, default_mode=mode)
         costs = tables.table(model)
-        try:
-            cand = classic_candidate(
-                costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=req.stages_per_device
-            )
-        except InputError as e:  # the classic strategy does not apply at this point (its rules)
-            row.status, row.reason = "inapplicable", str(e)
-            return _Screen(row)
-        result = cand.result or simulate(cand.layout, costs, cand.programs, p.num_microbatches)
-        if not result.fits_memory:
-            worst = max(result.overflow_bytes)
-            continue
-        step = training_step(cand.layout, cand.programs, result, model, training, hw, costs.device_names)
-        row.status, row.step_time_s, row.recompute, row.strategy = "screened", step.step_time_s, mode, strategy
-        return _Screen(row, tables, cand, step, mode)
+        for strategy, chunks in schedules:
+            last = (strategy, chunks) == schedules[-1]
+            try:
+                cand = classic_candidate(
+                    costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=chunks
+                )
+            except InputError as e:  # the classic strategy does not apply at this point (its rules)
+                if not last:
+                    continue
+                row.status, row.reason = "inapplicable", str(e)
+                return _Screen(row)
+            result = cand.result or simulate(cand.layout, costs, cand.programs, p.num_microbatches)
+            if not result.fits_memory:
+                if last:
+                    worst = max(result.overflow_bytes)
+                continue
+            step = training_step(cand.layout, cand.programs, result, model, training, hw, costs.device_names)
+            row.status, row.step_time_s, row.recompute, row.strategy = "screened", step.step_time_s, mode, strategy
+            row.chunks = chunks or 1
+            return _Screen(row, tables, cand, step, mode, (strategy, chunks))
+    strategy = schedules[-1][0]
     row.status, row.overflow_bytes = "out_of_memory", worst
     row.reason = f"{strategy} with {modes[-1]} recomputation is {_gib(worst)} over the memory limit"
     return _Screen(row)
@@ -437,7 +490,7 @@ def search_configuration(
             deadline.abort("configuration screening")  # --time-limit's hard stop
             continue
         tried += 1
-        actions += 3 * row.point.pp * row.point.num_microbatches
+        actions += 3 * row.point.pp * row.point.num_microbatches * row.chunks
         got = _screen(model, hw, req, row, modes)
         if got.step is not None:
             screened.append(got)
@@ -465,14 +518,24 @@ def search_configuration(
     # (none's, each forced mode's, `driver`), so a point gets 1 / (2 x PLAN_LIMIT) of the budget
     share = budget.scaled(1.0 / (2 * PLAN_LIMIT))
     results = []
+    searched: dict[tuple, driver.PipelinePlan | None] = {}  # `_adaptive`'s searches by their inputs
     for got in chosen:
-        results.append(_plan_point(model, hw, req, got, share, deadline, progress))
+        results.append(_plan_point(model, hw, req, got, share, deadline, progress, searched))
     results.sort(key=lambda c: (c.step.step_time_s, c.point))
     lower = min(r.bound_s for r in order) if order else math.inf
     win = results[0]
     win.considered = rows
     win.lower_bound_s = lower
     return win
+
+
+def _table_key(table: CostTable) -> tuple:
+    """Every number of a cost table, as a hashable key."""
+    out: list[object] = []
+    for f in dataclasses.fields(table):
+        v = getattr(table, f.name)
+        out.append((v.shape, v.tobytes()) if isinstance(v, np.ndarray) else v)
+    return tuple(out)
 
 
 def _prune(row: Considered, best: float) -> None:
@@ -489,8 +552,10 @@ def _plan_point(
     budget: SearchBudget,
     deadline: Deadline,
     progress: ProgressFn | None,
+    searched: dict[tuple, driver.PipelinePlan | None],
 ) -> Choice:
-    """The full pipeline search at a screened point; its 1F1B plan when the search finds none better."""
+    """The full pipeline search at a screened point; its screened classic plan when the search finds
+    none better. `searched` holds the searches already run (`_adaptive`)."""
     p, row = got.considered.point, got.considered
     recompute = req.recompute
     if recompute == "auto" and p.pp * p.num_microbatches >= BIG_PIPELINE:
@@ -503,13 +568,14 @@ def _plan_point(
     if req.strategy.lower() == "adaptive":
         # auto searches without recomputation and, where memory binds, each forced mode and per-stage
         # choices (`driver`): never worse than the uniform mode the screen needed
-        planned, step = _adaptive(model, hw, p, training, tables, recompute, req.seed, budget, deadline, progress)
+        planned, step = _adaptive(
+            model, hw, p, training, tables, recompute, req.seed, budget, deadline, progress, searched
+        )  # fmt: skip
     if step is None or step.step_time_s > got.step.step_time_s:
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
-        strategy = screen_strategy(req)
+        strategy, chunks = got.schedule
         planned = driver.classic_pipeline(
-            model, got.tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches,
-            stages_per_device=req.stages_per_device,
+            model, got.tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches, stages_per_device=chunks,
         )  # fmt: skip
         training = p.training(req, got.mode)
         best = planned.best
@@ -536,15 +602,31 @@ def _adaptive(
     budget: SearchBudget,
     deadline: Deadline,
     progress: ProgressFn | None,
+    searched: dict[tuple, driver.PipelinePlan | None],
 ) -> tuple[driver.PipelinePlan | None, TrainingStep | None]:
-    """The pipeline search at `p` and its whole step, or (None, None) when no plan fits."""
-    try:
-        opts = driver.PipelineOptions(recompute=recompute, seed=seed)
-        planned = driver.search_pipeline(
-            model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
-            options=opts, progress=progress,
-        )  # fmt: skip
-    except (InfeasibleError, InputError):
+    """The pipeline search at `p` and its whole step, or (None, None) when no plan fits.
+
+    The search reads only the cost tables, pp, M and its options: a point whose tables equal, in every
+    recompute mode it may use, those of a point already searched (dp x cp and the micro-batch size
+    trading places at the same tokens and ZeRO group per rank) reuses that search, from `searched`,
+    and prices its own step around it."""
+    modes = RECOMPUTE_LADDER if recompute == "auto" else (recompute,)
+    key = (p.pp, p.num_microbatches, recompute, seed, hash(budget), *(
+        _table_key(CostTables(hw, training, default_mode=m).table(model)) for m in modes
+    ))  # fmt: skip
+    if key in searched:
+        planned = searched[key]
+    else:
+        try:
+            opts = driver.PipelineOptions(recompute=recompute, seed=seed)
+            planned = driver.search_pipeline(
+                model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
+                options=opts, progress=progress,
+            )  # fmt: skip
+        except (InfeasibleError, InputError):
+            planned = None
+        searched[key] = planned
+    if planned is None:
         return None, None
     best = planned.best
     result = with_expected(

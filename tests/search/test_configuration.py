@@ -42,6 +42,52 @@ def test_hybrid_models_take_no_context_parallelism() -> None:
     assert {p.cp for p in legal_points(model, hw, Request(32, 64, 8192))} == {1}
 
 
+@pytest.mark.unit
+def test_the_screen_chooses_an_interleaving_degree_by_its_closed_form() -> None:
+    """Few micro-batches on a deep pipeline: the estimate picks Interleaved1F1B at some degree, within 10%
+    of its simulated step, and the screened plan beats 1F1B and the other degree that fits."""
+    from adaptis_plan.search import configuration as C
+
+    model = load_model("llama-2-7b")
+    hw = cluster(load_hardware("h100"), 16)
+    free = Request(gpus=16, global_batch_size=16, seq_len=2048)
+    point = C.Point(2, 8, 1, 1, 1, 1, 1, 16)
+    row = C._screen_bound(model, hw, free, point)
+    got = C._screen(model, hw, free, row, ("none",))
+    assert row.chunks > 1 and row.strategy == "Interleaved1F1B"
+    assert row.record()["stages_per_device"] == row.chunks
+    assert row.estimate_s == pytest.approx(got.step.step_time_s, rel=0.10)
+    for strategy, k in (("1F1B", None), ("Interleaved1F1B", 2 if row.chunks != 2 else 4)):
+        forced = Request(gpus=16, global_batch_size=16, seq_len=2048, strategy=strategy, stages_per_device=k)
+        other = C._screen(model, hw, forced, C._screen_bound(model, hw, forced, point), ("none",))
+        assert other.considered.chunks == (k or 1)
+        assert got.step.step_time_s < other.step.step_time_s
+
+
+def test_points_with_equal_cost_tables_share_one_pipeline_search(monkeypatch) -> None:
+    """dp x cp and the micro-batch size trading places at the same tokens per rank and ZeRO group give
+    equal cost tables: the second point reuses the first one's search and prices its own step."""
+    from adaptis_plan.search import configuration as C
+    from adaptis_plan.search import driver
+    from adaptis_plan.search.budget import Deadline, SearchBudget
+
+    model = load_model("llama-2-7b")
+    hw = cluster(load_hardware("h100"), 32)
+    req = Request(gpus=32, global_batch_size=64, seq_len=4096, recompute="none")
+    calls = []
+    real = driver.search_pipeline
+    monkeypatch.setattr(driver, "search_pipeline", lambda *a, **k: calls.append(1) or real(*a, **k))
+    searched: dict = {}
+    got = []
+    for point in (C.Point(2, 2, 4, 2, 1, 1, 2, 8), C.Point(2, 2, 8, 1, 1, 1, 1, 8), C.Point(2, 2, 8, 1, 1, 1, 2, 4)):
+        screen = C._screen(model, hw, req, C._screen_bound(model, hw, req, point), ("none",))
+        budget = SearchBudget.for_time_limit(1.0)
+        got.append(C._plan_point(model, hw, req, screen, budget, Deadline.after(1e9), None, searched))
+    assert len(calls) == 2  # the third point (4 micro-batches) searches on its own
+    assert got[1].plan is got[0].plan and got[1].training.dp == 8
+    assert got[1].step.step_time_s == pytest.approx(got[0].step.step_time_s, rel=0.05)
+
+
 def test_plan_gpus_reports_the_whole_configuration(adaptis, tmp_path) -> None:
     out = tmp_path / "plan.json"
     r = adaptis("plan", *SMALL, "--gpus", "16", "--global-batch-size", "64", "-o", out, "--json")
