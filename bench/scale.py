@@ -11,10 +11,10 @@ parallel configuration and measured throughput, derived from the source's own FL
 published one (classic 1F1B, or Interleaved1F1B with the published virtual stages, and the published
 recomputation), once free (`--recompute auto`, adaptive) -> `ScaleRow` -> the record -> `render`.
 Where the source does not state its interleaving (pp > 1, not `VP_STATED`), the forced prediction
-assumes none, and the run is planned again with each Interleaved1F1B degree of `VP_TRIED` (the rest
-still forced): the best that fits is reported beside the headline, not in it. A source that states an
-interleaved schedule but not its degree (`DEGREE_UNSTATED`) gets that best degree in the headline
-(1F1B where none fits), and its 1F1B figure is listed under the table. Then `run_walls` times
+assumes none, and the run is planned again with each Interleaved1F1B degree its software allows
+(`interleaving_degrees`; the rest still forced): the best that fits is reported beside the headline, not
+in it. A source that states an interleaved schedule but not its degree (`DEGREE_UNSTATED`) gets that
+best degree in the headline (1F1B where none fits), and its 1F1B figure is listed under the table. Then `run_walls` times
 `WALL_CASES`: `adaptis plan` in a new process, one at a time, as a user runs it.
 
 Settings: the analytic cost model on the built-in `a100` / `h100` profiles (an A100-40GB run uses
@@ -55,10 +55,20 @@ TP_COMM_OVERLAP = ("megatron_core_h100_2024",)
 #: Interleaved1F1B degree of these that fits, to show how much that assumption moves the figure
 VP_STATED = ("korthikanti2022",)
 VP_TRIED = (2, 3, 4, 6, 8)
-#: sources that state an interleaved schedule but not its degree (Llama 3: "a tunable interleaved
-#: schedule"): the headline takes the best degree of VP_TRIED that fits, 1F1B where none does, and
-#: the 1F1B figure is listed under the table
-DEGREE_UNSTATED = ("llama3_2024",)
+#: sources that ran Megatron-LM, whose interleaved schedule takes a number of layers per virtual stage
+#: that divides the layers per pipeline stage (megatron/training/arguments.py: "number of layers per
+#: pipeline stage must be divisible number of layers per virtual pipeline stage"): their degrees are
+#: the divisors of layers / pp (`interleaving_degrees`), not VP_TRIED
+MEGATRON_LM = ("narayanan2021", "korthikanti2022", "megascale2024", "megatron_core_h100_2024")
+#: sources that state an interleaved schedule but not its degree: the headline takes the best degree
+#: that fits (`interleaving_degrees`), 1F1B where none does, and the 1F1B figure is listed under the
+#: table.
+#: - Llama 3: "a tunable interleaved schedule".
+#: - Megatron-Core 2024: the README overlaps "pipeline-parallel communication (enabled by default)";
+#:   at that commit (f2e5db4) arguments.py turns the p2p overlap off for a non-interleaved schedule
+#:   ("non-interleaved schedule does not support overlapping p2p communication"), so its pipelined
+#:   runs were interleaved.
+DEGREE_UNSTATED = ("llama3_2024", "megatron_core_h100_2024")
 #: what the configuration-search anchors state of themselves (`../shared/research/anchors.md`): context beside
 #: our figures, never a comparison (none ran on these inputs or settings)
 ANCHORS = (
@@ -302,15 +312,24 @@ def run_walls(quick: bool = False) -> list[WallRow]:
     return rows
 
 
+def interleaving_degrees(run: dict) -> list[int]:
+    """The Interleaved1F1B degrees the run's software allows: for Megatron-LM (`MEGATRON_LM`) every
+    divisor > 1 of the layers per pipeline stage (none when pp does not divide the layers), else
+    those of VP_TRIED that leave each virtual stage a layer."""
+    layers, pp = run["model"]["num_layers"], run["pp"]
+    if run["source_key"] in MEGATRON_LM:
+        per_stage = layers // pp if layers % pp == 0 else 0
+        return [vp for vp in range(2, per_stage + 1) if per_stage % vp == 0]
+    return [vp for vp in VP_TRIED if pp * vp <= layers]
+
+
 def _best_interleaved(run: dict, row: ScaleRow, common: dict, cfg: dict) -> None:
-    """The published configuration with Interleaved1F1B at each degree of VP_TRIED that the layers allow;
-    the fastest that fits goes into `row` (`ScaleRow.interleaved`)."""
+    """The published configuration with Interleaved1F1B at each degree of `interleaving_degrees`; the
+    fastest that fits goes into `row` (`ScaleRow.interleaved`)."""
     from adaptis_plan.errors import AdaptisError
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
-    for vp in VP_TRIED:
-        if run["pp"] * vp > run["model"]["num_layers"]:
-            break
+    for vp in interleaving_degrees(run):
         try:
             out = make_plan_for(
                 PlanRequest(**common, **{**cfg, "strategy": "Interleaved1F1B", "stages_per_device": vp})
@@ -482,7 +501,8 @@ def render(rec: Mapping) -> str:
     if u is not None:
         lines.append(
             f"- Interleaving not stated by the source ({u['runs']} counted runs with pp > 1): the headline assumes"
-            f" none. With the best Interleaved1F1B degree of {', '.join(map(str, VP_TRIED))} that fits memory (it"
+            " none. With the best Interleaved1F1B degree that fits memory, of the degrees its software allows"
+            f" (Megatron-LM: the divisors of the layers per stage; otherwise {', '.join(map(str, VP_TRIED))}) (it"
             f" does on {u['fits']} of them; 1F1B for the rest), their median |error| moves from {u['plain'][0]:.1%} to"
             f" {u['best'][0]:.1%} and their worst from {u['plain'][1]:.1%} to {u['best'][1]:.1%} (column best"
             " interleaved): the assumption, not the cost model, spans that range."
@@ -527,8 +547,9 @@ def render(rec: Mapping) -> str:
     if stated:
         lines += [
             "",
-            "Interleaved, degree not stated by the source: the headline takes the best Interleaved1F1B degree of"
-            f" {', '.join(map(str, VP_TRIED))} that fits memory, 1F1B where none does. With 1F1B instead: "
+            "Interleaved, degree not stated by the source: the headline takes the best Interleaved1F1B degree that"
+            " fits memory, of the degrees its software allows (Megatron-LM: the divisors of the layers per stage;"
+            f" otherwise {', '.join(map(str, VP_TRIED))}), 1F1B where none does. With 1F1B instead: "
             + "; ".join(
                 f"{r.id} {_pct((r.one_f_one_b if r.one_f_one_b is not None else r.predicted) / r.measured - 1)}"
                 + ("" if r.one_f_one_b is not None else " (no interleaving fits: the headline is 1F1B)")
