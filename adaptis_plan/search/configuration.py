@@ -41,6 +41,7 @@ mode. A point whose search finds no plan that fits, or none faster, keeps its sc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ from adaptis_plan.schedules.placement import uniform_bounds
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import classic_candidate
+from adaptis_plan.search.workers import pmap
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
 from adaptis_plan.spec.limits import (
     MAX_CP,
@@ -466,7 +468,7 @@ def search_configuration(
             " sequence, ep the experts of a MoE model and dp x cp; dp x micro-batch size x micro-batches must equal"
             " the global batch); change the fixed sizes"
         )
-    rows = [_screen_bound(model, hw, req, p) for p in points]
+    rows = pmap(functools.partial(_screen_bound, model, hw, req), points)
     order = sorted((r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.estimate_s, r.bound_s, r.point))
     fixed_mode = None if req.recompute == "auto" else req.recompute
     modes = (fixed_mode,) if fixed_mode else RECOMPUTE_LADDER
@@ -518,7 +520,7 @@ def search_configuration(
     # (none's, each forced mode's, `driver`), so a point gets 1 / (2 x PLAN_LIMIT) of the budget
     share = budget.scaled(1.0 / (2 * PLAN_LIMIT))
     results = []
-    searched: dict[tuple, driver.PipelinePlan | None] = {}  # `_adaptive`'s searches by their inputs
+    searched = _presearch(model, hw, req, chosen, share, deadline)  # `_adaptive`'s searches by their inputs
     for got in chosen:
         results.append(_plan_point(model, hw, req, got, share, deadline, progress, searched))
     results.sort(key=lambda c: (c.step.step_time_s, c.point))
@@ -557,12 +559,7 @@ def _plan_point(
     """The full pipeline search at a screened point; its screened classic plan when the search finds
     none better. `searched` holds the searches already run (`_adaptive`)."""
     p, row = got.considered.point, got.considered
-    recompute = req.recompute
-    if recompute == "auto" and p.pp * p.num_microbatches >= BIG_PIPELINE:
-        recompute = got.mode
-    base_mode = "none" if recompute == "auto" else recompute
-    training = p.training(req, recompute)
-    tables = CostTables(hw, training, default_mode=base_mode)
+    recompute, training, tables = _search_inputs(req, got, hw)
     planned: driver.PipelinePlan | None = None
     step: TrainingStep | None = None
     if req.strategy.lower() == "adaptive":
@@ -610,22 +607,10 @@ def _adaptive(
     recompute mode it may use, those of a point already searched (dp x cp and the micro-batch size
     trading places at the same tokens and ZeRO group per rank) reuses that search, from `searched`,
     and prices its own step around it."""
-    modes = RECOMPUTE_LADDER if recompute == "auto" else (recompute,)
-    key = (p.pp, p.num_microbatches, recompute, seed, hash(budget), *(
-        _table_key(CostTables(hw, training, default_mode=m).table(model)) for m in modes
-    ))  # fmt: skip
-    if key in searched:
-        planned = searched[key]
-    else:
-        try:
-            opts = driver.PipelineOptions(recompute=recompute, seed=seed)
-            planned = driver.search_pipeline(
-                model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
-                options=opts, progress=progress,
-            )  # fmt: skip
-        except (InfeasibleError, InputError):
-            planned = None
-        searched[key] = planned
+    key = _search_key(model, hw, p, training, recompute, seed, budget)
+    if key not in searched:
+        searched[key] = _search(model, seed, budget, deadline, progress, (p, tables, recompute))
+    planned = searched[key]
     if planned is None:
         return None, None
     best = planned.best
@@ -638,6 +623,70 @@ def _adaptive(
     best.result = result
     step = training_step(best.layout, best.programs, result, planned.model, training, hw, planned.costs.device_names)
     return planned, step
+
+
+def _search_key(
+    model: ModelSpec, hw: HardwareProfile, p: Point, training: TrainingConfig, recompute: str, seed: int,
+    budget: SearchBudget,
+) -> tuple:  # fmt: skip
+    """What `_search` at `p` depends on: pp, M, the recompute request, seed and budget, and the cost
+    tables in every recompute mode it may use (`_adaptive`)."""
+    modes = RECOMPUTE_LADDER if recompute == "auto" else (recompute,)
+    tables = (_table_key(CostTables(hw, training, default_mode=m).table(model)) for m in modes)
+    return (p.pp, p.num_microbatches, recompute, seed, budget, *tables)
+
+
+def _search(
+    model: ModelSpec,
+    seed: int,
+    budget: SearchBudget,
+    deadline: Deadline,
+    progress: ProgressFn | None,
+    job: tuple[Point, CostTables, str],
+) -> driver.PipelinePlan | None:
+    """The adaptive pipeline search of `job` = (point, its cost tables, recompute request); None when no
+    plan fits. Module level: `_plan_points` runs several in worker processes."""
+    p, tables, recompute = job
+    try:
+        return driver.search_pipeline(
+            model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
+            options=driver.PipelineOptions(recompute=recompute, seed=seed), progress=progress,
+        )  # fmt: skip
+    except (InfeasibleError, InputError):
+        return None
+
+
+def _search_inputs(req: Request, got: _Screen, hw: HardwareProfile) -> tuple[str, TrainingConfig, CostTables]:
+    """The recompute request, training config and cost tables `_plan_point` searches a screened point with."""
+    p = got.considered.point
+    recompute = req.recompute
+    if recompute == "auto" and p.pp * p.num_microbatches >= BIG_PIPELINE:
+        recompute = got.mode
+    training = p.training(req, recompute)
+    return recompute, training, CostTables(hw, training, default_mode="none" if recompute == "auto" else recompute)
+
+
+def _presearch(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    req: Request,
+    chosen: Sequence[_Screen],
+    budget: SearchBudget,
+    deadline: Deadline,
+) -> dict[tuple, driver.PipelinePlan | None]:
+    """The distinct adaptive searches of the points to plan, run side by side (`workers.pmap`) when there
+    are several, keyed as `_adaptive` looks them up; empty for a classic request or a single search."""
+    if req.strategy.lower() != "adaptive":
+        return {}
+    jobs: dict[tuple, tuple[Point, CostTables, str]] = {}
+    for got in chosen:
+        p = got.considered.point
+        recompute, training, tables = _search_inputs(req, got, hw)
+        jobs.setdefault(_search_key(model, hw, p, training, recompute, req.seed, budget), (p, tables, recompute))
+    if len(jobs) < 2:
+        return {}
+    found = pmap(functools.partial(_search, model, req.seed, budget, deadline, None), list(jobs.values()))
+    return dict(zip(jobs, found, strict=True))
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:

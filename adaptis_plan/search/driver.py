@@ -49,6 +49,7 @@ from adaptis_plan.search.recompute import (
     search_recompute,
     why_not_recompute,
 )
+from adaptis_plan.search.workers import pmap, workers
 from adaptis_plan.spec.model import ModelSpec
 
 #: A model variant (its head split or not) and its cost table.
@@ -376,18 +377,25 @@ def _auto_recompute(
     cannot: dict[str, float] = {}
     found: list[str] = []  # forced modes whose search found a plan that fits
     if why_not_recompute(plain.outcome, plain.costs)[1] is None:
+        forced = []
         for mode in FORCED_MODES:
             mode_tables = dataclasses.replace(tables, default_mode=mode)
-            costs = mode_tables.table(model)
+            variants = _variants(mode_tables, model, mode_tables.table(model), shape)
+            forced.append((mode, variants, min(lower_bound(table, shape.pp, m) for _, table in variants)))
+        # the incumbent only improves: a mode that cannot beat the plain plan is never searched, and the
+        # others may run side by side; which of them count is decided below, in order, as one by one
+        ahead = [(mode, variants) for mode, variants, bound in forced if not cannot_win(bound, incumbent)]
+        done = {}
+        if len(ahead) > 1 and workers() > 1:
+            quiet = dataclasses.replace(shape, progress=None)  # a worker never prints
+            found_plans = pmap(functools.partial(_forced_search, quiet, budget), ahead)
+            done = dict(zip([mode for mode, _ in ahead], found_plans, strict=True))
+        for mode, variants, bound in forced:
             label = f"{mode} everywhere"
-            variants = _variants(mode_tables, model, costs, shape)
-            bound = min(lower_bound(table, shape.pp, m) for _, table in variants)
             if cannot_win(bound, incumbent):
                 cannot[label] = bound
                 continue
-            # the classic plans apply to the unsplit head only (a forced split searches without them)
-            baselines = classic_baselines(costs, model.num_layers, m) if shape.forced is None else {}
-            got = _mode_search(variants, baselines, _labelled(shape, label), budget)
+            got = done.get(mode) or _forced_search(shape, budget, (mode, variants))
             got_modes = [mode] * got.model.num_layers
             cand = _final(got, got_modes, shape)
             assert cand.result is not None
@@ -429,6 +437,16 @@ def _auto_recompute(
         return best, best_modes, info
     info.setdefault("reason", "no candidate gave a faster plan than the one without recomputation")
     return plain, none, info
+
+
+def _forced_search(shape: _Shape, budget: SearchBudget, job: tuple[str, list[Variant]]) -> _ModeSearch:
+    """`--recompute MODE`'s search of `job` = (mode, its model variants and tables), as recompute auto
+    runs it (`_auto_recompute`; module level, for the worker processes)."""
+    mode, variants = job
+    model, costs = variants[0]
+    # the classic plans apply to the unsplit head only (a forced split searches without them)
+    baselines = classic_baselines(costs, model.num_layers, shape.num_microbatches) if shape.forced is None else {}
+    return _mode_search(variants, baselines, _labelled(shape, f"{mode} everywhere"), budget)
 
 
 def _labelled(shape: _Shape, label: str) -> _Shape:

@@ -1,0 +1,62 @@
+"""Independent pieces of a search, run side by side in worker processes.
+
+`pmap(fn, items)` is `[fn(x) for x in items]`, the same list in the same order, computed by up to
+`workers()` forked processes: each piece is deterministic and shares nothing with the others, so the
+result does not depend on how many ran at once (the plan stays byte-identical under any load). Used
+where the pieces are many or heavy: the whole-configuration search's per-point bounds and its
+planned points' pipeline searches.
+
+Workers: the CPUs this process may run on, or `ADAPTIS_WORKERS` (an integer >= 1; 1 runs everything
+in this process). Where `fork` is not available (macOS and Windows spawn a fresh interpreter, which
+costs more than these pieces), or with a single piece or CPU, `pmap` runs in this process. A worker
+never prints: the caller keeps its terminal. A worker may fork its own (recompute auto's forced modes
+inside one of several planned points): when its siblings finish first, the CPUs they leave are used.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import TypeVar
+
+from adaptis_plan.errors import InputError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+ENV = "ADAPTIS_WORKERS"
+
+
+def workers() -> int:
+    """How many processes `pmap` may use (module docstring)."""
+    raw = os.environ.get(ENV, "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise InputError(f"{ENV} = {raw!r}: use an integer >= 1 (1 plans in one process)")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def pmap(fn: Callable[[T], R], items: Iterable[T], *, limit: int | None = None) -> list[R]:
+    """`[fn(x) for x in items]`, computed by up to `workers()` (and `limit`) forked processes, in order.
+
+    `fn` and the items must pickle (a module-level function, or a `functools.partial` of one)."""
+    todo: Sequence[T] = list(items)
+    n = min(len(todo), workers(), limit or len(todo))
+    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [fn(x) for x in todo]
+    chunk = -(-len(todo) // n)  # one contiguous chunk per worker: each pickles fn once
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(fn, todo, chunksize=chunk))
+
+
+__all__ = ["ENV", "pmap", "workers"]

@@ -1,0 +1,75 @@
+"""Worker processes change how fast a plan is found, never which plan (`search.workers`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from adaptis_plan.errors import InputError
+from adaptis_plan.search import workers
+
+#: two distinct points are planned here (dp8 x cp2 with 2 micro-batches, dp16 with 1)
+CONFIG = ("--model", "llama-2-7b", "--hardware", "h100", "--seq-len", "2048", "--gpus", "16",
+          "--global-batch-size", "128", "--time-limit", "2", "--no-hard-stop")  # fmt: skip
+
+
+def test_pmap_keeps_the_order_with_any_number_of_workers(monkeypatch) -> None:  # noqa: ANN001
+    items = list(range(1, 40))
+    want = [math.factorial(x) for x in items]
+    for n in ("1", "2", "3"):
+        monkeypatch.setenv(workers.ENV, n)
+        assert workers.workers() == int(n)
+        assert workers.pmap(math.factorial, items) == want
+    assert workers.pmap(math.factorial, []) == []
+
+
+@pytest.mark.parametrize("raw", ["0", "-2", "two"])
+def test_a_bad_worker_count_is_one_clear_line(monkeypatch, adaptis, tmp_path, raw: str) -> None:  # noqa: ANN001
+    monkeypatch.setenv(workers.ENV, raw)
+    with pytest.raises(InputError, match=r"ADAPTIS_WORKERS = .*: use an integer >= 1"):
+        workers.workers()
+    out = tmp_path / "p.json"
+    r = adaptis("plan", *CONFIG, "-o", out)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "ADAPTIS_WORKERS" in r.stderr
+    assert not out.exists()
+
+
+def _plan(adaptis, monkeypatch, path: Path, n: int, *args: str) -> dict:  # noqa: ANN001
+    monkeypatch.setenv(workers.ENV, str(n))
+    r = adaptis("plan", *args, "-o", path, "--json")
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_planned_points_searched_side_by_side_give_the_same_plan(adaptis, monkeypatch, tmp_path) -> None:  # noqa: ANN001
+    one = _plan(adaptis, monkeypatch, tmp_path / "one.json", 1, *CONFIG)
+    two = _plan(adaptis, monkeypatch, tmp_path / "two.json", 2, *CONFIG)
+    planned = [r["configuration"] for r in one["configurations"] if r["status"] == "planned"]
+    assert len({(c["num_microbatches"], c["dp"]) for c in planned}) == 2  # two searches ran
+    assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
+    assert one["configurations"] == two["configurations"]
+
+
+def test_recompute_auto_searching_its_forced_modes_side_by_side_gives_the_same_plan(
+    adaptis,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+) -> None:
+    """tiny-llama on CPU ranks of 100 MB: memory binds, and both forced modes are searched."""
+    from importlib.resources import files
+
+    data = json.loads(files("adaptis_plan.profiles").joinpath("cpu.json").read_text())
+    for device in data["device_types"].values():
+        device["hbm_bytes"] = 100_000_000
+    hw = tmp_path / "cpu-100mb.json"
+    hw.write_text(json.dumps(data))
+    args = ("--model", "tiny-llama", "--hardware", str(hw), "--pp", "4", "--microbatches", "16", "--seq-len", "1024",
+            "--time-limit", "1", "--no-hard-stop")  # fmt: skip
+    one = _plan(adaptis, monkeypatch, tmp_path / "one.json", 1, *args)
+    _plan(adaptis, monkeypatch, tmp_path / "two.json", 2, *args)
+    labels = {c["label"] for c in one["search"]["recompute"]["candidates"]}
+    assert {"selective everywhere", "full everywhere"} <= labels
+    assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
