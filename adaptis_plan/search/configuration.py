@@ -408,10 +408,20 @@ def _estimate(
     return math.inf, 1
 
 
-def _screen(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered, modes: Sequence[str]) -> _Screen:
+def _screen(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    req: Request,
+    row: Considered,
+    modes: Sequence[str],
+    classic: dict[tuple, object] | None = None,
+) -> _Screen:
     """The classic schedule the estimate chose (`screen_strategy`; 1F1B where that interleaving does
-    not fit) at the point, with the first recompute mode of `modes` that fits, as a whole step."""
+    not fit) at the point, with the first recompute mode of `modes` that fits, as a whole step.
+    `classic` keeps the simulated classic plans by cost table, micro-batches and schedule: a point
+    whose table equals an earlier one's (`_adaptive`) reuses the plan and prices its own step."""
     p = row.point
+    classic = {} if classic is None else classic
     worst = 0.0
     schedules = [screen_strategy(req, row.chunks)]
     if row.chunks > 1:
@@ -422,14 +432,19 @@ def _screen(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered
         costs = tables.table(model)
         for strategy, chunks in schedules:
             last = (strategy, chunks) == schedules[-1]
-            try:
-                cand = classic_candidate(
-                    costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=chunks
-                )
-            except InputError as e:  # the classic strategy does not apply at this point (its rules)
+            key = (_table_key(costs), p.num_microbatches, strategy, chunks)
+            if key not in classic:
+                try:
+                    classic[key] = classic_candidate(
+                        costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=chunks
+                    )
+                except InputError as e:  # the classic strategy does not apply at this point (its rules)
+                    classic[key] = e
+            cand = classic[key]
+            if isinstance(cand, InputError):
                 if not last:
                     continue
-                row.status, row.reason = "inapplicable", str(e)
+                row.status, row.reason = "inapplicable", str(cand)
                 return _Screen(row)
             result = cand.result or simulate(cand.layout, costs, cand.programs, p.num_microbatches)
             if not result.fits_memory:
@@ -476,6 +491,7 @@ def search_configuration(
     best = math.inf
     tried = actions = 0
     steps: list[float] = []  # the PLAN_LIMIT best screened steps
+    classic: dict[tuple, object] = {}  # the screens' classic plans (`_screen`)
     for row in order:
         if row.bound_s >= best:
             _prune(row, best)
@@ -493,7 +509,7 @@ def search_configuration(
             continue
         tried += 1
         actions += 3 * row.point.pp * row.point.num_microbatches * row.chunks
-        got = _screen(model, hw, req, row, modes)
+        got = _screen(model, hw, req, row, modes, classic)
         if got.step is not None:
             screened.append(got)
             best = min(best, got.step.step_time_s)

@@ -64,6 +64,27 @@ def test_the_screen_chooses_an_interleaving_degree_by_its_closed_form() -> None:
         assert got.step.step_time_s < other.step.step_time_s
 
 
+@pytest.mark.unit
+def test_points_with_equal_cost_tables_share_one_screened_plan(monkeypatch) -> None:
+    """The screen simulates a classic plan once per cost table, micro-batch count and schedule; each
+    point prices its own whole step around it (here the same: one ZeRO group of 8)."""
+    from adaptis_plan.search import configuration as C
+
+    model = load_model("llama-2-7b")
+    hw = cluster(load_hardware("h100"), 32)
+    req = Request(gpus=32, global_batch_size=64, seq_len=4096, recompute="none")
+    calls = []
+    real = C.classic_candidate
+    monkeypatch.setattr(C, "classic_candidate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    memo: dict = {}
+    got = [
+        C._screen(model, hw, req, C._screen_bound(model, hw, req, point), ("none",), memo)
+        for point in (C.Point(2, 2, 4, 2, 1, 1, 2, 8), C.Point(2, 2, 8, 1, 1, 1, 1, 8), C.Point(2, 2, 8, 1, 1, 1, 2, 4))
+    ]
+    assert len(calls) == 2 and got[1].candidate is got[0].candidate and got[2].candidate is not got[0].candidate
+    assert got[1].step.step_time_s == pytest.approx(got[0].step.step_time_s, rel=1e-9)
+
+
 def test_points_with_equal_cost_tables_share_one_pipeline_search(monkeypatch) -> None:
     """dp x cp and the micro-batch size trading places at the same tokens per rank and ZeRO group give
     equal cost tables: the second point reuses the first one's search and prices its own step."""
