@@ -64,43 +64,49 @@ def test_the_screen_chooses_an_interleaving_degree_by_its_closed_form() -> None:
         assert got.step.step_time_s < other.step.step_time_s
 
 
+def _twins() -> tuple:
+    """llama-2-7b on 32 H100s: two points with equal cost tables (dp4 x cp2 with micro-batches of 2, dp8
+    with 1: the same tokens per rank and ZeRO group of 8), then one with 4 micro-batches."""
+    from adaptis_plan.search.configuration import Point
+
+    req = Request(gpus=32, global_batch_size=64, seq_len=4096, recompute="none")
+    points = (Point(2, 2, 4, 2, 1, 1, 2, 8), Point(2, 2, 8, 1, 1, 1, 1, 8), Point(2, 2, 8, 1, 1, 1, 2, 4))
+    return load_model("llama-2-7b"), cluster(load_hardware("h100"), 32), req, points
+
+
+def _counted(monkeypatch, owner: object, name: str) -> list:  # noqa: ANN001
+    """`owner.name` patched to count its calls (the list grows by one per call)."""
+    calls: list = []
+    real = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
 @pytest.mark.unit
-def test_points_with_equal_cost_tables_share_one_screened_plan(monkeypatch) -> None:
+def test_points_with_equal_cost_tables_share_one_screened_plan(monkeypatch) -> None:  # noqa: ANN001
     """The screen simulates a classic plan once per cost table, micro-batch count and schedule; each
     point prices its own whole step around it (here the same: one ZeRO group of 8)."""
     from adaptis_plan.search import configuration as C
 
-    model = load_model("llama-2-7b")
-    hw = cluster(load_hardware("h100"), 32)
-    req = Request(gpus=32, global_batch_size=64, seq_len=4096, recompute="none")
-    calls = []
-    real = C.classic_candidate
-    monkeypatch.setattr(C, "classic_candidate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model, hw, req, points = _twins()
+    calls = _counted(monkeypatch, C, "classic_candidate")
     memo: dict = {}
-    got = [
-        C._screen(model, hw, req, C._screen_bound(model, hw, req, point), ("none",), memo)
-        for point in (C.Point(2, 2, 4, 2, 1, 1, 2, 8), C.Point(2, 2, 8, 1, 1, 1, 1, 8), C.Point(2, 2, 8, 1, 1, 1, 2, 4))
-    ]
+    got = [C._screen(model, hw, req, C._screen_bound(model, hw, req, p), ("none",), memo) for p in points]
     assert len(calls) == 2 and got[1].candidate is got[0].candidate and got[2].candidate is not got[0].candidate
     assert got[1].step.step_time_s == pytest.approx(got[0].step.step_time_s, rel=1e-9)
 
 
-def test_points_with_equal_cost_tables_share_one_pipeline_search(monkeypatch) -> None:
-    """dp x cp and the micro-batch size trading places at the same tokens per rank and ZeRO group give
-    equal cost tables: the second point reuses the first one's search and prices its own step."""
+def test_points_with_equal_cost_tables_share_one_pipeline_search(monkeypatch) -> None:  # noqa: ANN001
+    """The second point reuses the first one's search and prices its own step around it."""
     from adaptis_plan.search import configuration as C
     from adaptis_plan.search import driver
     from adaptis_plan.search.budget import Deadline, SearchBudget
 
-    model = load_model("llama-2-7b")
-    hw = cluster(load_hardware("h100"), 32)
-    req = Request(gpus=32, global_batch_size=64, seq_len=4096, recompute="none")
-    calls = []
-    real = driver.search_pipeline
-    monkeypatch.setattr(driver, "search_pipeline", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model, hw, req, points = _twins()
+    calls = _counted(monkeypatch, driver, "search_pipeline")
     searched: dict = {}
     got = []
-    for point in (C.Point(2, 2, 4, 2, 1, 1, 2, 8), C.Point(2, 2, 8, 1, 1, 1, 1, 8), C.Point(2, 2, 8, 1, 1, 1, 2, 4)):
+    for point in points:
         screen = C._screen(model, hw, req, C._screen_bound(model, hw, req, point), ("none",))
         budget = SearchBudget.for_time_limit(1.0)
         got.append(C._plan_point(model, hw, req, screen, budget, Deadline.after(1e9), None, searched))
