@@ -381,7 +381,9 @@ def _estimate(
         return math.inf, 1
     degrees = [1]
     if pp > 1 and _degrees(req):
-        degrees += [k for k in range(2, MAX_SCREEN_CHUNKS + 1) if pp * k <= model.num_layers - 2]
+        deeper = [k for k in range(2, MAX_SCREEN_CHUNKS + 1) if pp * k <= model.num_layers - 2]
+        # an Interleaved1F1B request interleaves: 1F1B is adaptive's own alternative only
+        degrees = deeper if req.strategy.lower() != "adaptive" and deeper else degrees + deeper
     modes = RECOMPUTE_LADDER if req.recompute == "auto" else (req.recompute,)
     limit = float(plain.mem_limit_bytes.min())
     group = -(-m // max(1, m // pp))  # the first micro-batch group's size (`microbatch_groups`)
@@ -416,16 +418,18 @@ def _screen(
     modes: Sequence[str],
     classic: dict[tuple, object] | None = None,
 ) -> _Screen:
-    """The classic schedule the estimate chose (`screen_strategy`; 1F1B where that interleaving does
-    not fit) at the point, with the first recompute mode of `modes` that fits, as a whole step.
+    """The classic schedule the estimate chose (`screen_strategy`; where that interleaving does not
+    fit, 1F1B for adaptive, the requested strategy at its default degree otherwise) at the point, with the
+    first recompute mode of `modes` that fits, as a whole step.
     `classic` keeps the simulated classic plans by cost table, micro-batches and schedule: a point
     whose table equals an earlier one's (`_adaptive`) reuses the plan and prices its own step."""
     p = row.point
     classic = {} if classic is None else classic
     worst = 0.0
     schedules = [screen_strategy(req, row.chunks)]
-    if row.chunks > 1:
-        schedules.append(screen_strategy(req))
+    fallback = screen_strategy(req)  # 1F1B for adaptive, the requested strategy at its own degree otherwise
+    if row.chunks > 1 and fallback not in schedules:
+        schedules.append(fallback)
     for mode in modes:
         training = p.training(req, mode)
         tables = CostTables(hw, training, default_mode=mode)
@@ -453,7 +457,7 @@ def _screen(
                 continue
             step = training_step(cand.layout, cand.programs, result, model, training, hw, costs.device_names)
             row.status, row.step_time_s, row.recompute, row.strategy = "screened", step.step_time_s, mode, strategy
-            row.chunks = chunks or 1
+            row.chunks = cand.layout.num_stages // p.pp  # the degree run (a classic default where unset)
             return _Screen(row, tables, cand, step, mode, (strategy, chunks))
     strategy = schedules[-1][0]
     row.status, row.overflow_bytes = "out_of_memory", worst

@@ -62,6 +62,10 @@ def test_the_screen_chooses_an_interleaving_degree_by_its_closed_form() -> None:
         other = C._screen(model, hw, forced, C._screen_bound(model, hw, forced, point), ("none",))
         assert other.considered.chunks == (k or 1)
         assert got.step.step_time_s < other.step.step_time_s
+    # Interleaved1F1B without a degree: the same choice among the interleaved degrees
+    asked = Request(gpus=16, global_batch_size=16, seq_len=2048, strategy="Interleaved1F1B")
+    same = C._screen(model, hw, asked, C._screen_bound(model, hw, asked, point), ("none",))
+    assert same.considered.chunks == row.chunks and same.candidate.layout.num_stages == 8 * row.chunks
 
 
 def _twins() -> tuple:
