@@ -60,7 +60,7 @@ from adaptis_plan.schedules.placement import uniform_bounds
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import classic_candidate
-from adaptis_plan.search.workers import pmap
+from adaptis_plan.search.workers import pmap, workers
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
 from adaptis_plan.spec.limits import (
     MAX_CP,
@@ -695,9 +695,10 @@ def _presearch(
     deadline: Deadline,
 ) -> dict[tuple, driver.PipelinePlan | None]:
     """The distinct adaptive searches of the points to plan, run side by side (`workers.pmap`) when there
-    are several, keyed as `_adaptive` looks them up; empty for a classic request or a single search."""
-    if req.strategy.lower() != "adaptive":
-        return {}
+    are several, keyed as `_adaptive` looks them up; empty for a classic request, a single search or a
+    single worker."""
+    if req.strategy.lower() != "adaptive" or workers() < 2:
+        return {}  # one process: `_adaptive` runs each search in turn, with its progress shown
     jobs: dict[tuple, tuple[Point, CostTables, str]] = {}
     for got in chosen:
         p = got.considered.point
