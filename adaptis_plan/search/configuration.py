@@ -56,6 +56,7 @@ from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.simulate import simulate, with_expected
 from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
+from adaptis_plan.schedules import get_spec
 from adaptis_plan.schedules.placement import uniform_bounds
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
@@ -94,10 +95,10 @@ SCREEN_MARGIN = 0.10
 BIG_PIPELINE = 4096
 SCREEN_STRATEGY = "1F1B"
 #: the most stages per device the screen's estimate tries for Interleaved1F1B beside 1F1B (adaptive,
-#: or Interleaved1F1B without --stages-per-device): the bubble falls as 1 / degree while each degree
-#: adds a round of transfers; Megatron-LM's published pipelined runs that state a degree use 2-8
-#: layers per virtual stage or fewer, and past 8 the estimate's bubble is within (pp - 1) / (8 M) of
-#: the step. Each degree costs one closed form per point, no simulation.
+#: or Interleaved1F1B without --stages-per-device): the bubble falls as 1 / degree. The closed form
+#: has no transfer term, so among the degrees that fit it favours the deepest; the screen's simulation
+#: and the pipeline search price the transfers. Past 8 the estimate's bubble is within (pp - 1) / (8 M)
+#: of the step. Each degree costs one closed form per point, no simulation.
 MAX_SCREEN_CHUNKS = 8
 #: tokens of a sequence a context-parallel rank holds at least when cp is searched (Megatron-Core
 #: runs cp 2 at 8K and cp 16 at 128K in its published recipes: 4K-8K per rank)
@@ -162,13 +163,14 @@ class Point:
         return {k: getattr(self, k) for k in DIMENSIONS}
 
 
-def screen_strategy(req: Request, chunks: int = 1) -> tuple[str, int | None]:
-    """The classic schedule (strategy, stages per device) a point is screened with: the requested one,
-    or 1F1B for adaptive; Interleaved1F1B at `chunks` stages per device where the estimate chose an
-    interleaving degree (`_degrees`)."""
+def screen_strategy(req: Request, chunks: int = 1) -> tuple[str, int]:
+    """The classic schedule (strategy, stages per device) a point is screened with: the requested one
+    (at its default degree when --stages-per-device is not given), or 1F1B for adaptive; Interleaved1F1B
+    at `chunks` stages per device where the estimate chose an interleaving degree (`_degrees`)."""
     if chunks > 1:
         return "Interleaved1F1B", chunks
-    return (SCREEN_STRATEGY if req.strategy.lower() == "adaptive" else req.strategy), req.stages_per_device
+    strategy = SCREEN_STRATEGY if req.strategy.lower() == "adaptive" else req.strategy
+    return strategy, req.stages_per_device or get_spec(strategy).default_stages_per_device
 
 
 def _degrees(req: Request) -> bool:
@@ -331,7 +333,7 @@ class _Screen:
     candidate: object = None
     step: TrainingStep | None = None
     mode: str = "none"
-    schedule: tuple[str, int | None] = ("1F1B", None)  # the screened classic (strategy, stages per device)
+    schedule: tuple[str, int] = ("1F1B", 1)  # the screened classic (strategy, stages per device)
 
 
 def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Point) -> Considered:
@@ -457,7 +459,7 @@ def _screen(
                 continue
             step = training_step(cand.layout, cand.programs, result, model, training, hw, costs.device_names)
             row.status, row.step_time_s, row.recompute, row.strategy = "screened", step.step_time_s, mode, strategy
-            row.chunks = cand.layout.num_stages // p.pp  # the degree run (a classic default where unset)
+            row.chunks = chunks
             return _Screen(row, tables, cand, step, mode, (strategy, chunks))
     strategy = schedules[-1][0]
     row.status, row.overflow_bytes = "out_of_memory", worst
@@ -504,7 +506,7 @@ def search_configuration(
             continue  # the screening budget is spent: the rest stay not_screened
         if len(steps) >= PLAN_LIMIT and row.estimate_s > steps[PLAN_LIMIT - 1] * (1.0 + SCREEN_MARGIN):
             row.reason = (
-                f"1F1B estimate {row.estimate_s:.4g} s is more than {SCREEN_MARGIN:.0%} above the"
+                f"estimate {row.estimate_s:.4g} s is more than {SCREEN_MARGIN:.0%} above the"
                 f" {PLAN_LIMIT} best screened steps: it would not be planned"
             )
             continue
@@ -665,7 +667,7 @@ def _search(
     job: tuple[Point, CostTables, str],
 ) -> driver.PipelinePlan | None:
     """The adaptive pipeline search of `job` = (point, its cost tables, recompute request); None when no
-    plan fits. Module level: `_plan_points` runs several in worker processes."""
+    plan fits. Module level: `_presearch` runs several in worker processes."""
     p, tables, recompute = job
     try:
         return driver.search_pipeline(
