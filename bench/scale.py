@@ -314,11 +314,14 @@ def run_walls(quick: bool = False) -> list[WallRow]:
 
 def interleaving_degrees(run: dict) -> list[int]:
     """The Interleaved1F1B degrees the run's software allows: for Megatron-LM (`MEGATRON_LM`) every
-    divisor > 1 of the layers per pipeline stage (none when pp does not divide the layers), else
+    divisor > 1 of the layers per pipeline stage (none when pp does not divide the layers or the
+    micro-batches), else
     those of VP_TRIED that leave each virtual stage a layer."""
     layers, pp = run["model"]["num_layers"], run["pp"]
     if run["source_key"] in MEGATRON_LM:
-        per_stage = layers // pp if layers % pp == 0 else 0
+        # its interleaved schedule also refuses micro-batches that pp does not divide (schedules.py)
+        m = run["global_batch_size"] // (run["dp"] * run["micro_batch_size"])
+        per_stage = layers // pp if layers % pp == 0 and m % pp == 0 else 0
         return [vp for vp in range(2, per_stage + 1) if per_stage % vp == 0]
     return [vp for vp in VP_TRIED if pp * vp <= layers]
 

@@ -106,9 +106,11 @@ def test_comm_renders_every_dimension_of_a_case() -> None:
 def test_megatron_runs_interleave_only_at_degrees_that_divide_the_layers_per_stage() -> None:
     """Megatron-LM takes layers per virtual stage dividing the layers per pipeline stage; other runtimes
     get VP_TRIED, each virtual stage keeping a layer."""
-    megatron = {"source_key": "megatron_core_h100_2024", "pp": 16, "model": {"num_layers": 112}}
+    megatron = {"source_key": "megatron_core_h100_2024", "pp": 16, "model": {"num_layers": 112},
+                "global_batch_size": 3072, "dp": 48, "micro_batch_size": 1}  # fmt: skip
     assert scale.interleaving_degrees(megatron) == [7]
     assert scale.interleaving_degrees({**megatron, "pp": 8}) == [2, 7, 14]
     assert scale.interleaving_degrees({**megatron, "pp": 5}) == []  # pp does not divide the layers
+    assert scale.interleaving_degrees({**megatron, "global_batch_size": 48 * 24}) == []  # nor the micro-batches
     llama = {"source_key": "llama3_2024", "pp": 16, "model": {"num_layers": 126}}
     assert scale.interleaving_degrees(llama) == [2, 3, 4, 6]
