@@ -89,6 +89,10 @@ class SearchBudget:
     priority_layouts: int = 2
     #: layouts the successive halving starts from (the best by the plain ranks' estimate)
     priority_halving: int = 16
+    #: a pipeline with more actions per candidate on one stage per device (3 x pp x M) ranks phases
+    #: 1-4's candidates on a shortened run of micro-batches (`generator.ranking_microbatches`), then
+    #: schedules the best at its full length; a longer `--time-limit` ranks on longer runs
+    ranking_actions: int = 24_000
     #: work recompute "auto" gives its per-stage recompute lists where memory binds, as a share of this
     #: budget (on top of its searches of the forced modes, each of which gets the whole budget)
     recompute_share: float = 0.75
@@ -133,10 +137,12 @@ class SearchBudget:
             packed_samples=int(base.packed_samples * k),
             packed_ranked=max(1, int(base.packed_ranked * k)),
             priority_actions=int(base.priority_actions * k),
+            ranking_actions=int(base.ranking_actions * k),
         )
 
     def scaled(self, factor: float) -> SearchBudget:
-        """The same budget with every amount of work multiplied by `factor` (counts stay >= 1)."""
+        """The same budget with every amount of work multiplied by `factor` (counts stay >= 1); the length
+        of the ranking runs (`ranking_actions`) is not an amount of work and stays."""
         return dataclasses.replace(
             self,
             schedule_actions=max(1, int(self.schedule_actions * factor)),

@@ -22,7 +22,11 @@ Phases (each keeps the best so far, as AdaPtis does):
    the layout), then rolling-horizon windows on any size, from the search's own best order
    first and then from a better order of another source (a classic strategy's), if one remains.
 Packed irregular placements (`partition.packed_layouts`, the exact best packing of whole layers
-among them) join phase 1 after the presets.
+among them) join phase 1 after the presets. A big pipeline (more than `SearchBudget.ranking_actions`
+actions per candidate on one stage per device) runs phases 1-4 on a shortened run of its
+micro-batches (`ranking_microbatches`: the fill, at least two rounds of steady state and the drain,
+which is what tells the candidates apart), then schedules the best `RESCHEDULED` layouts at the full
+count and judges them there; phase 5 and every step the plan reports run at the full count.
 
 Determinism: every phase does a fixed amount of work from the `SearchBudget` (list-scheduled
 actions, simulated candidates, CP-SAT deterministic time on one worker), so the same inputs,
@@ -61,6 +65,11 @@ PlacementFilter = Callable[[tuple[int, ...]], bool]
 
 #: Seconds per action the wall-clock abort assumes before it has measured this machine.
 _INITIAL_SECONDS_PER_ACTION = 1e-5
+
+#: A shortened ranking run (`ranking_microbatches`) holds at least this many micro-batches per device.
+RANKING_MIN_ROUNDS = 2
+#: Layouts of a shortened ranking run scheduled again at the full micro-batch count.
+RESCHEDULED = 2
 
 
 @dataclass
@@ -577,6 +586,28 @@ class _Search:
                 break
         self.log_phase("irregular placement", started)
 
+    def phase_full_length(self, ranked: _Search) -> None:
+        """Phases 1-4 ran on `ranked`, a shortened run of this pipeline's micro-batches
+        (`ranking_microbatches`): the best `RESCHEDULED` layouts there, each with its best list policy,
+        are scheduled and judged at the full count. Their records join this search's, marked with
+        the micro-batches they ran on."""
+        self.phases.extend({**ph, "microbatches": ranked.m} for ph in ranked.phases)
+        self.solver.update(ranked.solver)
+        self.evaluated += ranked.evaluated
+        self.judged += ranked.judged
+        self.actions += ranked.actions
+        self.rate_schedule, self.rate_simulate = ranked.rate_schedule, ranked.rate_simulate
+        started = self.start_phase(0.0)
+        pool = sorted(
+            (c for c in ranked.by_layout_own.values() if c.result is not None),
+            key=lambda c: (not c.feasible, c.step_s, c.layout.num_stages, c.label),
+        )
+        for c in pool[:RESCHEDULED]:
+            if not self.affordable(c.layout, "full micro-batches", minimum=None):
+                break
+            self.judge(self.schedule(c.layout, c.list_policy or self.portfolio[0], c.placement, c.partition))
+        self.log_phase("full micro-batches", started, ranked_on=ranked.m)
+
     def phase_critical_path(self) -> None:
         """Critical-path ranks (`search.priority`) on the best known layouts and on random deals of
         the optimal packing: plain ranks on each, then the local search over the ranks on the best
@@ -861,6 +892,28 @@ def better(a: Candidate, b: Candidate) -> bool:
     return a.step_s <= b.step_s * (1 + 1e-9) and max(a.result.peak_memory_bytes) < max(b.result.peak_memory_bytes)
 
 
+def ranking_microbatches(num_devices: int, num_microbatches: int, ranking_actions: int) -> int:
+    """The micro-batches phases 1-4 rank candidates on: all of them up to `ranking_actions` actions per
+    candidate on one stage per device (3 x pp x M), else enough for that many, and at least
+    `RANKING_MIN_ROUNDS` x pp (the fill, a steady state and the drain of every placement tried)."""
+    if 3 * num_devices * num_microbatches <= ranking_actions:
+        return num_microbatches
+    wanted = max(RANKING_MIN_ROUNDS * num_devices, -(-ranking_actions // (3 * num_devices)))
+    return min(num_microbatches, wanted)
+
+
+def _heuristic_phases(s: _Search) -> None:
+    """Phases 1-4 (module docstring) on `s`."""
+    s.progress("placement x partition", 0.15)
+    top = s.phase_layouts()
+    s.progress("schedule policies", 0.35)
+    s.phase_policies(top)
+    s.progress("partition refinement", 0.5)
+    s.phase_refine_partition()
+    s.progress("irregular placement", 0.65)
+    s.phase_irregular()
+
+
 def search_plan(
     costs: CostTable,
     num_layers: int,
@@ -903,14 +956,13 @@ def search_plan(
         for cand in baselines.values():
             if s.placement_ok(cand.layout.stage_device):
                 s.consider(cand)
-    s.progress("placement x partition", 0.15)
-    top = s.phase_layouts()
-    s.progress("schedule policies", 0.35)
-    s.phase_policies(top)
-    s.progress("partition refinement", 0.5)
-    s.phase_refine_partition()
-    s.progress("irregular placement", 0.65)
-    s.phase_irregular()
+    m_rank = ranking_microbatches(s.p, num_microbatches, budget.ranking_actions)
+    if m_rank < num_microbatches:
+        ranked = _Search(costs, num_layers, m_rank, components, budget, deadline, seed, progress, placement_ok)
+        _heuristic_phases(ranked)
+        s.phase_full_length(ranked)
+    else:
+        _heuristic_phases(s)
     s.progress("critical path", 0.72)
     s.phase_critical_path()
     s.progress("cp-sat order", 0.8)

@@ -277,3 +277,33 @@ def test_order_phase_skips_layouts_whose_bound_reaches_the_best_plan(monkeypatch
     assert solved
     for layout, split, best_step, best_layout in solved:
         assert layout == best_layout or device_bound_s(layout, costs, 8, split) < best_step
+
+
+def test_ranking_microbatches_shortens_only_big_pipelines() -> None:
+    from adaptis_plan.search.generator import RANKING_MIN_ROUNDS, ranking_microbatches
+
+    assert ranking_microbatches(4, 16, 24_000) == 16  # 192 actions: ranked on every micro-batch
+    assert ranking_microbatches(64, 512, 24_000) == RANKING_MIN_ROUNDS * 64  # 98K: two rounds per device
+    assert ranking_microbatches(32, 512, 24_000) == 250  # enough for 24K actions
+    assert ranking_microbatches(8, 12, 10) == 12  # never more than the pipeline has
+
+
+def test_big_pipeline_ranks_on_a_shortened_run_and_plans_at_full_length() -> None:
+    """Phases 1-4 run on fewer micro-batches; the plan, its step and its baselines are the full run's,
+    and a budget whose ranking runs cover the pipeline searches it at full length."""
+    work = [1.0, 2.0, 1.0, 1.5, 1.0, 2.5, 1.0, 1.0, 3.0, 1.0]
+    costs = _costs(work, 4)
+    m = 48
+    short = SearchBudget(ranking_actions=200)  # 3 x 4 x 48 = 576 actions: ranked on 17
+    out = search_plan(costs, len(work), m, budget=short, deadline=Deadline(float("inf")))
+    phases = {ph["phase"]: ph for ph in out.phases}
+    assert phases["full micro-batches"]["ranked_on"] == 17
+    assert phases["placement x partition"]["microbatches"] == 17
+    assert "microbatches" not in phases["cp-sat order"]
+    check_programs(out.best.layout, out.best.programs, m)
+    assert out.best.result.num_microbatches == m
+    assert out.best.step_s == pytest.approx(simulate(out.best.layout, costs, out.best.programs, m).step_time_s)
+    assert all(c.result.num_microbatches == m for c in out.baselines.values())
+    assert all(out.best.step_s <= c.step_s * (1 + 1e-9) for c in out.baselines.values() if c.feasible)
+    full = search_plan(costs, len(work), m, budget=SearchBudget(), deadline=Deadline(float("inf")))
+    assert "full micro-batches" not in {ph["phase"] for ph in full.phases}
