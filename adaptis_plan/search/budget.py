@@ -141,8 +141,9 @@ class SearchBudget:
         )
 
     def scaled(self, factor: float) -> SearchBudget:
-        """The same budget with every amount of work multiplied by `factor` (counts stay >= 1); the length
-        of the ranking runs (`ranking_actions`) is not an amount of work and stays."""
+        """The same budget with every amount of work multiplied by `factor` (counts stay >= 1), the length
+        of the ranking runs (`ranking_actions`) too: on a big pipeline, the phases' fixed minimum of
+        candidates, not `schedule_actions`, is what the work comes to."""
         return dataclasses.replace(
             self,
             schedule_actions=max(1, int(self.schedule_actions * factor)),
@@ -152,6 +153,7 @@ class SearchBudget:
             packed_samples=int(self.packed_samples * factor),
             packed_ranked=max(1, int(self.packed_ranked * factor)),
             priority_actions=int(self.priority_actions * factor),
+            ranking_actions=max(1, int(self.ranking_actions * factor)),
         )
 
     def summary(self) -> dict[str, float]:
