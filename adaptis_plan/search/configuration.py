@@ -31,7 +31,8 @@ none, selective, then full: the first that fits; 1F1B where the interleaving ove
 whole steps; a point whose bound is above the best screened step is pruned (it cannot
 win); screening stops when its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`) or when the
 estimate passes the `PLAN_LIMIT`-th best screened step by `SCREEN_MARGIN` (the rest could not be
-planned: they stay not_screened, with the reason). The best
+planned: they stay not_screened, with the reason). With several workers the next points the screen
+may reach are screened side by side, then decided in order exactly as one by one. The best
 `PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
 1 / (2 x PLAN_LIMIT) of the budget (auto recomputation runs up to three searches of it); a big
 pipeline (pp x M >= `BIG_PIPELINE`) plans only the best point, under its screened recompute
@@ -61,7 +62,7 @@ from adaptis_plan.schedules.placement import uniform_bounds
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import classic_candidate
-from adaptis_plan.search.workers import pmap, workers
+from adaptis_plan.search.workers import Pool, pmap, workers
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
 from adaptis_plan.spec.limits import (
     MAX_CP,
@@ -467,6 +468,15 @@ def _screen(
     return _Screen(row)
 
 
+def _screen_alone(
+    model: ModelSpec, hw: HardwareProfile, req: Request, modes: Sequence[str], row: Considered
+) -> _Screen:
+    """`_screen` in a worker process: what the parent keeps of it (the row, its whole step, mode and
+    schedule), without the classic plan and cost tables, which `_plan_point` rebuilds if it needs them."""
+    got = _screen(model, hw, req, row, modes)
+    return _Screen(got.considered, step=got.step, mode=got.mode, schedule=got.schedule)
+
+
 def search_configuration(
     model: ModelSpec,
     hardware: HardwareProfile,
@@ -498,30 +508,75 @@ def search_configuration(
     tried = actions = 0
     steps: list[float] = []  # the PLAN_LIMIT best screened steps
     classic: dict[tuple, object] = {}  # the screens' classic plans (`_screen`)
-    for row in order:
+
+    def verdict(row: Considered, best: float, tried: int, actions: int, steps: list[float]) -> str | None:
+        """Why `row` is not screened in this state (None: it is). Every reason stays true as the state
+        moves on (best and steps only fall, tried and actions only grow, the clock only runs)."""
         if row.bound_s >= best:
-            _prune(row, best)
-            continue
+            return "pruned"
         if tried >= SCREEN_LIMIT and actions >= SCREEN_ACTIONS:
-            continue  # the screening budget is spent: the rest stay not_screened
+            return "budget"  # the screening budget is spent: the rest stay not_screened
         if len(steps) >= PLAN_LIMIT and row.estimate_s > steps[PLAN_LIMIT - 1] * (1.0 + SCREEN_MARGIN):
-            row.reason = (
-                f"estimate {row.estimate_s:.4g} s is more than {SCREEN_MARGIN:.0%} above the"
-                f" {PLAN_LIMIT} best screened steps: it would not be planned"
-            )
-            continue
+            return "margin"
         if screened and deadline.expired():
-            deadline.abort("configuration screening")  # --time-limit's hard stop
-            continue
-        tried += 1
-        actions += 3 * row.point.pp * row.point.num_microbatches * row.chunks
-        got = _screen(model, hw, req, row, modes, classic)
-        if got.step is not None:
-            screened.append(got)
-            best = min(best, got.step.step_time_s)
-            steps = sorted([*steps, got.step.step_time_s])[:PLAN_LIMIT]
-        if progress is not None:
-            progress("configurations", min(1.0, tried / max(1, len(order))))
+            return "deadline"
+        return None
+
+    def cost(row: Considered) -> int:
+        return 3 * row.point.pp * row.point.num_microbatches * row.chunks
+
+    with Pool() as pool:
+        start = 0
+        while start < len(order):
+            # the next rows the loop below can screen, as far as the state before them tells: with several
+            # workers they are screened side by side, then decided one by one exactly as in turn (a row the
+            # new state passes over was not needed; no row it screens was left out, by `verdict`)
+            ahead: dict[int, _Screen] = {}
+            stop = start + 1
+            if pool.parallel:
+                picked, t, a = [], tried, actions
+                for j in range(start, len(order)):
+                    if len(picked) == pool.size:
+                        break
+                    if verdict(order[j], best, t, a, steps) is None:
+                        picked.append(j)
+                        t, a = t + 1, a + cost(order[j])
+                if len(picked) > 1:
+                    found = pool.map(
+                        functools.partial(_screen_alone, model, hw, req, modes), [order[j] for j in picked]
+                    )
+                    ahead = dict(zip(picked, found, strict=True))
+                stop = max(stop, picked[-1] + 1) if picked else stop
+            for j in range(start, stop):
+                row = order[j]
+                why = verdict(row, best, tried, actions, steps)
+                if why == "pruned":
+                    _prune(row, best)
+                    continue
+                if why == "margin":
+                    row.reason = (
+                        f"estimate {row.estimate_s:.4g} s is more than {SCREEN_MARGIN:.0%} above the"
+                        f" {PLAN_LIMIT} best screened steps: it would not be planned"
+                    )
+                if why == "deadline":
+                    deadline.abort("configuration screening")  # --time-limit's hard stop
+                if why is not None:
+                    continue
+                tried += 1
+                actions += cost(row)
+                got = ahead.get(j)
+                if got is None:
+                    got = _screen(model, hw, req, row, modes, classic)
+                else:  # screened in a worker, on a copy of the row
+                    vars(row).update(vars(got.considered))
+                    got.considered = row
+                if got.step is not None:
+                    screened.append(got)
+                    best = min(best, got.step.step_time_s)
+                    steps = sorted([*steps, got.step.step_time_s])[:PLAN_LIMIT]
+                if progress is not None:
+                    progress("configurations", min(1.0, tried / max(1, len(order))))
+            start = stop
     for row in order:  # a point passed over before the best was found may be beaten by it now
         if row.status == "not_screened" and row.bound_s >= best:
             _prune(row, best)
@@ -593,14 +648,15 @@ def _plan_point(
     if step is None or step.step_time_s > got.step.step_time_s:
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
         strategy, chunks = got.schedule
-        planned = driver.classic_pipeline(
-            model, got.tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches, stages_per_device=chunks,
-        )  # fmt: skip
         training = p.training(req, got.mode)
+        tables = got.tables or CostTables(hw, training, default_mode=got.mode)
+        planned = driver.classic_pipeline(
+            model, tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches, stages_per_device=chunks,
+        )  # fmt: skip
         best = planned.best
         best.result = with_expected(best.layout, planned.costs, best.programs, p.num_microbatches,
-                                    got.candidate.result or simulate(best.layout, planned.costs, best.programs,
-                                                                     p.num_microbatches))  # fmt: skip
+                                    best.result or simulate(best.layout, planned.costs, best.programs,
+                                                            p.num_microbatches))  # fmt: skip
         step = got.step
         row.strategy, row.recompute = strategy, got.mode
     else:

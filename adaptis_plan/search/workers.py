@@ -3,8 +3,8 @@
 `pmap(fn, items)` is `[fn(x) for x in items]`, the same list in the same order, computed by up to
 `workers()` forked processes: each piece is deterministic and shares nothing with the others, so the
 result does not depend on how many ran at once (the plan stays byte-identical under any load). Used
-where the pieces are many or heavy: the whole-configuration search's per-point bounds and its
-planned points' pipeline searches.
+where the pieces are many or heavy: the whole-configuration search's per-point bounds, its screen
+(a `Pool` kept across the batches) and its planned points' pipeline searches.
 
 Workers: the CPUs this process may run on, or `ADAPTIS_WORKERS` (an integer >= 1; 1 runs everything
 in this process). Where `fork` is not available (macOS and Windows spawn a fresh interpreter, which
@@ -51,12 +51,40 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, limit: int | None = None) 
 
     `fn` and the items must pickle (a module-level function, or a `functools.partial` of one)."""
     todo: Sequence[T] = list(items)
-    n = min(len(todo), workers(), limit or len(todo))
-    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [fn(x) for x in todo]
-    chunk = -(-len(todo) // n)  # one contiguous chunk per worker: each pickles fn once
-    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(fn, todo, chunksize=chunk))
+    with Pool(min(len(todo), limit or len(todo))) as pool:
+        return pool.map(fn, todo)
 
 
-__all__ = ["ENV", "pmap", "workers"]
+class Pool:
+    """Forked workers kept for several `map` calls (a loop that hands out a few pieces at a time): up to
+    `workers()` and `limit` of them, started on the first call that has two pieces. Inline where `pmap`
+    is (one CPU, or no fork). Use it as a context manager: the workers end with the block."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.size = min(workers(), limit or workers())
+        self._pool: ProcessPoolExecutor | None = None
+
+    @property
+    def parallel(self) -> bool:
+        """Whether `map` can run pieces side by side."""
+        return self.size > 1 and "fork" in multiprocessing.get_all_start_methods()
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """`[fn(x) for x in items]`, in order (module docstring)."""
+        todo: Sequence[T] = list(items)
+        if len(todo) <= 1 or not self.parallel:
+            return [fn(x) for x in todo]
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.size, mp_context=multiprocessing.get_context("fork"))
+        chunk = -(-len(todo) // self.size)  # one contiguous chunk per worker: each pickles fn once
+        return list(self._pool.map(fn, todo, chunksize=chunk))
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+__all__ = ["ENV", "Pool", "pmap", "workers"]

@@ -26,6 +26,16 @@ def test_pmap_keeps_the_order_with_any_number_of_workers(monkeypatch) -> None:  
     assert workers.pmap(math.factorial, []) == []
 
 
+def test_a_pool_maps_in_order_across_calls(monkeypatch) -> None:  # noqa: ANN001
+    for n in ("1", "3"):
+        monkeypatch.setenv(workers.ENV, n)
+        with workers.Pool() as pool:
+            assert pool.parallel == (n == "3")
+            assert pool.map(math.factorial, range(1, 9)) == [math.factorial(x) for x in range(1, 9)]
+            assert pool.map(math.factorial, [5]) == [120]
+            assert pool.map(abs, [-3, 2, -1]) == [3, 2, 1]
+
+
 @pytest.mark.parametrize("raw", ["0", "-2", "two"])
 def test_a_bad_worker_count_is_one_clear_line(monkeypatch, adaptis, tmp_path, raw: str) -> None:  # noqa: ANN001
     monkeypatch.setenv(workers.ENV, raw)
@@ -49,6 +59,8 @@ def test_planned_points_searched_side_by_side_give_the_same_plan(adaptis, monkey
     two = _plan(adaptis, monkeypatch, tmp_path / "two.json", 2, *CONFIG)
     planned = [r["configuration"] for r in one["configurations"] if r["status"] == "planned"]
     assert len({(c["num_microbatches"], c["dp"]) for c in planned}) == 2  # two searches ran
+    # the screen ran side by side too (pairs of points, decided in order)
+    assert sum(r["status"] in ("screened", "planned") for r in one["configurations"]) >= 4
     assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
     assert one["configurations"] == two["configurations"]
 
