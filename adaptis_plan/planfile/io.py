@@ -128,8 +128,27 @@ def write_plan(plan: PlanFile, path: str | Path) -> None:
 
 # objects with at most this many plain values are written on one line (an action has five)
 _FLAT_KEYS = 5
-# `json.dumps(value, separators=...)` builds a new encoder per call; a plan writes one line per action
+# `json.dumps(value, separators=...)` builds a new encoder per call, and so does `JSONEncoder.encode`;
+# a plan writes one line per action, so the one-line encoder is made once (the C one where Python has it)
 _ONE_LINE = json.JSONEncoder(separators=(", ", ": ")).encode
+if json.encoder.c_make_encoder is not None:
+    _C_ONE_LINE = json.encoder.c_make_encoder(
+        None, _ONE_LINE.__self__.default, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
+
+    def _ONE_LINE(value: object, _enc=_C_ONE_LINE) -> str:  # noqa: N802, ANN001
+        return "".join(_enc(value, 0))
+
+
+# value types that are never containers (checked by type first: an action's five values)
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain_values(value: dict) -> bool:
+    """Whether no value of `value` is a dict, list or tuple."""
+    return set(map(type, value.values())) <= _PLAIN or not any(
+        isinstance(v, dict | list | tuple) for v in value.values()
+    )
 
 
 def dumps(data: object) -> str:
@@ -141,11 +160,7 @@ def dumps(data: object) -> str:
 
 
 def _dump(value: object, level: int, out: list[str]) -> None:
-    if (
-        isinstance(value, dict)
-        and 0 < len(value) <= _FLAT_KEYS
-        and not any(isinstance(v, dict | list | tuple) for v in value.values())
-    ):
+    if isinstance(value, dict) and 0 < len(value) <= _FLAT_KEYS and _plain_values(value):
         out.append(_ONE_LINE(value))
     elif isinstance(value, dict):
         if not value:
