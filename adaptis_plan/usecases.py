@@ -174,8 +174,10 @@ def make_plan_for(
     from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.search import driver
+    from adaptis_plan.search.workers import workers
 
     t0 = time.perf_counter() if started_at is None else started_at
+    workers()  # a bad ADAPTIS_WORKERS is refused before any work, whether or not a pool is needed
     if req.gpus is not None:
         return make_configuration_plan(req, progress, started_at=t0)
     classic = _classic_strategy(req.strategy)

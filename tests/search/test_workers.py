@@ -45,6 +45,10 @@ def test_a_bad_worker_count_is_one_clear_line(monkeypatch, adaptis, tmp_path, ra
     r = adaptis("plan", *CONFIG, "-o", out)
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "ADAPTIS_WORKERS" in r.stderr
     assert not out.exists()
+    # a plan that never needs a pool is refused too (a single pipeline, no --gpus)
+    r = adaptis("plan", "--model", "tiny-llama", "--hardware", "cpu", "--pp", "2", "--microbatches", "4", "-o", out)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "ADAPTIS_WORKERS" in r.stderr
+    assert not out.exists()
 
 
 def _plan(adaptis, monkeypatch, path: Path, n: int, *args: str) -> dict:  # noqa: ANN001
