@@ -58,6 +58,7 @@ from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.simulate import simulate, with_expected
 from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
 from adaptis_plan.schedules import get_spec
+from adaptis_plan.schedules._common import microbatch_groups
 from adaptis_plan.schedules.placement import uniform_bounds
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
@@ -376,9 +377,11 @@ def _estimate(
       bytes + min(pp - s, M) micro-batches of activations.
     - Interleaved1F1B at k stages per device (`_degrees`, up to `MAX_SCREEN_CHUNKS`): M x the busiest
       device's (F + B) + (pp - 1) x the slowest stage's (the bubble of one stage per device shrinks to
-      one of its k chunks); device d holds its static bytes + its warm-up forwards + 1 of its k chunks
-      (`schedules.interleaved_1f1b`: min((k - 1) g + 2 (pp - 1 - d), k M), g the micro-batch group)
-      at its chunks' mean activation."""
+      one of its k chunks); device d holds its static bytes + the activations of its first
+      min((k - 1) g + 2 (pp - 1 - d) + 1, k M) forwards (`schedules.interleaved_1f1b`'s warm-up and
+      the first forward after it, g the first micro-batch group), each of its own chunk
+      (`_warmup_chunks`): a last stage's big logits count once per micro-batch it holds, not
+      spread over the device's chunks."""
     m, pp = point.num_microbatches, point.pp
     if pp > model.num_layers - 2:
         return math.inf, 1
@@ -391,6 +394,7 @@ def _estimate(
     limit = float(plain.mem_limit_bytes.min())
     group = -(-m // max(1, m // pp))  # the first micro-batch group's size (`microbatch_groups`)
     dev = np.arange(pp)
+    sizes = np.array([len(g) for g in microbatch_groups(m, pp)])
     for mode in modes:
         costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
         work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
@@ -399,18 +403,29 @@ def _estimate(
             cuts = uniform_bounds(model.num_layers, pp * k)[:-1]
             stage = np.add.reduceat(work, cuts)
             static = np.add.reduceat(costs.static_bytes, cuts).reshape(k, pp).sum(axis=0)
-            act = np.add.reduceat(costs.act_bytes, cuts).reshape(k, pp).sum(axis=0)
+            act = np.add.reduceat(costs.act_bytes, cuts).reshape(k, pp)  # [chunk, device]
             if k == 1:
-                held = np.minimum(pp - dev, m).astype(float)
+                held = act[0] * np.minimum(pp - dev, m)
                 step = float(stage.sum() + (m - 1) * stage.max())
             else:
-                held = (np.minimum((k - 1) * group + 2 * (pp - 1 - dev), k * m) + 1) / k
+                forwards = np.minimum((k - 1) * group + 2 * (pp - 1 - dev) + 1, k * m)
+                held = (act.T * _warmup_chunks(forwards, k, sizes)).sum(axis=1)
                 step = float(m * stage.reshape(k, pp).sum(axis=0).max() + (pp - 1) * stage.max())
-            if np.all(static + act * held <= limit) and step < best:
+            if np.all(static + held <= limit) and step < best:
                 best, chunks = step, k
         if best < math.inf:
             return best + optimizer_s, chunks
     return math.inf, 1
+
+
+def _warmup_chunks(forwards: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray:
+    """[device, chunk]: how many of device d's first `forwards[d]` forwards run its local chunk c, in
+    the interleaved order (`schedules._common.interleaved_orders`: group by group, each group's
+    micro-batches through chunk 0, then chunk 1, ...; `sizes` the groups' sizes)."""
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    first = starts[:, None] * k + np.arange(k)[None, :] * sizes[:, None]  # [group, chunk]: its first forward
+    done = forwards[:, None, None] - first[None]
+    return np.clip(done, 0, sizes[None, :, None]).sum(axis=1)
 
 
 def _screen(

@@ -217,3 +217,20 @@ def test_plan_gpus_refuses_what_cannot_be_planned(adaptis, tmp_path, extra, need
     r = adaptis("plan", *args, *extra, "-o", tmp_path / "p.json")
     assert r.exit_code == code and needle in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("m", "pp", "k"), [(16, 4, 2), (10, 4, 3), (7, 2, 4), (64, 8, 5)])
+def test_the_estimates_warm_up_counts_each_chunk_as_the_interleaved_order_runs_it(m: int, pp: int, k: int) -> None:
+    """The screen's memory estimate holds, per device, the chunks of its first forwards exactly as
+    Interleaved1F1B's order runs them (a last stage's logits are not spread over the device's chunks)."""
+    import numpy as np
+
+    from adaptis_plan.schedules._common import interleaved_orders, microbatch_groups
+    from adaptis_plan.search.configuration import _warmup_chunks
+
+    groups = microbatch_groups(m, pp)
+    forwards = np.array([min(k * m, 3 * d + 5) for d in range(pp)])
+    got = _warmup_chunks(forwards, k, np.array([len(g) for g in groups]))
+    for d in range(pp):
+        order = interleaved_orders(d, pp, k, groups)[0][: forwards[d]]
+        assert got[d].tolist() == [sum(1 for s, _ in order if s // pp == c) for c in range(k)]
