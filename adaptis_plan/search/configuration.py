@@ -102,6 +102,9 @@ SCREEN_STRATEGY = "1F1B"
 #: and the pipeline search price the transfers. Past 8 the estimate's bubble is within (pp - 1) / (8 M)
 #: of the step. Each degree costs one closed form per point, no simulation.
 MAX_SCREEN_CHUNKS = 8
+#: a screen whose schedule has at least this many actions runs side by side with the next ones (with
+#: several workers); a smaller one takes less than handing it to a worker does
+SIDE_BY_SIDE_ACTIONS = 20_000
 #: tokens of a sequence a context-parallel rank holds at least when cp is searched (Megatron-Core
 #: runs cp 2 at 8K and cp 16 at 128K in its published recipes: 4K-8K per rank)
 MIN_CP_TOKENS = 1024
@@ -548,7 +551,7 @@ def search_configuration(
             # new state passes over was not needed; no row it screens was left out, by `verdict`)
             ahead: dict[int, _Screen] = {}
             stop = start + 1
-            if pool.parallel:
+            if pool.parallel and cost(order[start]) >= SIDE_BY_SIDE_ACTIONS:
                 picked, t, a = [], tried, actions
                 for j in range(start, len(order)):
                     if len(picked) == pool.size:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adaptis_plan.core import CostTable, ProgressFn
@@ -33,10 +33,10 @@ from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import (
     ALL_COMPONENTS,
     Candidate,
+    LazyBaselines,
     PlacementFilter,
     SearchOutcome,
     better,
-    classic_baselines,
     classic_candidate,
     search_plan,
 )
@@ -87,7 +87,7 @@ class PipelinePlan:
     costs: CostTable
     best: Candidate
     modes: list[str]
-    baselines: dict[str, Candidate]
+    baselines: Mapping[str, Candidate]
     info: dict = field(default_factory=dict)
     recompute_info: dict = field(default_factory=dict)
     unrestricted: SimResult | None = None
@@ -107,7 +107,7 @@ def forced_head_split(model: ModelSpec, head_chunks: int | None, pp: int) -> Mod
 
 def _prepare(
     model: ModelSpec, tables: CostTables, pp: int, num_microbatches: int, head_chunks: int | None, target_name: str
-) -> tuple[CostTable, ModelSpec | None, Target, dict[str, Candidate]]:
+) -> tuple[CostTable, ModelSpec | None, Target, Mapping[str, Candidate]]:
     """The unsplit model's costs, the forced head split, the target and the classic baselines."""
     costs = tables.table(model)
     forced = forced_head_split(model, head_chunks, pp)
@@ -117,7 +117,7 @@ def _prepare(
             f"--head-chunks = {head_chunks} with --target {target.name}: {target.head_problem(forced.num_head_chunks)};"
             " use --head-chunks 1 or --target adaptis"
         )
-    return costs, forced, target, classic_baselines(costs, model.num_layers, num_microbatches)
+    return costs, forced, target, LazyBaselines(costs, model.num_layers, num_microbatches)
 
 
 def search_pipeline(
@@ -222,7 +222,7 @@ def _record_target(info: dict, target: Target, unrestricted: SimResult | None, w
 def _search_variants(
     variants: Sequence[Variant],
     num_microbatches: int,
-    baselines: dict[str, Candidate],
+    baselines: Mapping[str, Candidate],
     options: PipelineOptions,
     budget: SearchBudget,
     deadline: Deadline,
@@ -273,7 +273,7 @@ class _ModeSearch:
     outcome, and with a target other than adaptis the best plan without its rules."""
 
     variants: list[Variant]
-    baselines: dict[str, Candidate]
+    baselines: Mapping[str, Candidate]
     k_best: int
     outcome: SearchOutcome
     unrestricted: SimResult | None = None
@@ -301,7 +301,7 @@ def _variants(tables: CostTables, model: ModelSpec, costs: CostTable, shape: _Sh
 
 
 def _mode_search(
-    variants: list[Variant], baselines: dict[str, Candidate], shape: _Shape, budget: SearchBudget
+    variants: list[Variant], baselines: Mapping[str, Candidate], shape: _Shape, budget: SearchBudget
 ) -> _ModeSearch:
     """One mode's search on `budget` (`variants` from `_variants`): each variant, the classic plans
     with the unsplit one (`baselines`), then within the target's rules when the best breaks them."""
@@ -445,7 +445,7 @@ def _forced_search(shape: _Shape, budget: SearchBudget, job: tuple[str, list[Var
     mode, variants = job
     model, costs = variants[0]
     # the classic plans apply to the unsplit head only (a forced split searches without them)
-    baselines = classic_baselines(costs, model.num_layers, shape.num_microbatches) if shape.forced is None else {}
+    baselines = LazyBaselines(costs, model.num_layers, shape.num_microbatches) if shape.forced is None else {}
     return _mode_search(variants, baselines, _labelled(shape, f"{mode} everywhere"), budget)
 
 
@@ -458,7 +458,7 @@ def _labelled(shape: _Shape, label: str) -> _Shape:
 
 
 def _with_runtime_order(
-    target: Target, best: Candidate, costs: CostTable, baselines: dict[str, Candidate], num_microbatches: int
+    target: Target, best: Candidate, costs: CostTable, baselines: Mapping[str, Candidate], num_microbatches: int
 ) -> Candidate:
     """For a runtime that runs its own schedule (Megatron): the searched layout with that schedule's
     order, or that schedule's classic plans (uniform / balanced partition) when one of them is

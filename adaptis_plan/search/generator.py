@@ -36,10 +36,11 @@ hard abort (`Deadline`); a search it cuts short says so (`SearchOutcome.aborted`
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -56,6 +57,7 @@ from adaptis_plan.search.partition import (
     packed_layouts,
     sampled_packed_layouts,
 )
+from adaptis_plan.search.workers import Background, Pool
 
 ALL_COMPONENTS = ("partition", "placement", "schedule")
 
@@ -137,7 +139,7 @@ class SearchOutcome:
     """
 
     best: Candidate
-    baselines: dict[str, Candidate]
+    baselines: Mapping[str, Candidate]
     phases: list[dict] = field(default_factory=list)
     solver: dict = field(default_factory=dict)
     evaluated: int = 0
@@ -214,6 +216,29 @@ def classic_baselines(costs: CostTable, num_layers: int, num_microbatches: int) 
                 uniform = cand
             out[cand.label] = cand
     return out
+
+
+class LazyBaselines(Mapping[str, Candidate]):
+    """`classic_baselines(costs, num_layers, num_microbatches)`, computed on first use: a big pipeline's
+    search (`search_plan`) starts its ranking run in a worker first, then computes them beside it."""
+
+    def __init__(self, costs: CostTable, num_layers: int, num_microbatches: int) -> None:
+        self._args = (costs, num_layers, num_microbatches)
+        self._got: dict[str, Candidate] | None = None
+
+    def _all(self) -> dict[str, Candidate]:
+        if self._got is None:
+            self._got = classic_baselines(*self._args)
+        return self._got
+
+    def __getitem__(self, key: str) -> Candidate:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 def candidate_placements(num_devices: int, num_layers: int, max_chunks: int = 4) -> list[tuple[str, tuple[int, ...]]]:
@@ -586,11 +611,13 @@ class _Search:
                 break
         self.log_phase("irregular placement", started)
 
-    def phase_full_length(self, ranked: _Search) -> None:
-        """Phases 1-4 ran on `ranked`, a shortened run of this pipeline's micro-batches
-        (`ranking_microbatches`): the best `RESCHEDULED` layouts there, each with its best list policy,
-        are scheduled and judged at the full count. Their records join this search's, marked with
-        the micro-batches they ran on."""
+    def phase_full_length(self, ranked: _Ranked, deadline: Deadline) -> None:
+        """Phases 1-4 ran on a shortened run of this pipeline's micro-batches (`ranking_microbatches`,
+        `_rank`): the best `RESCHEDULED` layouts there, each with its best list policy, are scheduled
+        and judged at the full count. Their records join this search's, marked with the micro-batches
+        they ran on."""
+        if ranked.aborted:
+            deadline.abort(ranked.abort_phase or "placement x partition")
         self.phases.extend({**ph, "microbatches": ranked.m} for ph in ranked.phases)
         self.solver.update(ranked.solver)
         self.evaluated += ranked.evaluated
@@ -598,14 +625,10 @@ class _Search:
         self.actions += ranked.actions
         self.rate_schedule, self.rate_simulate = ranked.rate_schedule, ranked.rate_simulate
         started = self.start_phase(0.0)
-        pool = sorted(
-            (c for c in ranked.by_layout_own.values() if c.result is not None),
-            key=lambda c: (not c.feasible, c.step_s, c.layout.num_stages, c.label),
-        )
-        for c in pool[:RESCHEDULED]:
-            if not self.affordable(c.layout, "full micro-batches", minimum=None):
+        for layout, policy, placement_label, partition in ranked.picks:
+            if not self.affordable(layout, "full micro-batches", minimum=None):
                 break
-            self.judge(self.schedule(c.layout, c.list_policy or self.portfolio[0], c.placement, c.partition))
+            self.judge(self.schedule(layout, policy or self.portfolio[0], placement_label, partition))
         self.log_phase("full micro-batches", started, ranked_on=ranked.m)
 
     def phase_critical_path(self) -> None:
@@ -902,6 +925,66 @@ def ranking_microbatches(num_devices: int, num_microbatches: int, ranking_action
     return min(num_microbatches, wanted)
 
 
+@dataclass
+class _Ranked:
+    """What a ranking run (`_rank`) hands back: its records, its work, and the best `RESCHEDULED`
+    layouts with their best list policies, placements and partitions."""
+
+    m: int
+    phases: list[dict]
+    solver: dict
+    evaluated: int
+    judged: int
+    actions: int
+    rate_schedule: float
+    rate_simulate: float
+    picks: list[tuple[Layout, ListPolicy | None, str, str]]
+    aborted: bool
+    abort_phase: str | None
+
+
+def _rank(
+    costs: CostTable,
+    num_layers: int,
+    m: int,
+    components: Sequence[str],
+    budget: SearchBudget,
+    deadline: Deadline,
+    seed: int,
+    placement_ok: PlacementFilter | None,
+    progress: ProgressFn | None = None,
+) -> _Ranked:
+    """Phases 1-4 on `m` micro-batches (a shortened run: `ranking_microbatches`). Module level: it runs
+    in a worker process beside the classic baselines (`search_plan`), there without progress."""
+    r = _Search(costs, num_layers, m, components, budget, deadline, seed, progress, placement_ok)
+    _heuristic_phases(r)
+    best = sorted(
+        (c for c in r.by_layout_own.values() if c.result is not None),
+        key=lambda c: (not c.feasible, c.step_s, c.layout.num_stages, c.label),
+    )[:RESCHEDULED]
+    return _Ranked(
+        m, r.phases, r.solver, r.evaluated, r.judged, r.actions, r.rate_schedule, r.rate_simulate,
+        [(c.layout, c.list_policy, c.placement, c.partition) for c in best], deadline.aborted, deadline.where,
+    )  # fmt: skip
+
+
+class _Now:
+    """`workers.Background`'s interface for a job run in this process, at `result()` (None: no job)."""
+
+    def __init__(self, fn: Callable[[], _Ranked] | None) -> None:
+        self._fn = fn
+
+    def result(self) -> _Ranked:
+        assert self._fn is not None
+        return self._fn()
+
+    def __enter__(self) -> _Now:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def _heuristic_phases(s: _Search) -> None:
     """Phases 1-4 (module docstring) on `s`."""
     s.progress("placement x partition", 0.15)
@@ -923,7 +1006,7 @@ def search_plan(
     time_limit_s: float = 5.0,
     seed: int = 0,
     progress: ProgressFn | None = None,
-    baselines: dict[str, Candidate] | None = None,
+    baselines: Mapping[str, Candidate] | None = None,
     placement_ok: PlacementFilter | None = None,
     budget: SearchBudget | None = None,
     deadline: Deadline | None = None,
@@ -947,22 +1030,31 @@ def search_plan(
     budget = budget or SearchBudget.for_time_limit(time_limit_s)
     deadline = deadline or Deadline.after(time_limit_s)
     s = _Search(costs, num_layers, num_microbatches, components, budget, deadline, seed, progress, placement_ok)
-    s.progress("classic baselines", 0.05)
-    if baselines is None:
-        baselines = classic_baselines(costs, num_layers, num_microbatches)
-    # classic plans are candidates (and CP-SAT hints) only when the search may choose everything
-    classic_ok = set(components) == set(ALL_COMPONENTS)
-    if classic_ok:
-        for cand in baselines.values():
-            if s.placement_ok(cand.layout.stage_device):
-                s.consider(cand)
     m_rank = ranking_microbatches(s.p, num_microbatches, budget.ranking_actions)
+    ranking: Background | _Now = _Now(None)
     if m_rank < num_microbatches:
-        ranked = _Search(costs, num_layers, m_rank, components, budget, deadline, seed, progress, placement_ok)
-        _heuristic_phases(ranked)
-        s.phase_full_length(ranked)
-    else:
-        _heuristic_phases(s)
+        # a big pipeline: its ranking run goes to a worker while this process computes the classic
+        # baselines, which cost about as much at this size (in turn with one worker, or with a target's
+        # filter, which does not pickle)
+        job = functools.partial(
+            _rank, costs, num_layers, m_rank, tuple(components), budget, deadline, seed, placement_ok
+        )
+        side_by_side = placement_ok is None and Pool(2).parallel
+        ranking = Background(job) if side_by_side else _Now(functools.partial(job, progress=progress))
+    with ranking:
+        s.progress("classic baselines", 0.05)
+        if baselines is None:
+            baselines = classic_baselines(costs, num_layers, num_microbatches)
+        # classic plans are candidates (and CP-SAT hints) only when the search may choose everything
+        classic_ok = set(components) == set(ALL_COMPONENTS)
+        if classic_ok:
+            for cand in baselines.values():
+                if s.placement_ok(cand.layout.stage_device):
+                    s.consider(cand)
+        if m_rank < num_microbatches:
+            s.phase_full_length(ranking.result(), deadline)
+        else:
+            _heuristic_phases(s)
     s.progress("critical path", 0.72)
     s.phase_critical_path()
     s.progress("cp-sat order", 0.8)

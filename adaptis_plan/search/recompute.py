@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,7 +70,7 @@ class RecomputeOutcome:
     info: dict = field(default_factory=dict)
 
 
-def memory_may_bind(baselines: dict[str, Candidate]) -> bool:
+def memory_may_bind(baselines: Mapping[str, Candidate]) -> bool:
     """Whether memory can limit the schedule at all: some classic plan runs out of memory. When
     every one fits, GPipe included (all micro-batches in flight), no order is held back by memory."""
     return any(not c.feasible for c in baselines.values())

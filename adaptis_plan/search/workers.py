@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import TypeVar
@@ -55,6 +56,17 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, limit: int | None = None) 
         return pool.map(fn, todo)
 
 
+def _executor(size: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start)
+
+
+def _worker_start() -> None:
+    """A worker leaves at once and silently on Ctrl-C (the terminal sends it to the whole process group):
+    the parent reports the interrupt and shuts the pool down; an idle worker would otherwise print a
+    traceback from the middle of waiting for work."""
+    signal.signal(signal.SIGINT, lambda signum, _frame: os._exit(128 + signum))
+
+
 class Pool:
     """Forked workers kept for several `map` calls (a loop that hands out a few pieces at a time): up to
     `workers()` and `limit` of them, started on the first call that has two pieces. Inline where `pmap`
@@ -75,7 +87,7 @@ class Pool:
         if len(todo) <= 1 or not self.parallel:
             return [fn(x) for x in todo]
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.size, mp_context=multiprocessing.get_context("fork"))
+            self._pool = _executor(self.size)
         chunk = -(-len(todo) // self.size)  # one contiguous chunk per worker: each pickles fn once
         return list(self._pool.map(fn, todo, chunksize=chunk))
 
@@ -87,4 +99,31 @@ class Pool:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-__all__ = ["ENV", "Pool", "pmap", "workers"]
+class Background:
+    """`fn()` started in one forked worker while this process goes on; `result()` waits for it. Where
+    `pmap` would run inline (one CPU, or no fork), `fn` runs at `result()`, in this process. Use it as
+    a context manager: leaving the block (an error, Ctrl-C) ends the worker, which would otherwise wait
+    for more work after its parent is gone."""
+
+    def __init__(self, fn: Callable[[], R]) -> None:
+        self._fn = fn
+        self._pool: ProcessPoolExecutor | None = None
+        self._future = None
+        if Pool(2).parallel:
+            self._pool = _executor(1)
+            self._future = self._pool.submit(fn)
+
+    def result(self) -> R:
+        if self._future is None:
+            return self._fn()
+        return self._future.result()
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+__all__ = ["ENV", "Background", "Pool", "pmap", "workers"]

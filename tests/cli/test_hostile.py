@@ -447,6 +447,39 @@ def test_ctrl_c_while_cp_sat_solves(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_ctrl_c_while_a_ranking_run_works_in_a_worker(tmp_path: Path) -> None:
+    """A big pipeline ranks its candidates in a forked worker beside the classic baselines: Ctrl-C (to the
+    whole process group, as a terminal sends it) exits 130 at once and leaves no worker behind holding
+    the terminal, no plan and no temporary file."""
+    out = tmp_path / "p.json"
+    cmd = [sys.executable, "-m", "adaptis_plan.cli", "plan", "--model", "gemma-s", "--hardware", "h200"]
+    cmd += ["--pp", "16", "--microbatches", "1024", "--no-hard-stop", "-o", str(out)]
+    env = {**os.environ, "ADAPTIS_WORKERS": "2"}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+        preexec_fn=default_sigint, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.perf_counter() + 20
+    while len(_group(proc.pid)) < 2:  # the ranking worker has started
+        assert proc.poll() is None and time.perf_counter() < deadline, proc.communicate()
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    t0 = time.perf_counter()
+    _, err = proc.communicate(timeout=60)  # returns once every holder of its pipes is gone
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert time.perf_counter() - t0 < 10
+    time.sleep(0.5)
+    assert _group(proc.pid) == []
+    assert leftovers(tmp_path) == []
+
+
+def _group(pgid: int) -> list[str]:
+    """The processes of process group `pgid`."""
+    return subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+
+
+@pytest.mark.slow
 def test_cp_sat_solve_is_interrupted_at_once(tmp_path: Path) -> None:
     """The solver wrapper: SIGINT during `solve` raises KeyboardInterrupt at once, and Python's
     SIGINT handler survives the solve (OR-Tools' own handler resets SIGINT to the default)."""

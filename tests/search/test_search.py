@@ -307,3 +307,20 @@ def test_big_pipeline_ranks_on_a_shortened_run_and_plans_at_full_length() -> Non
     assert all(out.best.step_s <= c.step_s * (1 + 1e-9) for c in out.baselines.values() if c.feasible)
     full = search_plan(costs, len(work), m, budget=SearchBudget(), deadline=Deadline(float("inf")))
     assert "full micro-batches" not in {ph["phase"] for ph in full.phases}
+
+
+def test_a_ranking_run_in_a_worker_finds_what_one_in_turn_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beside the classic baselines in a worker, or after them in this process: the same plan and records."""
+    from adaptis_plan.search import workers
+
+    work = [1.0, 2.0, 1.0, 1.5, 1.0, 2.5, 1.0, 1.0, 3.0, 1.0]
+    costs = _costs(work, 4)
+    got = []
+    for n in ("1", "2"):
+        monkeypatch.setenv(workers.ENV, n)
+        out = search_plan(
+            costs, len(work), 48, budget=SearchBudget(ranking_actions=200), deadline=Deadline(float("inf"))
+        )
+        phases = [{k: v for k, v in ph.items() if k != "wall_s"} for ph in out.phases]
+        got.append((out.best.layout, out.best.programs, out.best.describe(), phases, out.evaluated))
+    assert got[0] == got[1]
