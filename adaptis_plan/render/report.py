@@ -266,6 +266,7 @@ def search_lines(info: dict, step_s: float) -> list[str]:
             "OPTIMAL": "proven optimal",
             "FEASIBLE": "not proven optimal",
             "WINDOWS_ONLY": "improved window by window (too big for one model)",
+            "BOUND_ONLY": "too big for a window within the budget; its bound holds without one",
         }.get(status, status)
         lines.append(
             f"order: CP-SAT {status} ({what}) for this partition and placement; best bound"

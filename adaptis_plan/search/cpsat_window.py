@@ -343,7 +343,7 @@ class WindowStats:
 #: time per action on one core, where a unit of the solver's deterministic time is about 1 s.
 #: Without it a 200k-action program (PP 64, 512 micro-batches) spent a long limit's window work
 #: on re-timing alone and met the wall-clock abort (55.6 s at --time-limit 60).
-_RETIME_DTIME_PER_ACTION = 4e-6
+RETIME_DTIME_PER_ACTION = 4e-6
 #: Deterministic time charged per action for a double justification (`_justify`: two placement
 #: passes with gap search, then the re-timing), about 5 x a re-timing's wall time.
 _JUSTIFY_DTIME_PER_ACTION = 2e-5
@@ -459,7 +459,7 @@ def improve_order_windows(
         )
         # each window is charged at least a quarter of its budget (building it costs work too)
         # and the re-timing of the whole programs around it, which grows with their length
-        spent += max(used, window_deterministic_time / 4) + total * _RETIME_DTIME_PER_ACTION
+        spent += max(used, window_deterministic_time / 4) + total * RETIME_DTIME_PER_ACTION
         windows += 1
         if starts is not None:
             trial = list(current)

@@ -72,6 +72,10 @@ _INITIAL_SECONDS_PER_ACTION = 1e-5
 RANKING_MIN_ROUNDS = 2
 #: Layouts of a shortened ranking run scheduled again at the full micro-batch count.
 RESCHEDULED = 2
+#: The CP-SAT windows do not start on programs whose re-timing around one window alone would cost more
+#: than this many times the window budget (`cpsat_window.RETIME_DTIME_PER_ACTION`): 37.5K actions at a
+#: whole-configuration point's default share, 150K for one pipeline at the default limit.
+WINDOW_OVERRUN = 10
 
 
 @dataclass
@@ -763,7 +767,8 @@ class _Search:
 
     def _order_one(self, start: Candidate) -> dict:
         from adaptis_plan.search.cpsat_order import solve_order
-        from adaptis_plan.search.cpsat_window import improve_order_windows
+        from adaptis_plan.search.cpsat_window import RETIME_DTIME_PER_ACTION, improve_order_windows
+        from adaptis_plan.search.order_instance import device_bound_s
 
         layout = start.layout
         key = _layout_key(layout)
@@ -824,6 +829,15 @@ class _Search:
                 own = self.by_layout_own.get(key)
                 if own is not None and not better(current, own):
                     continue
+            if n_actions * RETIME_DTIME_PER_ACTION > WINDOW_OVERRUN * b.order_window_dtime * share:
+                # re-timing the whole programs around a single window would cost many times the window
+                # budget: no window is solved; the device bound still holds (it needs no solve)
+                split = _splits_backward(current.programs)
+                bound = device_bound_s(layout, self.costs, self.m, split)
+                record["windows"].append(
+                    {"hint": current.label, "status": "NOT_RUN", "solved": 0, "kept": 0, "device_bound_s": bound}
+                )
+                continue
             res, stats = improve_order_windows(
                 layout,
                 self.costs,
@@ -876,6 +890,8 @@ class _Search:
         status = "WINDOWS_ONLY"
         if full is not None:
             status, bound = full["status"], full["bound_s"]
+        if full is None and rec.get("windows") and all(w.get("status") == "NOT_RUN" for w in rec["windows"]):
+            status = "BOUND_ONLY"  # no window was solved (`WINDOW_OVERRUN`)
         for win in rec.get("windows", []):
             device = win.get("device_bound_s")
             if device is not None:

@@ -324,3 +324,21 @@ def test_a_ranking_run_in_a_worker_finds_what_one_in_turn_finds(monkeypatch: pyt
         phases = [{k: v for k, v in ph.items() if k != "wall_s"} for ph in out.phases]
         got.append((out.best.layout, out.best.programs, out.best.describe(), phases, out.evaluated))
     assert got[0] == got[1]
+
+
+def test_windows_too_costly_for_their_budget_leave_the_device_bound() -> None:
+    """Programs whose re-timing alone would cost many times the window budget get no window; the plan still
+    reports the device bound, which needs no solve, and says no window ran."""
+    from adaptis_plan.search.order_instance import device_bound_s
+
+    work = [1.0, 2.0, 1.0, 1.5, 1.0, 2.5, 1.0, 1.0, 3.0, 1.0]
+    costs = _costs(work, 4)
+    tiny = SearchBudget(order_window_dtime=1e-6, order_full_max_actions=0)
+    out = search_plan(costs, len(work), 8, budget=tiny, deadline=Deadline(float("inf")))
+    records = out.solver["order_layouts"]
+    assert records and all(w["status"] == "NOT_RUN" and w["solved"] == 0 for r in records for w in r["windows"])
+    order = out.solver["order"]
+    assert order["status"] == "BOUND_ONLY"
+    split = any(a.op == "I" for p in out.best.programs for a in p)
+    assert order["bound_s"] == pytest.approx(device_bound_s(out.best.layout, costs, 8, split))
+    assert order["bound_s"] <= out.best.step_s * (1 + 1e-9)
