@@ -55,7 +55,7 @@ from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.bound import lower_bound
-from adaptis_plan.judge.simulate import simulate, with_expected
+from adaptis_plan.judge.simulate import MEM_SLACK, simulate, with_expected
 from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
 from adaptis_plan.schedules import get_spec
 from adaptis_plan.schedules._common import microbatch_groups
@@ -195,6 +195,7 @@ class Considered:
     status: str
     estimate_s: float = math.inf  # the screening order (`_estimate`); not a bound
     chunks: int = 1  # stages per device of the classic schedule the estimate chose (1: 1F1B)
+    unfit: dict[str, frozenset[int]] = field(default_factory=dict)  # `_estimate`'s proven overflows
     step_time_s: float | None = None
     reason: str = ""
     recompute: str | None = None
@@ -365,16 +366,18 @@ def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Po
         (m * float(work.sum()) + float(extras.sum())) / pp,
     )
     row = Considered(point, bound, "not_screened")
-    row.estimate_s, row.chunks = _estimate(model, hw, req, point, costs, float(extras.sum()) / pp)
+    row.estimate_s, row.chunks, row.unfit = _estimate(model, hw, req, point, costs, float(extras.sum()) / pp)
     return row
 
 
 def _estimate(
     model: ModelSpec, hw: HardwareProfile, req: Request, point: Point, plain: CostTable, optimizer_s: float
-) -> tuple[float, int]:
-    """The screening order (not a bound) and the stages per device it chose: under the first recompute
-    mode (none, selective, full, or the requested one) in which some classic schedule fits, the fastest
-    of them in closed form on the uniform partition, plus the optimizer step; infinite when none fits.
+) -> tuple[float, int, dict[str, frozenset[int]]]:
+    """The screening order (not a bound), the stages per device it chose, and per recompute mode it
+    looked at, the degrees (1: 1F1B) whose held activations alone overflow some device. Under the
+    first recompute mode (none, selective, full, or the requested one) in which some classic schedule
+    fits, the fastest of them in closed form on the uniform partition, plus the optimizer step;
+    infinite when none fits.
 
     - 1F1B: sum over stages of (F + B) + (M - 1) x the slowest stage's (F + B); stage s holds static
       bytes + min(pp - s, M) micro-batches of activations.
@@ -384,10 +387,14 @@ def _estimate(
       min((k - 1) g + 2 (pp - 1 - d) + 1, k M) forwards (`schedules.interleaved_1f1b`'s warm-up and
       the first forward after it, g the first micro-batch group), each of its own chunk
       (`_warmup_chunks`): a last stage's big logits count once per micro-batch it holds, not
-      spread over the device's chunks."""
+      spread over the device's chunks.
+
+    Both hold what the simulated schedule holds when its first backward starts, so no more than its
+    peak: a degree that overflows here overflows when simulated (`_screen` skips it)."""
     m, pp = point.num_microbatches, point.pp
+    unfit: dict[str, frozenset[int]] = {}
     if pp > model.num_layers - 2:
-        return math.inf, 1
+        return math.inf, 1, unfit
     degrees = [1]
     if pp > 1 and _degrees(req):
         deeper = [k for k in range(2, MAX_SCREEN_CHUNKS + 1) if pp * k <= model.num_layers - 2]
@@ -395,6 +402,7 @@ def _estimate(
         degrees = deeper if req.strategy.lower() != "adaptive" and deeper else degrees + deeper
     modes = RECOMPUTE_LADDER if req.recompute == "auto" else (req.recompute,)
     limit = float(plain.mem_limit_bytes.min())
+    limits = plain.mem_limit_bytes[:pp] + MEM_SLACK  # what the simulator lets each device hold
     group = -(-m // max(1, m // pp))  # the first micro-batch group's size (`microbatch_groups`)
     dev = np.arange(pp)
     sizes = np.array([len(g) for g in microbatch_groups(m, pp)])
@@ -402,6 +410,7 @@ def _estimate(
         costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
         work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
         best, chunks = math.inf, 1
+        over: set[int] = set()
         for k in degrees:
             cuts = uniform_bounds(model.num_layers, pp * k)[:-1]
             stage = np.add.reduceat(work, cuts)
@@ -414,11 +423,14 @@ def _estimate(
                 forwards = np.minimum((k - 1) * group + 2 * (pp - 1 - dev) + 1, k * m)
                 held = (act.T * _warmup_chunks(forwards, k, sizes)).sum(axis=1)
                 step = float(m * stage.reshape(k, pp).sum(axis=0).max() + (pp - 1) * stage.max())
+            if np.any(static + held > limits):
+                over.add(k)
             if np.all(static + held <= limit) and step < best:
                 best, chunks = step, k
+        unfit[mode] = frozenset(over)
         if best < math.inf:
-            return best + optimizer_s, chunks
-    return math.inf, 1
+            return best + optimizer_s, chunks, unfit
+    return math.inf, 1, unfit
 
 
 def _warmup_chunks(forwards: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray:
@@ -457,6 +469,9 @@ def _screen(
         costs = tables.table(model)
         for strategy, chunks in schedules:
             last = (strategy, chunks) == schedules[-1]
+            degree = {"1F1B": 1, "Interleaved1F1B": chunks}.get(strategy)
+            if degree in row.unfit.get(mode, ()) and not (last and mode == modes[-1]):
+                continue  # its closed form already overflows (`_estimate`); the last one gives the reason
             key = (_table_key(costs), p.num_microbatches, strategy, chunks)
             if key not in classic:
                 try:

@@ -234,3 +234,33 @@ def test_the_estimates_warm_up_counts_each_chunk_as_the_interleaved_order_runs_i
     for d in range(pp):
         order = interleaved_orders(d, pp, k, groups)[0][: forwards[d]]
         assert got[d].tolist() == [sum(1 for s, _ in order if s // pp == c) for c in range(k)]
+
+
+@pytest.mark.parametrize(
+    ("model_name", "gpus", "batch", "seq"), [("llama-2-7b", 8, 64, 4096), ("gemma-7b", 16, 32, 4096)]
+)
+def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(model_name, gpus, batch, seq) -> None:  # noqa: ANN001
+    """`_estimate`'s held activations are no more than the simulated peak: a degree it marks unfit (the
+    screen skips its simulation) overflows when simulated, in every mode it looked at."""
+    import random
+
+    from adaptis_plan.cost.source import CostTables
+    from adaptis_plan.search.configuration import _screen_bound
+    from adaptis_plan.search.generator import classic_candidate
+
+    model = load_model(model_name)
+    hw = cluster(load_hardware("h100"), gpus)
+    req = Request(gpus=gpus, global_batch_size=batch, seq_len=seq)
+    points = [p for p in legal_points(model, hw, req) if p.pp > 1 and p.pp * p.num_microbatches <= 256]
+    random.Random(0).shuffle(points)
+    checked = 0
+    for p in points[:6]:
+        row = _screen_bound(model, hw, req, p)
+        for mode, degrees in row.unfit.items():
+            costs = CostTables(hw, p.training(req, mode), default_mode=mode).table(model)
+            for k in degrees:
+                strategy = "1F1B" if k == 1 else "Interleaved1F1B"
+                cand = classic_candidate(costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=k)
+                assert not cand.result.fits_memory, (p.label, mode, k)
+                checked += 1
+    assert checked >= 10
