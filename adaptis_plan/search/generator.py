@@ -36,6 +36,7 @@ hard abort (`Deadline`); a search it cuts short says so (`SearchOutcome.aborted`
 
 from __future__ import annotations
 
+import array
 import functools
 import itertools
 import math
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
+from adaptis_plan.core import Action, CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InputError
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.schedules import STRATEGIES, ScheduleSpec, get_spec, placement, uniform_bounds
@@ -356,18 +357,28 @@ class _Search:
         return True
 
     # -- candidates
-    def schedule(self, layout: Layout, policy: ListPolicy, placement_label: str, partition: str) -> Candidate:
+    def schedule(
+        self,
+        layout: Layout,
+        policy: ListPolicy,
+        placement_label: str,
+        partition: str,
+        done: tuple[Programs, float] | None = None,
+    ) -> Candidate:
+        """`policy`'s list schedule of `layout` as a candidate (`done`: that schedule, already made in a
+        worker: `phase_full_length`)."""
         self.evaluated += 1
         self._phase_count += 1
         t0 = time.perf_counter()
         if "schedule" in self.components:
-            programs, est = list_schedule(layout, self.costs, self.m, policy)
+            programs, est = done or list_schedule(layout, self.costs, self.m, policy)
             name, used = policy.name, policy
         else:
             programs, est, name, used = self._textbook_order(layout), math.inf, "textbook", None
         n = sum(len(p) for p in programs)
         self.actions += n
-        self.rate_schedule = max(self.rate_schedule * 0.5, (time.perf_counter() - t0) / max(n, 1))
+        if done is None:
+            self.rate_schedule = max(self.rate_schedule * 0.5, (time.perf_counter() - t0) / max(n, 1))
         return Candidate(
             layout, programs, est, placement=placement_label, partition=partition, policy=name, list_policy=used
         )
@@ -629,10 +640,17 @@ class _Search:
         self.actions += ranked.actions
         self.rate_schedule, self.rate_simulate = ranked.rate_schedule, ranked.rate_simulate
         started = self.start_phase(0.0)
-        for layout, policy, placement_label, partition in ranked.picks:
-            if not self.affordable(layout, "full micro-batches", minimum=None):
-                break
-            self.judge(self.schedule(layout, policy or self.portfolio[0], placement_label, partition))
+        picks = [(layout, policy or self.portfolio[0], label, part) for layout, policy, label, part in ranked.picks]
+        # the second pick is list-scheduled in a worker while this process schedules and judges the first
+        ahead: Background | _Now = _Now(None)
+        if len(picks) > 1 and "schedule" in self.components and Pool(2).parallel:
+            ahead = Background(functools.partial(_list_schedule_codes, picks[1][0], self.costs, self.m, picks[1][1]))
+        with ahead:
+            for n, (layout, policy, placement_label, partition) in enumerate(picks):
+                if not self.affordable(layout, "full micro-batches", minimum=None):
+                    break
+                done = _decoded(ahead.result()) if n == 1 and isinstance(ahead, Background) else None
+                self.judge(self.schedule(layout, policy, placement_label, partition, done))
         self.log_phase("full micro-batches", started, ranked_on=ranked.m)
 
     def phase_critical_path(self) -> None:
@@ -982,6 +1000,29 @@ def _rank(
         m, r.phases, r.solver, r.evaluated, r.judged, r.actions, r.rate_schedule, r.rate_simulate,
         [(c.layout, c.list_policy, c.placement, c.partition) for c in best], deadline.aborted, deadline.where,
     )  # fmt: skip
+
+
+def _list_schedule_codes(layout: Layout, costs: CostTable, m: int, policy: ListPolicy) -> tuple[list, float]:
+    """`list_schedule` in a worker: its programs as compact codes (`_decoded`), which a process pipe
+    carries many times faster than a list of `Action`s, and its estimate."""
+    programs, est = list_schedule(layout, costs, m, policy)
+    codes = [
+        (array.array("i", [a.stage for a in p]).tobytes(), "".join(a.op for a in p), array.array("i", [a.mb for a in p]).tobytes())
+        for p in programs
+    ]  # fmt: skip
+    return codes, est
+
+
+def _decoded(got: tuple[list, float]) -> tuple[Programs, float]:
+    """The programs and estimate `_list_schedule_codes` encoded."""
+    codes, est = got
+    programs: Programs = []
+    for stages, ops, mbs in codes:
+        s, b = array.array("i"), array.array("i")
+        s.frombytes(stages)
+        b.frombytes(mbs)
+        programs.append(list(map(Action, s, ops, b)))
+    return programs, est
 
 
 class _Now:
