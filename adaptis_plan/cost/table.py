@@ -412,6 +412,11 @@ def _profile_targets(profile: CostProfile, model: ModelSpec):
                 yield index, 1.0, entry
 
 
+#: `tensor_parallel_sizes` of the last models asked (by identity; a model spec is frozen): every cost
+#: table checks its TP degree, and a configuration search builds thousands of tables of one model
+_TP_SIZES: dict[int, tuple[ModelSpec, list[tuple[str, int]]]] = {}
+
+
 def tensor_parallel_sizes(model: ModelSpec) -> list[tuple[str, int]]:
     """(what, size) of every count tensor parallelism splits evenly, in layer order, once each.
 
@@ -419,6 +424,17 @@ def tensor_parallel_sizes(model: ModelSpec) -> list[tuple[str, int]]:
     groups) per rank, the inner sizes of MLPs and of every expert (experts are split like the
     MLP, there is no expert parallelism), and Mamba heads and B/C groups.
     """
+    known = _TP_SIZES.get(id(model))
+    if known is not None and known[0] is model:
+        return list(known[1])
+    sizes = _tensor_parallel_sizes(model)
+    if len(_TP_SIZES) >= 8:
+        _TP_SIZES.clear()
+    _TP_SIZES[id(model)] = (model, sizes)
+    return list(sizes)
+
+
+def _tensor_parallel_sizes(model: ModelSpec) -> list[tuple[str, int]]:
     found: dict[tuple[str, int], None] = {}
     for index, layer in enumerate(model.layers):
         at = f"layers[{index}]"
