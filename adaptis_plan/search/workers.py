@@ -18,6 +18,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import TypeVar
@@ -63,8 +65,17 @@ def _executor(size: int) -> ProcessPoolExecutor:
 def _worker_start() -> None:
     """A worker leaves at once and silently on Ctrl-C (the terminal sends it to the whole process group):
     the parent reports the interrupt and shuts the pool down; an idle worker would otherwise print a
-    traceback from the middle of waiting for work."""
+    traceback from the middle of waiting for work. It also leaves when its parent is gone (ended by
+    `Background.cancel`, or killed): its own workers would otherwise wait for work forever."""
     signal.signal(signal.SIGINT, lambda signum, _frame: os._exit(128 + signum))
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 class Pool:
@@ -118,11 +129,21 @@ class Background:
             return self._fn()
         return self._future.result()
 
+    def cancel(self) -> None:
+        """End the worker now, its work unfinished (an error or Ctrl-C left the block that wanted it)."""
+        if self._pool is not None:
+            for process in (getattr(self._pool, "_processes", None) or {}).values():
+                process.terminate()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool, self._future = None, None
+
     def __enter__(self) -> Background:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
+        if exc[0] is not None:
+            self.cancel()  # an error or Ctrl-C: the piece is not wanted any more
+        elif self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 

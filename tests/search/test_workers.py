@@ -89,3 +89,30 @@ def test_recompute_auto_searching_its_forced_modes_side_by_side_gives_the_same_p
     labels = {c["label"] for c in one["search"]["recompute"]["candidates"]}
     assert {"selective everywhere", "full everywhere"} <= labels
     assert (tmp_path / "one.json").read_bytes() == (tmp_path / "two.json").read_bytes()
+
+
+def test_a_worker_leaves_when_its_parent_is_gone(tmp_path) -> None:  # noqa: ANN001
+    """A forked worker whose parent dies without shutting its pool down (killed, or its own parent
+    ended it) leaves by itself, instead of waiting for work forever."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "orphan.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from adaptis_plan.search.workers import Background\n"
+        "bg = Background(lambda: time.sleep(60))\n"  # fork: the lambda never pickles, a worker starts
+        "time.sleep(0.5)\n"
+        "print(*[p.pid for p in bg._pool._processes.values()], flush=True)\n"
+        "os._exit(0)\n"  # no shutdown: the worker is orphaned
+    )
+    env = {**os.environ, workers.ENV: "2", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
+    pids = [int(x) for x in out.stdout.split()]
+    assert pids, out.stderr
+    deadline = time.time() + 5
+    while time.time() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
