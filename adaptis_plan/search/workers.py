@@ -4,13 +4,18 @@
 `workers()` forked processes: each piece is deterministic and shares nothing with the others, so the
 result does not depend on how many ran at once (the plan stays byte-identical under any load). Used
 where the pieces are many or heavy: the whole-configuration search's per-point bounds, its screen
-(a `Pool` kept across the batches) and its planned points' pipeline searches.
+(`Pool`, batch by batch) and its planned points' pipeline searches. `Background` runs one piece beside
+this process: a big pipeline's ranking run and its second full-length pick (`search.generator`).
 
 Workers: the CPUs this process may run on, or `ADAPTIS_WORKERS` (an integer >= 1; 1 runs everything
 in this process). Where `fork` is not available (macOS and Windows spawn a fresh interpreter, which
 costs more than these pieces), or with a single piece or CPU, `pmap` runs in this process. A worker
 never prints: the caller keeps its terminal. A worker may fork its own (recompute auto's forced modes
 inside one of several planned points): when its siblings finish first, the CPUs they leave are used.
+
+Each worker is a forked process that inherits the piece and its inputs (nothing is pickled on the way
+in) and sends its results back on a pipe of its own, which only this process's calling thread reads:
+a worker ended part-way through a send (Ctrl-C, `Background.cancel`) leaves nothing waiting on it.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from typing import TypeVar
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
 
 from adaptis_plan.errors import InputError
 
@@ -50,23 +55,20 @@ def workers() -> int:
 
 
 def pmap(fn: Callable[[T], R], items: Iterable[T], *, limit: int | None = None) -> list[R]:
-    """`[fn(x) for x in items]`, computed by up to `workers()` (and `limit`) forked processes, in order.
-
-    `fn` and the items must pickle (a module-level function, or a `functools.partial` of one)."""
+    """`[fn(x) for x in items]`, computed by up to `workers()` (and `limit`) forked processes, in order."""
     todo: Sequence[T] = list(items)
     with Pool(min(len(todo), limit or len(todo))) as pool:
         return pool.map(fn, todo)
 
 
-def _executor(size: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start)
+def _forkable() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
 
 
 def _worker_start() -> None:
     """A worker leaves at once and silently on Ctrl-C (the terminal sends it to the whole process group):
-    the parent reports the interrupt and shuts the pool down; an idle worker would otherwise print a
-    traceback from the middle of waiting for work. It also leaves when its parent is gone (ended by
-    `Background.cancel`, or killed): its own workers would otherwise wait for work forever."""
+    the parent reports the interrupt. It also leaves when its parent is gone (ended by
+    `Background.cancel`, or killed): its own workers would otherwise run on unwanted."""
     signal.signal(signal.SIGINT, lambda signum, _frame: os._exit(128 + signum))
     parent = os.getppid()
 
@@ -78,73 +80,121 @@ def _worker_start() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def _run(fn: Callable[[], Any], out: Connection) -> None:
+    """A worker's body: `fn()`, sent back as ("ok", result) or ("error", the exception)."""
+    _worker_start()
+    try:
+        got: tuple[str, Any] = ("ok", fn())
+    except BaseException as e:  # noqa: BLE001 - the parent raises it, as if it had run here
+        got = ("error", e)
+    try:
+        out.send(got)
+    except Exception as e:  # noqa: BLE001 - the result or the exception does not pickle
+        out.send(("error", RuntimeError(f"a worker's result could not be sent back: {e!r}")))
+    out.close()
+
+
+class _Worker:
+    """One forked process running `fn()`, and the pipe it answers on."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._conn, child = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(target=_run, args=(fn, child), daemon=False)
+        self._process.start()
+        child.close()
+
+    def result(self) -> Any:
+        try:
+            kind, got = self._conn.recv()
+        except EOFError:
+            code = self._process.exitcode
+            raise RuntimeError(f"a worker process ended without its result (exit code {code})") from None
+        finally:
+            self.close()
+        if kind == "error":
+            raise got
+        return got
+
+    def close(self, kill: bool = False) -> None:
+        if kill and self._process.is_alive():
+            self._process.terminate()
+        self._process.join()
+        self._conn.close()
+
+
+def _chunk(fn: Callable[[T], R], chunk: Sequence[T]) -> list[R]:
+    return [fn(x) for x in chunk]
+
+
 class Pool:
-    """Forked workers kept for several `map` calls (a loop that hands out a few pieces at a time): up to
-    `workers()` and `limit` of them, started on the first call that has two pieces. Inline where `pmap`
-    is (one CPU, or no fork). Use it as a context manager: the workers end with the block."""
+    """`map` in up to `workers()` (and `limit`) forked processes per call, each on a contiguous chunk of
+    the pieces. Inline where `pmap` is (one CPU, or no fork). Use it as a context manager: leaving the
+    block by an error or Ctrl-C ends the workers of a `map` it interrupted."""
 
     def __init__(self, limit: int | None = None) -> None:
         self.size = min(workers(), limit or workers())
-        self._pool: ProcessPoolExecutor | None = None
+        self._running: list[_Worker] = []
 
     @property
     def parallel(self) -> bool:
         """Whether `map` can run pieces side by side."""
-        return self.size > 1 and "fork" in multiprocessing.get_all_start_methods()
+        return self.size > 1 and _forkable()
 
     def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         """`[fn(x) for x in items]`, in order (module docstring)."""
         todo: Sequence[T] = list(items)
         if len(todo) <= 1 or not self.parallel:
             return [fn(x) for x in todo]
-        if self._pool is None:
-            self._pool = _executor(self.size)
-        chunk = -(-len(todo) // self.size)  # one contiguous chunk per worker: each pickles fn once
-        return list(self._pool.map(fn, todo, chunksize=chunk))
+        n = min(self.size, len(todo))
+        size = -(-len(todo) // n)
+        chunks = [todo[k : k + size] for k in range(0, len(todo), size)]
+        # the first chunk runs here, the others in workers
+        self._running = [_Worker(lambda c=c: _chunk(fn, c)) for c in chunks[1:]]
+        out = _chunk(fn, chunks[0])
+        for worker in self._running:
+            out.extend(worker.result())
+        self._running = []
+        return out
 
     def __enter__(self) -> Pool:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        for worker in self._running:
+            worker.close(kill=True)
+        self._running = []
 
 
 class Background:
-    """`fn()` started in one forked worker while this process goes on; `result()` waits for it. Where
+    """`fn()` started in a forked worker while this process goes on; `result()` waits for it. Where
     `pmap` would run inline (one CPU, or no fork), `fn` runs at `result()`, in this process. Use it as
-    a context manager: leaving the block (an error, Ctrl-C) ends the worker, which would otherwise wait
-    for more work after its parent is gone."""
+    a context manager: leaving the block by an error or Ctrl-C ends the worker."""
 
     def __init__(self, fn: Callable[[], R]) -> None:
         self._fn = fn
-        self._pool: ProcessPoolExecutor | None = None
-        self._future = None
-        if Pool(2).parallel:
-            self._pool = _executor(1)
-            self._future = self._pool.submit(fn)
+        self._worker: _Worker | None = _Worker(fn) if Pool(2).parallel else None
 
     def result(self) -> R:
-        if self._future is None:
+        if self._worker is None:
             return self._fn()
-        return self._future.result()
+        worker, self._worker = self._worker, None
+        return worker.result()
 
     def cancel(self) -> None:
         """End the worker now, its work unfinished (an error or Ctrl-C left the block that wanted it)."""
-        if self._pool is not None:
-            for process in (getattr(self._pool, "_processes", None) or {}).values():
-                process.terminate()
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool, self._future = None, None
+        if self._worker is not None:
+            self._worker.close(kill=True)
+            self._worker = None
 
     def __enter__(self) -> Background:
         return self
 
     def __exit__(self, *exc: object) -> None:
         if exc[0] is not None:
-            self.cancel()  # an error or Ctrl-C: the piece is not wanted any more
-        elif self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self.cancel()
+        elif self._worker is not None:
+            self._worker.result()  # not asked for: wait for it, so no process outlives the block
 
 
 __all__ = ["ENV", "Background", "Pool", "pmap", "workers"]

@@ -103,10 +103,10 @@ def test_a_worker_leaves_when_its_parent_is_gone(tmp_path) -> None:  # noqa: ANN
     script.write_text(
         "import os, sys, time\n"
         "from adaptis_plan.search.workers import Background\n"
-        "bg = Background(lambda: time.sleep(60))\n"  # fork: the lambda never pickles, a worker starts
+        "bg = Background(lambda: time.sleep(60))\n"
         "time.sleep(0.5)\n"
-        "print(*[p.pid for p in bg._pool._processes.values()], flush=True)\n"
-        "os._exit(0)\n"  # no shutdown: the worker is orphaned
+        "print(bg._worker._process.pid, flush=True)\n"
+        "os._exit(0)\n"  # no clean-up: the worker is orphaned
     )
     env = {**os.environ, workers.ENV: "2", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
