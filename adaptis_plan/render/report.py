@@ -261,12 +261,16 @@ def search_lines(info: dict, step_s: float) -> list[str]:
     lines = []
     order = info.get("solver", {}).get("order") or {}
     status = order.get("status")
-    if status and status != "NOT_RUN" and order.get("bound_s") is not None:
+    if status == "BOUND_ONLY" and order.get("bound_s") is not None:
+        lines.append(
+            f"order: no CP-SAT window fits the budget on a program this long; the device bound for this"
+            f" partition and placement is {_ms(order['bound_s'])} ms, gap {order.get('gap', 0.0):.2%} to this plan."
+        )
+    elif status and status != "NOT_RUN" and order.get("bound_s") is not None:
         what = {
             "OPTIMAL": "proven optimal",
             "FEASIBLE": "not proven optimal",
             "WINDOWS_ONLY": "improved window by window (too big for one model)",
-            "BOUND_ONLY": "too big for a window within the budget; its bound holds without one",
         }.get(status, status)
         lines.append(
             f"order: CP-SAT {status} ({what}) for this partition and placement; best bound"

@@ -28,9 +28,9 @@ form, 1F1B or, for adaptive and an Interleaved1F1B of unstated degree, Interleav
 `MAX_SCREEN_CHUNKS` stages per device, on the uniform partition under the first recompute mode where
 one fits, plus the optimizer step) with that schedule simulated (uniform partition; recomputation
 none, selective, then full: the first that fits; 1F1B where the interleaving overflows), priced as
-whole steps; a point whose bound is above the best screened step is pruned (it cannot
-win); screening stops when its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`) or when the
-estimate passes the `PLAN_LIMIT`-th best screened step by `SCREEN_MARGIN` (the rest could not be
+whole steps (a schedule whose closed-form memory already overflows is not simulated: `_estimate`);
+a point whose bound is above the best screened step is pruned (it cannot win); screening stops when
+its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`) or when the estimate passes the `PLAN_LIMIT`-th best screened step by `SCREEN_MARGIN` (the rest could not be
 planned: they stay not_screened, with the reason). With several workers the next points the screen
 may reach are screened side by side, then decided in order exactly as one by one. The best
 `PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
@@ -453,7 +453,9 @@ def _screen(
 ) -> _Screen:
     """The classic schedule the estimate chose (`screen_strategy`; where that interleaving does not
     fit, 1F1B for adaptive, the requested strategy at its default degree otherwise) at the point, with the
-    first recompute mode of `modes` that fits, as a whole step.
+    first recompute mode of `modes` that fits, as a whole step. A schedule `_estimate` proved overflowing
+    in a mode (`Considered.unfit`) is not simulated, except the last one tried, whose overflow is the
+    reason a point is out of memory.
     `classic` keeps the simulated classic plans by cost table, micro-batches and schedule: a point
     whose table equals an earlier one's (`_adaptive`) reuses the plan and prices its own step."""
     p = row.point
@@ -503,10 +505,14 @@ def _screen(
 
 def _screen_alone(
     model: ModelSpec, hw: HardwareProfile, req: Request, modes: Sequence[str], row: Considered
-) -> _Screen:
-    """`_screen` in a worker process: what the parent keeps of it (the row, its whole step, mode and
-    schedule), without the classic plan and cost tables, which `_plan_point` rebuilds if it needs them."""
-    got = _screen(model, hw, req, row, modes)
+) -> _Screen | Exception:
+    """`_screen` side by side (a worker process): what the caller keeps of it (the row, its whole step,
+    mode and schedule), without the classic plan and cost tables, which `_plan_point` rebuilds if it
+    needs them; an error comes back as the value, raised only if the row is decided to be screened."""
+    try:
+        got = _screen(model, hw, req, row, modes)
+    except Exception as e:  # noqa: BLE001 - raised where the in-order loop would have met it
+        return e
     return _Screen(got.considered, step=got.step, mode=got.mode, schedule=got.schedule)
 
 
@@ -543,8 +549,10 @@ def search_configuration(
     classic: dict[tuple, object] = {}  # the screens' classic plans (`_screen`)
 
     def verdict(row: Considered, best: float, tried: int, actions: int, steps: list[float]) -> str | None:
-        """Why `row` is not screened in this state (None: it is). Every reason stays true as the state
-        moves on (best and steps only fall, tried and actions only grow, the clock only runs)."""
+        """Why `row` is not screened in this state (None: it is). On the loop's real state every reason
+        stays true as it moves on (best and steps only fall, tried and actions only grow, the clock only
+        runs); the look-ahead below counts its picks as screened, so it may pass over a row the loop
+        then screens, in turn."""
         if row.bound_s >= best:
             return "pruned"
         if tried >= SCREEN_LIMIT and actions >= SCREEN_ACTIONS:
@@ -561,10 +569,10 @@ def search_configuration(
     with Pool() as pool:
         start = 0
         while start < len(order):
-            # the next rows the loop below can screen, as far as the state before them tells: with several
+            # the next rows the loop below may screen, as far as the state before them tells: with several
             # workers they are screened side by side, then decided one by one exactly as in turn (a row the
-            # new state passes over was not needed; no row it screens was left out, by `verdict`)
-            ahead: dict[int, _Screen] = {}
+            # loop passes over was not needed; one it screens that was not picked is screened then)
+            ahead: dict[int, _Screen | Exception] = {}
             stop = start + 1
             if pool.parallel and cost(order[start]) >= SIDE_BY_SIDE_ACTIONS:
                 picked, t, a = [], tried, actions
@@ -598,9 +606,11 @@ def search_configuration(
                 tried += 1
                 actions += cost(row)
                 got = ahead.get(j)
+                if isinstance(got, Exception):
+                    raise got
                 if got is None:
                     got = _screen(model, hw, req, row, modes, classic)
-                else:  # screened in a worker, on a copy of the row
+                else:  # screened side by side, on a copy of the row
                     vars(row).update(vars(got.considered))
                     got.considered = row
                 if got.step is not None:

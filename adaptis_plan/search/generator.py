@@ -651,6 +651,8 @@ class _Search:
                     break
                 done = _decoded(ahead.result()) if n == 1 and isinstance(ahead, Background) else None
                 self.judge(self.schedule(layout, policy, placement_label, partition, done))
+            if isinstance(ahead, Background):
+                ahead.cancel()  # the clock stopped the loop first: the second pick is not wanted
         self.log_phase("full micro-batches", started, ranked_on=ranked.m)
 
     def phase_critical_path(self) -> None:
@@ -847,7 +849,9 @@ class _Search:
                 own = self.by_layout_own.get(key)
                 if own is not None and not better(current, own):
                     continue
-            if n_actions * RETIME_DTIME_PER_ACTION > WINDOW_OVERRUN * b.order_window_dtime * share:
+            if sum(len(p) for p in current.programs) * RETIME_DTIME_PER_ACTION > (
+                WINDOW_OVERRUN * b.order_window_dtime * share
+            ):
                 # re-timing the whole programs around a single window would cost many times the window
                 # budget: no window is solved; the device bound still holds (it needs no solve)
                 split = _splits_backward(current.programs)
