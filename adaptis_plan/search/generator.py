@@ -1025,7 +1025,8 @@ def _decoded(got: tuple[list, float]) -> tuple[Programs, float]:
         s, b = array.array("i"), array.array("i")
         s.frombytes(stages)
         b.frombytes(mbs)
-        programs.append(list(map(Action, s, ops, b)))
+        # Action(stage, op, mb) without its Python-level __new__: the same tuples, built in C
+        programs.append(list(map(tuple.__new__, itertools.repeat(Action), zip(s, ops, b, strict=True))))
     return programs, est
 
 
