@@ -30,8 +30,9 @@ one fits, plus the optimizer step) with that schedule simulated (uniform partiti
 none, selective, then full: the first that fits; 1F1B where the interleaving overflows), priced as
 whole steps (a schedule whose closed-form memory already overflows is not simulated: `_estimate`);
 a point whose bound is above the best screened step is pruned (it cannot win); screening stops when
-its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`) or when the estimate passes the `PLAN_LIMIT`-th best screened step by `SCREEN_MARGIN` (the rest could not be
-planned: they stay not_screened, with the reason). With several workers the next points the screen
+its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`) or when the estimate passes the
+`PLAN_LIMIT`-th best screened step by `SCREEN_MARGIN` (the rest could not be planned: they stay
+not_screened, with the reason). With several workers the next points the screen
 may reach are screened side by side, then decided in order exactly as one by one. The best
 `PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
 1 / (2 x PLAN_LIMIT) of the budget (auto recomputation runs up to three searches of it); a big
@@ -336,7 +337,7 @@ def _gib(n: float) -> str:
 class _Screen:
     considered: Considered
     tables: CostTables | None = None
-    candidate: object = None
+    candidate: object = None  # the simulated classic plan (shared by points with equal tables)
     step: TrainingStep | None = None
     mode: str = "none"
     schedule: tuple[str, int] = ("1F1B", 1)  # the screened classic (strategy, stages per device)

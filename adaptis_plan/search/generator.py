@@ -37,6 +37,7 @@ hard abort (`Deadline`); a search it cuts short says so (`SearchOutcome.aborted`
 from __future__ import annotations
 
 import array
+import contextlib
 import functools
 import itertools
 import math
@@ -642,16 +643,16 @@ class _Search:
         started = self.start_phase(0.0)
         picks = [(layout, policy or self.portfolio[0], label, part) for layout, policy, label, part in ranked.picks]
         # the second pick is list-scheduled in a worker while this process schedules and judges the first
-        ahead: Background | _Now = _Now(None)
+        ahead: Background | None = None
         if len(picks) > 1 and "schedule" in self.components and Pool(2).parallel:
             ahead = Background(functools.partial(_list_schedule_codes, picks[1][0], self.costs, self.m, picks[1][1]))
-        with ahead:
+        with ahead or contextlib.nullcontext():
             for n, (layout, policy, placement_label, partition) in enumerate(picks):
                 if not self.affordable(layout, "full micro-batches", minimum=None):
                     break
-                done = _decoded(ahead.result()) if n == 1 and isinstance(ahead, Background) else None
+                done = _decoded(ahead.result()) if n == 1 and ahead is not None else None
                 self.judge(self.schedule(layout, policy, placement_label, partition, done))
-            if isinstance(ahead, Background):
+            if ahead is not None:
                 ahead.cancel()  # the clock stopped the loop first: the second pick is not wanted
         self.log_phase("full micro-batches", started, ranked_on=ranked.m)
 
@@ -1030,23 +1031,6 @@ def _decoded(got: tuple[list, float]) -> tuple[Programs, float]:
     return programs, est
 
 
-class _Now:
-    """`workers.Background`'s interface for a job run in this process, at `result()` (None: no job)."""
-
-    def __init__(self, fn: Callable[[], _Ranked] | None) -> None:
-        self._fn = fn
-
-    def result(self) -> _Ranked:
-        assert self._fn is not None
-        return self._fn()
-
-    def __enter__(self) -> _Now:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _heuristic_phases(s: _Search) -> None:
     """Phases 1-4 (module docstring) on `s`."""
     s.progress("placement x partition", 0.15)
@@ -1093,17 +1077,15 @@ def search_plan(
     deadline = deadline or Deadline.after(time_limit_s)
     s = _Search(costs, num_layers, num_microbatches, components, budget, deadline, seed, progress, placement_ok)
     m_rank = ranking_microbatches(s.p, num_microbatches, budget.ranking_actions)
-    ranking: Background | _Now = _Now(None)
+    ranking: Background | None = None
     if m_rank < num_microbatches:
         # a big pipeline: its ranking run goes to a worker while this process computes the classic
-        # baselines, which cost about as much at this size (in turn with one worker, or with a target's
-        # filter, which does not pickle)
+        # baselines, which cost about as much at this size (in turn, with progress, with one worker)
         job = functools.partial(
             _rank, costs, num_layers, m_rank, tuple(components), budget, deadline, seed, placement_ok
         )
-        side_by_side = placement_ok is None and Pool(2).parallel
-        ranking = Background(job) if side_by_side else _Now(functools.partial(job, progress=progress))
-    with ranking:
+        ranking = Background(job, inline=functools.partial(job, progress=progress))
+    with ranking or contextlib.nullcontext():
         s.progress("classic baselines", 0.05)
         if baselines is None:
             baselines = classic_baselines(costs, num_layers, num_microbatches)
@@ -1113,7 +1095,7 @@ def search_plan(
             for cand in baselines.values():
                 if s.placement_ok(cand.layout.stage_device):
                     s.consider(cand)
-        if m_rank < num_microbatches:
+        if ranking is not None:
             s.phase_full_length(ranking.result(), deadline)
         else:
             _heuristic_phases(s)

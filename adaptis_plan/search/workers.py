@@ -168,11 +168,12 @@ class Pool:
 
 class Background:
     """`fn()` started in a forked worker while this process goes on; `result()` waits for it. Where
-    `pmap` would run inline (one CPU, or no fork), `fn` runs at `result()`, in this process. Use it as
-    a context manager: leaving the block by an error or Ctrl-C ends the worker."""
+    `pmap` would run inline (one CPU, or no fork), `inline` (default `fn`: the same piece, which may
+    then report progress) runs at `result()`, in this process. Use it as a context manager: leaving
+    the block by an error or Ctrl-C ends the worker."""
 
-    def __init__(self, fn: Callable[[], R]) -> None:
-        self._fn = fn
+    def __init__(self, fn: Callable[[], R], inline: Callable[[], R] | None = None) -> None:
+        self._fn = inline or fn
         self._worker: _Worker | None = _Worker(fn) if Pool(2).parallel else None
 
     def result(self) -> R:
