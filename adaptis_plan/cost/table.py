@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,18 +61,37 @@ def _layer_key(layer: LayerSpec) -> tuple[Any, ...]:
     return (layer.kind, layer.attention, layer.mlp, layer.moe, layer.mamba, layer.vocab_range)
 
 
-#: (model, each layer's group) of the models last seen, by id: a configuration search builds the cost
-#: tables of hundreds of points of one model, and hashing a layer's specs costs more than its work
-_GROUPS: dict[int, tuple[ModelSpec, list[int]]] = {}
-_GROUPS_KEPT = 8
+#: What is computed once per model object (`_per_model`), for the models last seen: a configuration
+#: search builds the cost tables of hundreds of points of one model, and walking or hashing its layers'
+#: specs costs more than their work
+_MODELS_KEPT = 8
+_GROUPS: dict[tuple[int, int], tuple[ModelSpec, Any]] = {}
+_TP_SIZES: dict[tuple[int, int], tuple[ModelSpec, Any]] = {}
+
+
+def _per_model(
+    cache: dict[tuple[int, int], tuple[ModelSpec, Any]], model: ModelSpec, compute: Callable[[ModelSpec], Any]
+) -> Any:
+    """`compute(model)`, kept in `cache` by model object and layer count (specs are frozen) for the last
+    `_MODELS_KEPT` models."""
+    key = (id(model), len(model.layers))
+    got = cache.get(key)
+    if got is not None and got[0] is model:
+        return got[1]
+    value = compute(model)
+    if len(cache) >= _MODELS_KEPT:
+        cache.pop(next(iter(cache)))
+    cache[key] = (model, value)
+    return value
 
 
 def _layer_groups(model: ModelSpec) -> list[int]:
     """Per layer of `model`, the index of the first layer with its `_layer_key` (equal shapes, equal
     costs); computed once per model object."""
-    got = _GROUPS.get(id(model))
-    if got is not None and got[0] is model and len(got[1]) == len(model.layers):
-        return got[1]
+    return _per_model(_GROUPS, model, _compute_layer_groups)
+
+
+def _compute_layer_groups(model: ModelSpec) -> list[int]:
     first: dict[tuple[Any, ...], int] = {}
     by_id: dict[int, int] = {}
     groups = []
@@ -81,9 +100,6 @@ def _layer_groups(model: ModelSpec) -> list[int]:
         if g is None:
             g = by_id[id(layer)] = first.setdefault(_layer_key(layer), n)
         groups.append(g)
-    if len(_GROUPS) >= _GROUPS_KEPT:
-        _GROUPS.pop(next(iter(_GROUPS)))
-    _GROUPS[id(model)] = (model, groups)
     return groups
 
 
@@ -412,11 +428,6 @@ def _profile_targets(profile: CostProfile, model: ModelSpec):
                 yield index, 1.0, entry
 
 
-#: `tensor_parallel_sizes` of the last models asked (by identity; a model spec is frozen): every cost
-#: table checks its TP degree, and a configuration search builds thousands of tables of one model
-_TP_SIZES: dict[int, tuple[ModelSpec, list[tuple[str, int]]]] = {}
-
-
 def tensor_parallel_sizes(model: ModelSpec) -> list[tuple[str, int]]:
     """(what, size) of every count tensor parallelism splits evenly, in layer order, once each.
 
@@ -424,14 +435,7 @@ def tensor_parallel_sizes(model: ModelSpec) -> list[tuple[str, int]]:
     groups) per rank, the inner sizes of MLPs and of every expert (experts are split like the
     MLP, there is no expert parallelism), and Mamba heads and B/C groups.
     """
-    known = _TP_SIZES.get(id(model))
-    if known is not None and known[0] is model:
-        return list(known[1])
-    sizes = _tensor_parallel_sizes(model)
-    if len(_TP_SIZES) >= 8:
-        _TP_SIZES.clear()
-    _TP_SIZES[id(model)] = (model, sizes)
-    return list(sizes)
+    return list(_per_model(_TP_SIZES, model, _tensor_parallel_sizes))  # every cost table checks its TP degree
 
 
 def _tensor_parallel_sizes(model: ModelSpec) -> list[tuple[str, int]]:
