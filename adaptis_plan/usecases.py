@@ -248,6 +248,8 @@ def make_configuration_plan(
         raise InputError("--gpus needs --global-batch-size B (sequences per optimizer step)")
     _recompute_request(req, None)
     classic = _classic_strategy(req.strategy)
+    if classic is None and req.partition is not None:
+        raise InputError("--partition applies to classic strategies; adaptive searches the partition")
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
     request = config.Request(
@@ -258,6 +260,7 @@ def make_configuration_plan(
         recompute=req.recompute,
         strategy=classic or "adaptive",
         stages_per_device=req.stages_per_device,
+        partition=req.partition or "uniform",
         seed=req.seed,
         dp_overlap=req.dp_overlap,
         attention=req.attention,

@@ -183,7 +183,13 @@ def hardware_show(name: str, as_json: bool) -> None:
     help="data-parallel gradient reduce and parameter gather overlap the pipeline's compute",
 )
 @click.option("--strategy", default="adaptive", show_default=True, help="adaptive, or a classic schedule name")
-@click.option("--partition", type=click.Choice(["uniform", "balanced"]), default=None, help="classic strategies only")
+@click.option(
+    "--partition",
+    type=click.Choice(["uniform", "balanced", "ends-as-layers"]),  # schedules.placement.CLASSIC_PARTITIONS
+    default=None,
+    help="classic strategies only: uniform (Megatron's), balanced (min-max stage), ends-as-layers (embedding and head"
+    " count as layers: torchtitan's default, Megatron's --account-for-*-in-pipeline-split)",
+)
 @click.option("--stages-per-device", type=int, default=None, help="classic loop strategies: chunks per device")
 @click.option(
     "--search",

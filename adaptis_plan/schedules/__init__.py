@@ -9,7 +9,13 @@ F/B/I/W actions in execution order). No IO, no timing, no torch.
     programs = spec.build(stage_device, 4, 8)
 """
 
-from adaptis_plan.schedules.placement import PLACEMENT_STYLES, is_placement, placement, uniform_bounds
+from adaptis_plan.schedules.placement import (
+    PLACEMENT_STYLES,
+    ends_as_layers_bounds,
+    is_placement,
+    placement,
+    uniform_bounds,
+)
 from adaptis_plan.schedules.registry import (
     STRATEGIES,
     Builder,
@@ -25,6 +31,7 @@ __all__ = [
     "Builder",
     "ScheduleSpec",
     "canonical_name",
+    "ends_as_layers_bounds",
     "get_builder",
     "get_spec",
     "is_placement",

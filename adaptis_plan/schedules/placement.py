@@ -17,6 +17,10 @@ from __future__ import annotations
 from adaptis_plan.errors import InputError
 
 PLACEMENT_STYLES: tuple[str, ...] = ("sequential", "loop", "v")
+#: the partitions of a classic strategy (`--partition`; `search.partition.classic_bounds`): Megatron's
+#: uniform split of the decoder layers (the default), the min-max stage work, and the uniform split
+#: counting the embedding and the head as layers (`ends_as_layers_bounds`)
+CLASSIC_PARTITIONS: tuple[str, ...] = ("uniform", "balanced", "ends-as-layers")
 
 
 def placement(style: str, num_devices: int, stages_per_device: int = 1) -> tuple[int, ...]:
@@ -76,16 +80,46 @@ def uniform_bounds(num_layers: int, num_stages: int) -> tuple[int, ...]:
             f" of a {num_layers}-layer model (embedding and head join the first and last stage); use at most"
             f" {max(num_decoder, 0)} stages"
         )
-    base, extra = divmod(num_decoder, num_stages)
+    counts = _even_counts(num_decoder, num_stages)
+    counts[0] += 1  # the embedding joins the first stage
+    counts[-1] += 1  # the head joins the last stage
+    return _bounds(counts)
+
+
+def ends_as_layers_bounds(num_layers: int, num_stages: int) -> tuple[int, ...]:
+    """The uniform partition with the embedding and the head each counted as a layer, as
+    `Layout.bounds`: all num_layers layers are split evenly, with `uniform_bounds`' remainder rule.
+    The first and last stages get one decoder layer fewer than the others; with one layer per stage
+    the embedding and the head each have a stage of their own. Megatron-LM's
+    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split, torchtitan's
+    default split (input and output weight 1), and Llama 3 405B's layout ("the first model chunk on the
+    first stage has only the embedding"). Example: 126 decoder layers on 128 stages: one layer each."""
+    _check_positive("ends-as-layers partition", "num_stages", num_stages)
+    _check_positive("ends-as-layers partition", "num_layers", num_layers)
+    if num_stages > num_layers:
+        raise InputError(
+            f"ends-as-layers partition: num_stages = {num_stages}: more stages than the {num_layers} layers"
+            f" (embedding and head included); use at most {num_layers} stages"
+        )
+    return _bounds(_even_counts(num_layers, num_stages))
+
+
+def _even_counts(total: int, num_stages: int) -> list[int]:
+    """`total` items over `num_stages` stages as evenly as possible; the total % num_stages extras go
+    to the stages nearest the middle first (ties to the lower stage), then to the first stage."""
+    base, extra = divmod(total, num_stages)
     interior = sorted(range(1, num_stages - 1), key=lambda s: (abs(2 * s - (num_stages - 1)), s))
     priority = [*interior, 0, num_stages - 1] if num_stages > 1 else [0]
     counts = [base] * num_stages
     for s in priority[:extra]:
         counts[s] += 1
+    return counts
+
+
+def _bounds(counts: list[int]) -> tuple[int, ...]:
     bounds = [0]
-    for s, count in enumerate(counts):
-        bounds.append(bounds[-1] + count + (1 if s == 0 else 0))
-    bounds[-1] += 1  # the head joins the last stage
+    for count in counts:
+        bounds.append(bounds[-1] + count)
     return tuple(bounds)
 
 

@@ -25,8 +25,9 @@ The least bound over every point that may fit is the configuration-level lower b
 
 Points are screened in the order of an estimate (`_estimate`: the fastest classic schedule in closed
 form, 1F1B or, for adaptive and an Interleaved1F1B of unstated degree, Interleaved1F1B at up to
-`MAX_SCREEN_CHUNKS` stages per device, on the uniform partition under the first recompute mode where
-one fits, plus the optimizer step) with that schedule simulated (uniform partition; recomputation
+`MAX_SCREEN_CHUNKS` stages per device, on the uniform partition (a classic strategy's requested one,
+`Request.partition`) under the first recompute mode where
+one fits, plus the optimizer step) with that schedule simulated (the same partition; recomputation
 none, selective, then full: the first that fits; 1F1B where the interleaving overflows), priced as
 whole steps (a schedule whose closed-form memory already overflows is not simulated: `_estimate`);
 a point whose bound is above the best screened step is pruned (it cannot win); screening stops when
@@ -60,10 +61,11 @@ from adaptis_plan.judge.simulate import MEM_SLACK, simulate, with_expected
 from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
 from adaptis_plan.schedules import get_spec
 from adaptis_plan.schedules._common import microbatch_groups
-from adaptis_plan.schedules.placement import uniform_bounds
+from adaptis_plan.schedules.placement import placement
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import classic_candidate
+from adaptis_plan.search.partition import classic_bounds
 from adaptis_plan.search.workers import Pool, pmap, workers
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
 from adaptis_plan.spec.limits import (
@@ -123,6 +125,7 @@ class Request:
     recompute: str = "auto"
     strategy: str = "adaptive"
     stages_per_device: int | None = None
+    partition: str = "uniform"  # a classic strategy's (`search.partition.CLASSIC_PARTITIONS`)
     seed: int = 0
     dp_overlap: bool = True
     attention: str = "flash"
@@ -377,7 +380,8 @@ def _estimate(
     """The screening order (not a bound), the stages per device it chose, and per recompute mode it
     looked at, the degrees (1: 1F1B) whose held activations alone overflow some device. Under the
     first recompute mode (none, selective, full, or the requested one) in which some classic schedule
-    fits, the fastest of them in closed form on the uniform partition, plus the optimizer step;
+    fits, the fastest of them in closed form on the requested partition (`Request.partition`: uniform
+    unless a classic strategy asks for another), plus the optimizer step;
     infinite when none fits.
 
     - 1F1B: sum over stages of (F + B) + (M - 1) x the slowest stage's (F + B); stage s holds static
@@ -394,11 +398,12 @@ def _estimate(
     peak: a degree that overflows here overflows when simulated (`_screen` skips it)."""
     m, pp = point.num_microbatches, point.pp
     unfit: dict[str, frozenset[int]] = {}
-    if pp > model.num_layers - 2:
+    most = _most_stages(model, req)
+    if pp > most:
         return math.inf, 1, unfit
     degrees = [1]
     if pp > 1 and _degrees(req):
-        deeper = [k for k in range(2, MAX_SCREEN_CHUNKS + 1) if pp * k <= model.num_layers - 2]
+        deeper = [k for k in range(2, MAX_SCREEN_CHUNKS + 1) if pp * k <= most]
         # an Interleaved1F1B request interleaves: 1F1B is adaptive's own alternative only
         degrees = deeper if req.strategy.lower() != "adaptive" and deeper else degrees + deeper
     modes = RECOMPUTE_LADDER if req.recompute == "auto" else (req.recompute,)
@@ -413,7 +418,7 @@ def _estimate(
         best, chunks = math.inf, 1
         over: set[int] = set()
         for k in degrees:
-            cuts = uniform_bounds(model.num_layers, pp * k)[:-1]
+            cuts = classic_bounds(costs, placement("sequential" if k == 1 else "loop", pp, k), req.partition)[:-1]
             stage = np.add.reduceat(work, cuts)
             static = np.add.reduceat(costs.static_bytes, cuts).reshape(k, pp).sum(axis=0)
             act = np.add.reduceat(costs.act_bytes, cuts).reshape(k, pp)  # [chunk, device]
@@ -432,6 +437,11 @@ def _estimate(
         if best < math.inf:
             return best + optimizer_s, chunks, unfit
     return math.inf, 1, unfit
+
+
+def _most_stages(model: ModelSpec, req: Request) -> int:
+    """The most pipeline stages the requested partition gives a layer each (uniform: the decoder layers)."""
+    return model.num_layers - 2 if req.partition == "uniform" else model.num_layers
 
 
 def _warmup_chunks(forwards: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray:
@@ -479,7 +489,7 @@ def _screen(
             if key not in classic:
                 try:
                     classic[key] = classic_candidate(
-                        costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=chunks
+                        costs, model.num_layers, p.num_microbatches, strategy, req.partition, chunks
                     )
                 except InputError as e:  # the classic strategy does not apply at this point (its rules)
                     classic[key] = e
@@ -695,7 +705,8 @@ def _plan_point(
         training = p.training(req, got.mode)
         tables = got.tables or CostTables(hw, training, default_mode=got.mode)
         planned = driver.classic_pipeline(
-            model, tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches, stages_per_device=chunks,
+            model, tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches, partition=req.partition,
+            stages_per_device=chunks,
         )  # fmt: skip
         best = planned.best
         best.result = with_expected(best.layout, planned.costs, best.programs, p.num_microbatches,

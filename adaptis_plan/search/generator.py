@@ -54,6 +54,7 @@ from adaptis_plan.schedules import STRATEGIES, ScheduleSpec, get_spec, placement
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.listsched import ListPolicy, list_schedule
 from adaptis_plan.search.partition import (
+    classic_bounds,
     device_balanced_bounds,
     min_max_stage_bounds,
     packed_layouts,
@@ -169,7 +170,7 @@ def classic_candidate(
     layout = _classic_layout(costs, num_layers, spec, partition, stages_per_device)
     programs = spec.build(layout.stage_device, p, num_microbatches)
     result = simulate(layout, costs, programs, num_microbatches)
-    label = spec.name if partition == "uniform" else f"{spec.name}/balanced"
+    label = spec.name if partition == "uniform" else f"{spec.name}/{partition}"
     return Candidate(
         layout,
         programs,
@@ -185,19 +186,13 @@ def classic_candidate(
 def _classic_layout(
     costs: CostTable, num_layers: int, spec: ScheduleSpec, partition: str, stages_per_device: int | None = None
 ) -> Layout:
-    """A classic strategy's layout: its placement, and the uniform or the balanced partition. Raises
-    InputError when the strategy has more stages than the model has layers to give them."""
+    """A classic strategy's layout: its placement and `partition` (`classic_bounds`). Raises InputError
+    when the strategy has more stages than the partition has layers to give them."""
     stage_device = spec.stage_device(costs.num_devices, stages_per_device)
-    if len(stage_device) > num_layers - 2 and partition == "uniform":
-        raise InputError(
-            f"{spec.name}: {len(stage_device)} stages for {num_layers - 2} decoder layers; lower --pp or the stages per device"
-        )
-    if len(stage_device) > num_layers:
-        raise InputError(f"{spec.name}: {len(stage_device)} stages for {num_layers} layers")
-    if partition == "uniform":
-        bounds = uniform_bounds(num_layers, len(stage_device))
-    else:  # the min-max partition (Mist-like): minimize the heaviest stage
-        bounds = min_max_stage_bounds(costs, stage_device)
+    try:
+        bounds = classic_bounds(costs, stage_device, partition)
+    except InputError as e:
+        raise InputError(f"{spec.name}: {e}; lower --pp or the stages per device") from None
     return Layout(bounds=tuple(bounds), stage_device=stage_device, num_devices=costs.num_devices)
 
 

@@ -4,6 +4,7 @@ Data flow: cost table + placement -> cut points (`bounds`). Cheap and exact enou
 hint, fallback and oracle of the CP-SAT partition model (`cpsat_partition`). Pure numpy; no
 solver, no simulator.
 
+- `classic_bounds`: the partitions a classic strategy may be asked for (`CLASSIC_PARTITIONS`).
 - `min_max_stage_bounds`: the partition minimizing the heaviest stage (each stage timed on its
   own device's row, so heterogeneous devices get proportionate work), by binary search over the
   bottleneck with a greedy fill, which is optimal for contiguous segments.
@@ -22,7 +23,9 @@ from collections.abc import Callable
 import numpy as np
 
 from adaptis_plan.core import CostTable
+from adaptis_plan.errors import InputError
 from adaptis_plan.judge.bound import best_packing
+from adaptis_plan.schedules.placement import CLASSIC_PARTITIONS, ends_as_layers_bounds, uniform_bounds
 
 
 def layer_work(costs: CostTable) -> np.ndarray:
@@ -53,6 +56,21 @@ def _greedy_fill(prefix: np.ndarray, stage_device: tuple[int, ...], limit: float
     if start != num_layers:
         return None
     return bounds
+
+
+def classic_bounds(costs: CostTable, stage_device: tuple[int, ...], partition: str) -> tuple[int, ...]:
+    """`partition` (one of `CLASSIC_PARTITIONS`) of the cost table's layers over `stage_device`'s
+    stages. Raises InputError when it has no layer for some stage."""
+    num_layers, num_stages = costs.num_layers, len(stage_device)
+    if partition == "uniform":
+        return uniform_bounds(num_layers, num_stages)
+    if partition == "ends-as-layers":
+        return ends_as_layers_bounds(num_layers, num_stages)
+    if partition != "balanced":
+        raise InputError(f"partition = {partition!r}: unknown; use one of {', '.join(CLASSIC_PARTITIONS)}")
+    if num_stages > num_layers:
+        raise InputError(f"balanced partition: {num_stages} stages for {num_layers} layers; use at most {num_layers}")
+    return min_max_stage_bounds(costs, stage_device)
 
 
 def min_max_stage_bounds(costs: CostTable, stage_device: tuple[int, ...]) -> tuple[int, ...]:

@@ -93,3 +93,12 @@ def test_every_command_takes_json() -> None:
 
 if __name__ == "__main__":
     sys.stdout.write(json.dumps(surface(), indent=1, sort_keys=True) + "\n")
+
+
+def test_partition_choices_are_the_planners() -> None:
+    """`--partition` lists its choices literally (the CLI imports no numpy): they are the planner's."""
+    from adaptis_plan.cli.commands import cli
+    from adaptis_plan.schedules.placement import CLASSIC_PARTITIONS
+
+    option = next(p for p in cli.commands["plan"].params if p.name == "partition")
+    assert tuple(option.type.choices) == CLASSIC_PARTITIONS

@@ -4,6 +4,8 @@ test_schedules_torch.py for parity with torch.distributed.pipelining)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from adaptis_plan.core import Action, Programs
 from adaptis_plan.errors import InputError
 from adaptis_plan.schedules import (
     STRATEGIES,
+    ends_as_layers_bounds,
     get_builder,
     get_spec,
     is_placement,
@@ -302,6 +305,32 @@ def test_uniform_bounds_examples() -> None:
     assert uniform_bounds(11, 8) == (0, 2, 3, 4, 6, 7, 8, 9, 11)  # 9 decoder layers: the extra one to stage 3
     with pytest.raises(InputError, match="num_stages = 5.*4 decoder layers"):
         uniform_bounds(6, 5)
+
+
+def test_ends_as_layers_bounds_examples() -> None:
+    # Llama 3 405B: 126 decoder layers + embedding + head on 16 x 8 stages: one layer each, so the first
+    # stage holds only the embedding and the last only the head ("the first model chunk ... has only the embedding")
+    bounds = ends_as_layers_bounds(128, 128)
+    assert bounds == tuple(range(129))
+    with pytest.raises(InputError, match="uniform partition"):
+        uniform_bounds(128, 128)  # Megatron's default split has no layer for two of those stages
+    # 32 decoder layers on 8 stages, 34 counted: 3 decoder layers on the first and last, the 2 extras in the middle
+    assert ends_as_layers_bounds(34, 8) == (0, 4, 8, 12, 17, 22, 26, 30, 34)
+    assert ends_as_layers_bounds(12, 4) == uniform_bounds(12, 4)  # 12 counted layers: 3 each either way
+    assert ends_as_layers_bounds(34, 4) == (0, 8, 17, 26, 34)  # 8, 9, 9, 8: the 2 extras to the middle stages
+    with pytest.raises(InputError, match="num_stages = 13.*12 layers"):
+        ends_as_layers_bounds(12, 13)
+
+
+@settings(max_examples=200, deadline=None)
+@given(num_layers=st.integers(1, 200), data=st.data())
+def test_ends_as_layers_bounds_property(num_layers: int, data) -> None:
+    num_stages = data.draw(st.integers(1, num_layers))
+    bounds = ends_as_layers_bounds(num_layers, num_stages)
+    sizes = [b - a for a, b in itertools.pairwise(bounds)]
+    assert bounds[0] == 0 and bounds[-1] == num_layers and min(sizes) >= 1
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes[-1] == num_layers // num_stages  # the head's stage never takes an extra layer
 
 
 @settings(max_examples=200, deadline=None)

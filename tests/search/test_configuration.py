@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from adaptis_plan.errors import InputError
 from adaptis_plan.inputs.hardware import load_hardware
 from adaptis_plan.inputs.models.load import load_model
 from adaptis_plan.search.configuration import Request, cluster, legal_points
@@ -237,11 +238,20 @@ def test_the_estimates_warm_up_counts_each_chunk_as_the_interleaved_order_runs_i
 
 
 @pytest.mark.parametrize(
-    ("model_name", "gpus", "batch", "seq"), [("llama-2-7b", 8, 64, 4096), ("gemma-7b", 16, 32, 4096)]
+    ("model_name", "gpus", "batch", "seq", "partition"),
+    [
+        ("llama-2-7b", 8, 64, 4096, "uniform"),
+        ("gemma-7b", 16, 32, 4096, "uniform"),
+        ("llama-2-7b", 8, 64, 4096, "ends-as-layers"),
+        ("gemma-7b", 16, 32, 4096, "balanced"),
+    ],
 )
-def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(model_name, gpus, batch, seq) -> None:  # noqa: ANN001
+def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(
+    model_name, gpus, batch, seq, partition
+) -> None:  # noqa: ANN001
     """`_estimate`'s held activations are no more than the simulated peak: a degree it marks unfit (the
-    screen skips its simulation) overflows when simulated, in every mode it looked at."""
+    screen skips its simulation) overflows when simulated, in every mode it looked at, on the partition
+    the screen simulates (a classic request's own)."""
     import random
 
     from adaptis_plan.cost.source import CostTables
@@ -251,6 +261,8 @@ def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(mod
     model = load_model(model_name)
     hw = cluster(load_hardware("h100"), gpus)
     req = Request(gpus=gpus, global_batch_size=batch, seq_len=seq)
+    if partition != "uniform":
+        req = Request(gpus=gpus, global_batch_size=batch, seq_len=seq, strategy="Interleaved1F1B", partition=partition)
     points = [p for p in legal_points(model, hw, req) if p.pp > 1 and p.pp * p.num_microbatches <= 256]
     random.Random(0).shuffle(points)
     checked = 0
@@ -260,7 +272,27 @@ def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(mod
             costs = CostTables(hw, p.training(req, mode), default_mode=mode).table(model)
             for k in degrees:
                 strategy = "1F1B" if k == 1 else "Interleaved1F1B"
-                cand = classic_candidate(costs, model.num_layers, p.num_microbatches, strategy, stages_per_device=k)
+                cand = classic_candidate(costs, model.num_layers, p.num_microbatches, strategy, partition, k)
                 assert not cand.result.fits_memory, (p.label, mode, k)
                 checked += 1
     assert checked >= 10
+
+
+def test_a_classic_request_screens_and_plans_its_own_partition() -> None:
+    """Interleaved1F1B one layer per stage (Llama 3's layout: the embedding and the head on stages of their
+    own) needs the ends-as-layers partition: Megatron's uniform one has too few decoder layers for it."""
+    from adaptis_plan.schedules import ends_as_layers_bounds
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+
+    layers = load_model("tiny-llama").num_layers
+    fixed = {"tp": 1, "pp": 2, "dp": 4, "cp": 1, "ep": 1, "zero": 1, "micro_batch_size": 1, "num_microbatches": 4}
+    asked = {"model_arg": "tiny-llama", "hardware_arg": "h100", "pp": 1, "num_microbatches": 1, "seq_len": 256,
+             "gpus": 8, "global_batch_size": 16, "fixed": fixed, "recompute": "none", "strategy": "Interleaved1F1B",
+             "stages_per_device": layers // 2, "hard_stop": False}  # fmt: skip
+    with pytest.raises(InputError, match="decoder layers"):
+        make_plan_for(PlanRequest(**asked))
+    out = make_plan_for(PlanRequest(**asked, partition="ends-as-layers"))
+    assert out.layout.bounds == ends_as_layers_bounds(layers, layers)
+    assert out.cluster["configuration"]["pp"] == 2
+    with pytest.raises(InputError, match="--partition applies to classic strategies"):
+        make_plan_for(PlanRequest(**{**asked, "strategy": "adaptive", "stages_per_device": None}, partition="balanced"))
