@@ -17,6 +17,9 @@ A run is a dict with exactly the keys in `RUN_KEYS`:
   evaluate to `tokens_per_s_per_gpu` within 1 %.
 - `used_for_calibration`: the run's source was used to fit a cost-model coefficient, so it is not an
   independent check of that coefficient.
+- optional `partition` (`PARTITIONS`): how the source splits the layers over the pipeline stages when it
+  states a split other than Megatron's uniform one ("ends-as-layers": the embedding and the loss each count
+  as a layer); `notes` quote the statement.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ MODEL_KEYS = (
 MEASURED_KEYS = (
     "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu", "tokens_per_s", "iteration_time_s", "flops_formula",
 )  # fmt: skip
+OPTIONAL_KEYS = ("partition",)
+PARTITIONS = ("uniform", "ends-as-layers")
 DEVICES = ("a100-80gb", "a100-40gb", "h100-80gb")
 RECOMPUTE = ("none", "selective", "full")
 ACTIVATIONS = ("gelu", "swiglu")
@@ -103,6 +108,7 @@ def check_run(run: dict) -> list[str]:
     expected = set(RUN_KEYS)
     if "hf_config" in keys:
         expected = expected - {"model"} | {"hf_config"}
+    expected |= keys & set(OPTIONAL_KEYS)
     if keys != expected:
         missing, extra = sorted(expected - keys), sorted(keys - expected)
         problems.append(f"keys: missing {missing}, unexpected {extra}")
@@ -117,6 +123,8 @@ def check_run(run: dict) -> list[str]:
         return problems
     if run["device"] not in DEVICES:
         problems.append(f"device: {run['device']!r} is not one of {DEVICES}")
+    if run.get("partition", "uniform") not in PARTITIONS:
+        problems.append(f"partition: {run['partition']!r} is not one of {PARTITIONS}")
     if run["recompute"] not in RECOMPUTE:
         problems.append(f"recompute: {run['recompute']!r} is not one of {RECOMPUTE}")
     for k in ("sequence_parallel", "used_for_calibration"):

@@ -17,10 +17,13 @@ in it. A source that states an interleaved schedule but not its degree (`DEGREE_
 best degree in the headline (1F1B where none fits), and its 1F1B figure is listed under the table. Then `run_walls` times
 `WALL_CASES`: `adaptis plan` in a new process, one at a time, as a user runs it.
 
-Settings: the analytic cost model on the built-in `a100` / `h100` profiles (an A100-40GB run uses
-the `a100` profile with 40 GB of HBM). A published configuration ran, so its memory is checked
-against the whole HBM (`PUBLISHED_MEMORY_FRACTION`, not the profiles' planning margin of 90%), and
-the free search gets the same limit: both sides of the gain see one memory. The data-parallel
+Settings: the analytic cost model on the built-in `a100` / `h100` profiles, each with the device's
+whole memory as its driver reports it (`HARDWARE`: 81,920 MiB for an A100-80GB, 40,960 MiB for an
+A100-40GB, 81,559 MiB for an H100, where the profiles plan with 80e9 bytes). A published configuration
+ran, so its memory is checked against all of it (`PUBLISHED_MEMORY_FRACTION`, not the profiles'
+planning margin of 90%), and the free search gets the same limit: both sides of the gain see one
+memory. A source that states its split of the layers (`partition`, Llama 3's "ends-as-layers") is
+planned with it. The data-parallel
 overlap is the source's: Megatron-LM before
 its distributed optimizer (Narayanan 2021, Korthikanti 2022 and the Megatron-LM baseline of MegaScale,
 which lists overlap as its own addition) reduces gradients after the pipeline drains; Megatron-Core
@@ -53,7 +56,8 @@ TP_COMM_OVERLAP = ("megatron_core_h100_2024",)
 #: sources that state the interleaving degree of their pipelined runs; for the others the forced
 #: prediction assumes none (each run's notes say so), and `run_one` also reports the best
 #: Interleaved1F1B degree of these that fits, to show how much that assumption moves the figure
-VP_STATED = ("korthikanti2022",)
+#: - Llama 3 states its layout, from which the degree follows (the runs' notes): one layer per chunk.
+VP_STATED = ("korthikanti2022", "llama3_2024")
 VP_TRIED = (2, 3, 4, 6, 8)
 #: sources that ran Megatron-LM, whose interleaved schedule takes a number of layers per virtual stage
 #: that divides the layers per pipeline stage (megatron/training/arguments.py: "number of layers per
@@ -63,12 +67,11 @@ MEGATRON_LM = ("narayanan2021", "korthikanti2022", "megascale2024", "megatron_co
 #: sources that state an interleaved schedule but not its degree: the headline takes the best degree
 #: that fits (`interleaving_degrees`), 1F1B where none does, and the 1F1B figure is listed under the
 #: table.
-#: - Llama 3: "a tunable interleaved schedule".
 #: - Megatron-Core 2024: the README overlaps "pipeline-parallel communication (enabled by default)";
 #:   at that commit (f2e5db4) arguments.py turns the p2p overlap off for a non-interleaved schedule
 #:   ("non-interleaved schedule does not support overlapping p2p communication"), so its pipelined
 #:   runs were interleaved.
-DEGREE_UNSTATED = ("llama3_2024", "megatron_core_h100_2024")
+DEGREE_UNSTATED = ("megatron_core_h100_2024",)
 #: what the configuration-search anchors state of themselves (`../shared/research/anchors.md`): context beside
 #: our figures, never a comparison (none ran on these inputs or settings)
 ANCHORS = (
@@ -78,7 +81,16 @@ ANCHORS = (
     "Lumos (trace-driven replay, no search): 3.3% mean error up to 512 H100s.",
     "Llama 3: Meta's memory estimator and performance-projection tool picked its configurations (not released).",
 )
-HARDWARE = {"a100-80gb": ("a100", None), "a100-40gb": ("a100", 40_000_000_000), "h100-80gb": ("h100", None)}
+MIB = 1 << 20
+#: each device's profile and its whole memory as its driver reports it (nvidia-smi's total: A100-SXM4-80GB
+#: 81,920 MiB, A100-SXM4-40GB 40,960 MiB, H100 80GB HBM3 81,559 MiB); the built-in profiles plan with a
+#: conservative 80e9 bytes, but a published configuration ran on the whole of it (CUDA context and
+#: communication buffers, which the memory model does not count, come out of the same memory)
+HARDWARE = {
+    "a100-80gb": ("a100", 81_920 * MIB),
+    "a100-40gb": ("a100", 40_960 * MIB),
+    "h100-80gb": ("h100", 81_559 * MIB),
+}
 #: the share of HBM a published configuration may fill: it ran, so only the device's whole memory, not
 #: the planner's safety margin (the profiles' memory_fraction, 0.9), can refuse it; the free search of
 #: the same run gets the same limit (identical inputs)
@@ -167,20 +179,17 @@ def model_spec(run: dict) -> dict:
 
 
 def _inputs(run: dict, folder: Path, memory_fraction: float | None = None) -> tuple[str, str]:
-    """The run's model spec and hardware profile (a copy of the built-in one when its HBM or, with
-    `memory_fraction`, the share of HBM the planner may fill differs)."""
+    """The run's model spec and hardware profile: a copy of the built-in one with the device's whole
+    memory (`HARDWARE`) and, with `memory_fraction`, the share of it the planner may fill."""
     from adaptis_plan.inputs.hardware import load_hardware
 
     model_path = folder / f"{run['id']}.model.json"
     model_path.write_text(json.dumps(model_spec(run), indent=1))
     name, hbm = HARDWARE[run["device"]]
-    if hbm is None and memory_fraction is None:
-        return str(model_path), name
     hw = load_hardware(name).model_dump(mode="json")
-    if hbm is not None:
-        for dt in hw["device_types"].values():
-            dt["hbm_bytes"] = hbm
-        hw["name"] = f"{name}-40gb"
+    for dt in hw["device_types"].values():
+        dt["hbm_bytes"] = hbm
+    hw["name"] = run["device"]
     if memory_fraction is not None:
         hw["memory_fraction"] = memory_fraction
     hw_path = folder / f"{run['id']}.{'published' if memory_fraction is not None else 'plan'}.hardware.json"
@@ -199,6 +208,7 @@ def forced_request_args(run: dict) -> dict:
         fixed["zero"] = 0
     return {
         "fixed": fixed,
+        "partition": run.get("partition"),
         "recompute": run["recompute"],
         "strategy": "Interleaved1F1B" if vp > 1 else "1F1B",
         "stages_per_device": vp if vp > 1 else None,
@@ -223,11 +233,12 @@ def run_one(run: dict) -> ScaleRow:
     f = cfg["fixed"]
     label = (f"tp{f['tp']} pp{f['pp']} dp{f['dp']} cp{f['cp']} mbs{f['micro_batch_size']}"
              f" gbs{run['global_batch_size']} {run['recompute']}"
-             + (f" vp{run['virtual_stages']}" if run.get("virtual_stages", 1) > 1 else ""))  # fmt: skip
+             + (f" vp{run['virtual_stages']}" if run.get("virtual_stages", 1) > 1 else "")
+             + (f" {run['partition']}" if run.get("partition", "uniform") != "uniform" else ""))  # fmt: skip
     row = ScaleRow(run["id"], run["source_key"], run["device"], run["gpus"], label, run["tokens_per_s_per_gpu"],
                    used_for_calibration=run.get("used_for_calibration", False))  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        # the published configuration ran: its memory is checked against the whole HBM, not the
+        # the published configuration ran: its memory is checked against the device's whole memory, not the
         # planner's margin (the timing does not depend on the limit); the free search gets the same
         # inputs, so the two are compared on one memory limit
         model_arg, hw_arg = _inputs(run, Path(tmp), PUBLISHED_MEMORY_FRACTION)
@@ -478,9 +489,11 @@ def render(rec: Mapping) -> str:
         "Every run below is a published, measured training run (bench/published_runs.json names each source, its"
         " table and its FLOP accounting); tokens/s per GPU are derived from the source's own accounting. Predicted:"
         " `adaptis plan --gpus N --global-batch-size B` with every dimension fixed to the published one (1F1B, or"
-        " Interleaved1F1B with the published virtual stages; a stated interleaving of unstated degree: the best"
-        " degree that fits, see below the table), analytic cost model, built-in `a100` / `h100`"
-        " profiles; memory checked against the whole HBM (the configuration ran). Free: the same model, GPUs and"
+        " Interleaved1F1B with the published virtual stages, on the published split of the layers where the source"
+        " states one; a stated interleaving of unstated degree: the best degree that fits, see below the table),"
+        " analytic cost model, built-in `a100` / `h100` profiles; memory checked against the device's whole memory"
+        " as its driver reports it (81,920 / 40,960 / 81,559 MiB for A100-80GB / A100-40GB / H100; the"
+        " configuration ran). Free: the same model, GPUs and"
         " batch with nothing fixed (`--recompute auto`), on the same memory limit.",
         "",
         f"- {s['runs']} runs from {s['sources']} sources, {s['min_gpus']} to {s['max_gpus']:,} GPUs: median |error|"

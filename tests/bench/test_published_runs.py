@@ -68,6 +68,7 @@ def test_calibration_rows_are_the_8_gpu_h100_llm_foundry_rows(runs: list[dict]) 
         ("tokens_per_s_per_gpu", 1.0, "derivation: evaluates to"),
         ("device", "v100-32gb", "device: 'v100-32gb' is not one of"),
         ("derivation", "tokens/s/GPU = __import__('os')", "derivation: only numbers"),
+        ("partition", "balanced", "partition: 'balanced' is not one of"),
     ],
 )
 def test_checker_rejects_a_broken_run(runs: list[dict], field: str, value: object, complaint: str) -> None:
