@@ -657,6 +657,9 @@ def search_configuration(
     results.sort(key=lambda c: (c.step.step_time_s, c.point))
     lower = min(r.bound_s for r in order) if order else math.inf
     win = results[0]
+    if deadline.aborted and win.plan.info is not None and not win.plan.info.get("aborted"):
+        # another point's search was cut short (in a worker, or before this one ran): the plan says so
+        win.plan.info.update(aborted=True, abort_phase=deadline.where)
     win.considered = rows
     win.lower_bound_s = lower
     return win
@@ -820,6 +823,9 @@ def _presearch(
     if len(jobs) < 2:
         return {}
     found = pmap(functools.partial(_search, model, req.seed, budget, deadline, None), list(jobs.values()))
+    for plan in found:  # a worker's hard stop (its copy of the deadline) counts here too
+        if plan is not None and plan.info.get("aborted"):
+            deadline.abort(plan.info.get("abort_phase") or "pipeline search")
     return dict(zip(jobs, found, strict=True))
 
 

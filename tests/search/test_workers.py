@@ -69,12 +69,8 @@ def test_planned_points_searched_side_by_side_give_the_same_plan(adaptis, monkey
     assert one["configurations"] == two["configurations"]
 
 
-def test_recompute_auto_searching_its_forced_modes_side_by_side_gives_the_same_plan(
-    adaptis,  # noqa: ANN001
-    monkeypatch,  # noqa: ANN001
-    tmp_path,  # noqa: ANN001
-) -> None:
-    """tiny-llama on CPU ranks of 100 MB: memory binds, and both forced modes are searched."""
+def _memory_bound_args(tmp_path: Path) -> tuple[str, ...]:
+    """tiny-llama on CPU ranks of 100 MB: memory binds, and recompute auto searches both forced modes."""
     from importlib.resources import files
 
     data = json.loads(files("adaptis_plan.profiles").joinpath("cpu.json").read_text())
@@ -82,8 +78,54 @@ def test_recompute_auto_searching_its_forced_modes_side_by_side_gives_the_same_p
         device["hbm_bytes"] = 100_000_000
     hw = tmp_path / "cpu-100mb.json"
     hw.write_text(json.dumps(data))
-    args = ("--model", "tiny-llama", "--hardware", str(hw), "--pp", "4", "--microbatches", "16", "--seq-len", "1024",
+    return ("--model", "tiny-llama", "--hardware", str(hw), "--pp", "4", "--microbatches", "16", "--seq-len", "1024",
             "--time-limit", "1", "--no-hard-stop")  # fmt: skip
+
+
+def test_a_forced_mode_search_cut_short_in_a_worker_marks_the_plan_aborted(adaptis, monkeypatch, tmp_path) -> None:  # noqa: ANN001
+    """A worker's hard stop happens on its copy of the deadline: the parent replays it, so the plan says
+    the search was cut short (here the forced-mode searches report an abort as a worker's clock would)."""
+    from adaptis_plan.search import driver
+
+    forced = driver._forced_search
+
+    def cut_short(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        got = forced(*args, **kwargs)
+        got.outcome.aborted, got.outcome.abort_phase = True, "test: a worker's clock"
+        return got
+
+    monkeypatch.setattr(driver, "_forced_search", cut_short)
+    _plan(adaptis, monkeypatch, tmp_path / "p.json", 2, *_memory_bound_args(tmp_path))
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["search"]["aborted"] is True and "worker" in plan["search"]["abort_phase"], plan["search"]
+
+
+def test_a_point_searched_in_a_worker_and_cut_short_marks_the_plan_aborted(adaptis, monkeypatch, tmp_path) -> None:  # noqa: ANN001
+    """The planned points' searches run side by side: one cut short in its worker (reported here as its
+    clock would) marks the plan, whichever point wins."""
+    from adaptis_plan.search import configuration
+
+    search = configuration._search
+
+    def cut_short(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        got = search(*args, **kwargs)
+        if got is not None and args[-1][0].dp == 16:  # one of the two points only
+            got.info.update(aborted=True, abort_phase="test: a worker's clock")
+        return got
+
+    monkeypatch.setattr(configuration, "_search", cut_short)
+    _plan(adaptis, monkeypatch, tmp_path / "p.json", 2, *CONFIG)
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["search"]["aborted"] is True and "worker" in plan["search"]["abort_phase"], plan["search"]
+
+
+def test_recompute_auto_searching_its_forced_modes_side_by_side_gives_the_same_plan(
+    adaptis,  # noqa: ANN001
+    monkeypatch,  # noqa: ANN001
+    tmp_path,  # noqa: ANN001
+) -> None:
+    """tiny-llama on CPU ranks of 100 MB: memory binds, and both forced modes are searched."""
+    args = _memory_bound_args(tmp_path)
     one = _plan(adaptis, monkeypatch, tmp_path / "one.json", 1, *args)
     _plan(adaptis, monkeypatch, tmp_path / "two.json", 2, *args)
     labels = {c["label"] for c in one["search"]["recompute"]["candidates"]}
