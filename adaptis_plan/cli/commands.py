@@ -188,7 +188,7 @@ def hardware_show(name: str, as_json: bool) -> None:
     type=click.Choice(["uniform", "balanced", "ends-as-layers"]),  # schedules.placement.CLASSIC_PARTITIONS
     default=None,
     help="classic strategies only: uniform (Megatron's), balanced (min-max stage), ends-as-layers (embedding and head"
-    " count as layers: torchtitan's default, Megatron's --account-for-*-in-pipeline-split)",
+    " count as layers, as torchtitan and Megatron's --account-for-*-in-pipeline-split count them)",
 )
 @click.option("--stages-per-device", type=int, default=None, help="classic loop strategies: chunks per device")
 @click.option(

@@ -90,10 +90,12 @@ def ends_as_layers_bounds(num_layers: int, num_stages: int) -> tuple[int, ...]:
     """The uniform partition with the embedding and the head each counted as a layer, as
     `Layout.bounds`: all num_layers layers are split evenly, with `uniform_bounds`' remainder rule.
     The first and last stages get one decoder layer fewer than the others; with one layer per stage
-    the embedding and the head each have a stage of their own. Megatron-LM's
-    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split, torchtitan's
-    default split (input and output weight 1), and Llama 3 405B's layout ("the first model chunk on the
-    first stage has only the embedding"). Example: 126 decoder layers on 128 stages: one layer each."""
+    the embedding and the head each have a stage of their own. The counting of Megatron-LM's
+    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split, of torchtitan's
+    default split (input and output weight 1) and of Llama 3 405B's layout ("the first model chunk on
+    the first stage has only the embedding"); where the layers do not divide evenly, torchtitan gives
+    the extra ones to the first stages, this to the middle ones. Example: 126 decoder layers on 128
+    stages: one layer each."""
     _check_positive("ends-as-layers partition", "num_stages", num_stages)
     _check_positive("ends-as-layers partition", "num_layers", num_layers)
     if num_stages > num_layers:

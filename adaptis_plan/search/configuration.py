@@ -395,7 +395,8 @@ def _estimate(
       spread over the device's chunks.
 
     Both hold what the simulated schedule holds when its first backward starts, so no more than its
-    peak: a degree that overflows here overflows when simulated (`_screen` skips it)."""
+    peak: a degree that overflows here overflows when simulated (`_screen` skips it). The balanced
+    partition is estimated on the ends-as-layers cuts and marks no degree unfit."""
     m, pp = point.num_microbatches, point.pp
     unfit: dict[str, frozenset[int]] = {}
     most = _most_stages(model, req)
@@ -412,13 +413,17 @@ def _estimate(
     group = -(-m // max(1, m // pp))  # the first micro-batch group's size (`microbatch_groups`)
     dev = np.arange(pp)
     sizes = np.array([len(g) for g in microbatch_groups(m, pp)])
+    # the balanced partition's min-max search costs ~10x the rest of a point's estimate: its ordering takes
+    # the ends-as-layers cuts (as many stages allowed), and it proves no overflow (the cuts differ)
+    exact = req.partition != "balanced"
+    split = req.partition if exact else "ends-as-layers"
     for mode in modes:
         costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
         work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
         best, chunks = math.inf, 1
         over: set[int] = set()
         for k in degrees:
-            cuts = classic_bounds(costs, placement("sequential" if k == 1 else "loop", pp, k), req.partition)[:-1]
+            cuts = classic_bounds(costs, placement("sequential" if k == 1 else "loop", pp, k), split)[:-1]
             stage = np.add.reduceat(work, cuts)
             static = np.add.reduceat(costs.static_bytes, cuts).reshape(k, pp).sum(axis=0)
             act = np.add.reduceat(costs.act_bytes, cuts).reshape(k, pp)  # [chunk, device]
@@ -429,7 +434,7 @@ def _estimate(
                 forwards = np.minimum((k - 1) * group + 2 * (pp - 1 - dev) + 1, k * m)
                 held = (act.T * _warmup_chunks(forwards, k, sizes)).sum(axis=1)
                 step = float(m * stage.reshape(k, pp).sum(axis=0).max() + (pp - 1) * stage.max())
-            if np.any(static + held > limits):
+            if exact and np.any(static + held > limits):
                 over.add(k)
             if np.all(static + held <= limit) and step < best:
                 best, chunks = step, k

@@ -167,7 +167,7 @@ def classic_candidate(
     """One classic strategy as a simulated candidate. Raises InputError when it does not apply."""
     spec = get_spec(strategy)
     p = costs.num_devices
-    layout = _classic_layout(costs, num_layers, spec, partition, stages_per_device)
+    layout = _classic_layout(costs, spec, partition, stages_per_device)
     programs = spec.build(layout.stage_device, p, num_microbatches)
     result = simulate(layout, costs, programs, num_microbatches)
     label = spec.name if partition == "uniform" else f"{spec.name}/{partition}"
@@ -184,7 +184,7 @@ def classic_candidate(
 
 
 def _classic_layout(
-    costs: CostTable, num_layers: int, spec: ScheduleSpec, partition: str, stages_per_device: int | None = None
+    costs: CostTable, spec: ScheduleSpec, partition: str, stages_per_device: int | None = None
 ) -> Layout:
     """A classic strategy's layout: its placement and `partition` (`classic_bounds`). Raises InputError
     when the strategy has more stages than the partition has layers to give them."""
@@ -192,7 +192,7 @@ def _classic_layout(
     try:
         bounds = classic_bounds(costs, stage_device, partition)
     except InputError as e:
-        raise InputError(f"{spec.name}: {e}; lower --pp or the stages per device") from None
+        raise InputError(f"{spec.name}: {e}") from None
     return Layout(bounds=tuple(bounds), stage_device=stage_device, num_devices=costs.num_devices)
 
 
@@ -207,7 +207,7 @@ def classic_baselines(costs: CostTable, num_layers: int, num_microbatches: int) 
         uniform: Candidate | None = None
         for part in ("uniform", "balanced"):
             try:
-                if uniform is not None and _classic_layout(costs, num_layers, get_spec(name), part) == uniform.layout:
+                if uniform is not None and _classic_layout(costs, get_spec(name), part) == uniform.layout:
                     cand = replace(uniform, partition=part, source=f"{uniform.source}/balanced")
                 else:
                     cand = classic_candidate(costs, num_layers, num_microbatches, name, part)

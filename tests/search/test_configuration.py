@@ -243,7 +243,7 @@ def test_the_estimates_warm_up_counts_each_chunk_as_the_interleaved_order_runs_i
         ("llama-2-7b", 8, 64, 4096, "uniform"),
         ("gemma-7b", 16, 32, 4096, "uniform"),
         ("llama-2-7b", 8, 64, 4096, "ends-as-layers"),
-        ("gemma-7b", 16, 32, 4096, "balanced"),
+        ("gemma-7b", 16, 32, 4096, "balanced"),  # estimated on other cuts: it proves nothing
     ],
 )
 def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(
@@ -275,7 +275,7 @@ def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(
                 cand = classic_candidate(costs, model.num_layers, p.num_microbatches, strategy, partition, k)
                 assert not cand.result.fits_memory, (p.label, mode, k)
                 checked += 1
-    assert checked >= 10
+    assert checked == 0 if partition == "balanced" else checked >= 10
 
 
 def test_a_classic_request_screens_and_plans_its_own_partition() -> None:
