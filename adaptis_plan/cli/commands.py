@@ -187,8 +187,8 @@ def hardware_show(name: str, as_json: bool) -> None:
     "--partition",
     type=click.Choice(["uniform", "balanced", "ends-as-layers"]),  # schedules.placement.CLASSIC_PARTITIONS
     default=None,
-    help="classic strategies only: uniform (Megatron's), balanced (min-max stage), ends-as-layers (embedding and head"
-    " count as layers, as torchtitan and Megatron's --account-for-*-in-pipeline-split count them)",
+    help="classic strategies only: uniform (Megatron's), balanced (min-max stage), ends-as-layers (torchtitan's"
+    " default: embedding and head count as layers, as Megatron's --account-for-*-in-pipeline-split count them)",
 )
 @click.option("--stages-per-device", type=int, default=None, help="classic loop strategies: chunks per device")
 @click.option(

@@ -18,8 +18,8 @@ from adaptis_plan.errors import InputError
 
 PLACEMENT_STYLES: tuple[str, ...] = ("sequential", "loop", "v")
 #: the partitions of a classic strategy (`--partition`; `search.partition.classic_bounds`): Megatron's
-#: uniform split of the decoder layers (the default), the min-max stage work, and the uniform split
-#: counting the embedding and the head as layers (`ends_as_layers_bounds`)
+#: uniform split of the decoder layers (the default), the min-max stage work, and torchtitan's split,
+#: which counts the embedding and the head as layers (`ends_as_layers_bounds`)
 CLASSIC_PARTITIONS: tuple[str, ...] = ("uniform", "balanced", "ends-as-layers")
 
 
@@ -87,15 +87,13 @@ def uniform_bounds(num_layers: int, num_stages: int) -> tuple[int, ...]:
 
 
 def ends_as_layers_bounds(num_layers: int, num_stages: int) -> tuple[int, ...]:
-    """The uniform partition with the embedding and the head each counted as a layer, as
-    `Layout.bounds`: all num_layers layers are split evenly, with `uniform_bounds`' remainder rule.
-    The first and last stages get one decoder layer fewer than the others; with one layer per stage
-    the embedding and the head each have a stage of their own. The counting of Megatron-LM's
-    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split, of torchtitan's
-    default split (input and output weight 1) and of Llama 3 405B's layout ("the first model chunk on
-    the first stage has only the embedding"); where the layers do not divide evenly, torchtitan gives
-    the extra ones to the first stages, this to the middle ones. Example: 126 decoder layers on 128
-    stages: one layer each."""
+    """torchtitan's default split as `Layout.bounds`: all num_layers layers split evenly, the embedding
+    and the head each counted as a layer (input and output weight 1), the num_layers % num_stages extra
+    layers one each to the first stages. The first and last stages get one decoder layer fewer than the
+    others; with one layer per stage the embedding and the head each have a stage of their own. Also
+    Megatron-LM's --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split and
+    Llama 3 405B's layout ("the first model chunk on the first stage has only the embedding"), whose
+    layers divide evenly. Example: 126 decoder layers on 128 stages: one layer each."""
     _check_positive("ends-as-layers partition", "num_stages", num_stages)
     _check_positive("ends-as-layers partition", "num_layers", num_layers)
     if num_stages > num_layers:
@@ -103,7 +101,8 @@ def ends_as_layers_bounds(num_layers: int, num_stages: int) -> tuple[int, ...]:
             f"ends-as-layers partition: num_stages = {num_stages}: more stages than the {num_layers} layers"
             f" (embedding and head included); use at most {num_layers} stages"
         )
-    return _bounds(_even_counts(num_layers, num_stages))
+    base, extra = divmod(num_layers, num_stages)
+    return _bounds([base + (s < extra) for s in range(num_stages)])
 
 
 def _even_counts(total: int, num_stages: int) -> list[int]:

@@ -314,10 +314,11 @@ def test_ends_as_layers_bounds_examples() -> None:
     assert bounds == tuple(range(129))
     with pytest.raises(InputError, match="uniform partition"):
         uniform_bounds(128, 128)  # Megatron's default split has no layer for two of those stages
-    # 32 decoder layers on 8 stages, 34 counted: 3 decoder layers on the first and last, the 2 extras in the middle
-    assert ends_as_layers_bounds(34, 8) == (0, 4, 8, 12, 17, 22, 26, 30, 34)
+    # 32 decoder layers on 8 stages, 34 counted: the 2 extras to the first stages, as torchtitan's
+    # generate_llm_fqn_per_model_part gives them (tok_embeddings + layers 0-3, layers 4-8, ...)
+    assert ends_as_layers_bounds(34, 8) == (0, 5, 10, 14, 18, 22, 26, 30, 34)
     assert ends_as_layers_bounds(12, 4) == uniform_bounds(12, 4)  # 12 counted layers: 3 each either way
-    assert ends_as_layers_bounds(34, 4) == (0, 8, 17, 26, 34)  # 8, 9, 9, 8: the 2 extras to the middle stages
+    assert ends_as_layers_bounds(34, 4) == (0, 9, 18, 26, 34)
     with pytest.raises(InputError, match="num_stages = 13.*12 layers"):
         ends_as_layers_bounds(12, 13)
 
