@@ -8,11 +8,16 @@ Tests marked `unit` (`make test-unit`) run under a guard: starting a subprocess,
 (`usecases.make_plan_for`, `search.generator.search_plan`) or a CP-SAT solve raises in them, and
 so does asking for a planning fixture, so a test wrongly marked unit fails instead of slowing
 the tier down. A test is either `unit` or `slow`, never both.
+
+Property tests (hypothesis) draw the same examples on every run (profile "ci", derandomized), so a
+fresh clone's `.ci/run` passes or fails the same way each time; `ADAPTIS_HYPOTHESIS=explore` draws new
+ones (random seeds, as hypothesis does by default) to look for counterexamples.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,8 +26,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import settings
 
 from adaptis_plan.cli import main
+
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("ADAPTIS_HYPOTHESIS", "ci"))
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 # fixtures that plan (run a search) when first asked for: a unit test may not depend on them

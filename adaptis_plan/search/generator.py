@@ -63,6 +63,9 @@ from adaptis_plan.search.partition import (
 from adaptis_plan.search.workers import Background, Pool
 
 ALL_COMPONENTS = ("partition", "placement", "schedule")
+#: a layout with at most this many actions is small: its whole-step CP-SAT order solves in milliseconds
+#: (36 actions: 7 ms), so `phase_cpsat_order` orders one more such layout than the budget's `order_layouts`
+SMALL_ORDER_ACTIONS = 200
 
 # Which stage -> device maps the plan may use (`plan --target`: what the runtime can execute);
 # every candidate the search builds or takes from the classic baselines passes it.
@@ -762,7 +765,9 @@ class _Search:
         )
         records = []
         for c in ranked:
-            if len(records) >= self.budget.order_layouts:
+            # a small layout's whole-step order solves in milliseconds: one more is ordered at any budget
+            small = sum(map(len, c.programs)) <= SMALL_ORDER_ACTIONS
+            if len(records) >= self.budget.order_layouts + (1 if small else 0):
                 break
             if self.deadline.expired():
                 self.deadline.abort("cp-sat order")
