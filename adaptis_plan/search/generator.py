@@ -64,8 +64,10 @@ from adaptis_plan.search.workers import Background, Pool
 
 ALL_COMPONENTS = ("partition", "placement", "schedule")
 #: a layout with at most this many actions is small: its whole-step CP-SAT order solves in milliseconds
-#: (36 actions: 7 ms), so `phase_cpsat_order` orders one more such layout than the budget's `order_layouts`
+#: (36 actions: 7 ms), so `phase_cpsat_order` orders up to SMALL_ORDER_EXTRA more such layouts than the
+#: budget's `order_layouts`
 SMALL_ORDER_ACTIONS = 200
+SMALL_ORDER_EXTRA = 3
 
 # Which stage -> device maps the plan may use (`plan --target`: what the runtime can execute);
 # every candidate the search builds or takes from the classic baselines passes it.
@@ -765,9 +767,9 @@ class _Search:
         )
         records = []
         for c in ranked:
-            # a small layout's whole-step order solves in milliseconds: one more is ordered at any budget
+            # a small layout's whole-step order solves in milliseconds: a few more are ordered at any budget
             small = sum(map(len, c.programs)) <= SMALL_ORDER_ACTIONS
-            if len(records) >= self.budget.order_layouts + (1 if small else 0):
+            if len(records) >= self.budget.order_layouts + (SMALL_ORDER_EXTRA if small else 0):
                 break
             if self.deadline.expired():
                 self.deadline.abort("cp-sat order")
