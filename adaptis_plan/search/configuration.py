@@ -662,7 +662,7 @@ def search_configuration(
     results.sort(key=lambda c: (c.step.step_time_s, c.point))
     lower = min(r.bound_s for r in order) if order else math.inf
     win = results[0]
-    if deadline.aborted and win.plan.info is not None and not win.plan.info.get("aborted"):
+    if deadline.aborted and not win.plan.info.get("aborted"):
         # another point's search was cut short (in a worker, or before this one ran): the plan says so
         win.plan.info.update(aborted=True, abort_phase=deadline.where)
     win.considered = rows
