@@ -79,6 +79,30 @@ def test_a_stated_interleaving_of_unstated_degree_takes_the_best_degree_and_list
     assert "With 1F1B instead: l -40.0%; n -30.0% (no interleaving fits: the headline is 1F1B)." in text
 
 
+def test_an_unstated_micro_batch_is_reported_beside_the_headline_not_in_it() -> None:
+    """A run whose source does not state its micro-batch size keeps 1 in the headline; the best size that
+    fits is its own column and summary line, with all counted runs' figures at those sizes."""
+    rows = [
+        scale.ScaleRow(
+            "a", "s1", "h100-80gb", 64, "tp8 pp1", 100.0, predicted=70.0, best_mbs=4, best_mbs_predicted=97.0
+        ),
+        scale.ScaleRow(
+            "b", "s1", "h100-80gb", 64, "tp8 pp8", 100.0, predicted=90.0, best_mbs=1, best_mbs_predicted=90.0
+        ),
+        scale.ScaleRow("c", "s2", "a100-80gb", 8, "tp8 pp1", 100.0, predicted=120.0),
+    ]
+    s = scale.summary(rows)
+    assert s["worst_abs_error"] == pytest.approx(0.3)  # the headline is micro-batch 1's
+    m = s["unstated_mbs"]
+    assert (m["runs"], m["moved"]) == (2, 1)
+    assert m["plain"] == pytest.approx((0.2, 0.3)) and m["best"] == pytest.approx((0.065, 0.1))
+    assert m["all"] == pytest.approx((0.1, 0.2))
+    text = scale.render(_rec("scale", {"rows": records.to_json(rows)}))
+    assert "| mbs4 -3.0% |" in text and "| mbs1 -10.0% |" in text
+    assert "from 20.0% to 6.5%" in text and "the median would be 10.0% and the worst 20.0%" in text
+    assert scale.summary(rows[2:])["unstated_mbs"] is None
+
+
 def test_scale_renders_the_planning_times_against_their_targets() -> None:
     walls = [
         scale.WallRow(
