@@ -164,6 +164,13 @@ def _recompute_request(req: PlanRequest, classic: str | None) -> str:
     return "none" if classic is not None and req.recompute == "auto" else req.recompute
 
 
+def _classic_layout_options(req: PlanRequest, classic: str | None) -> None:
+    """--partition and --stages-per-device shape a classic schedule's layout; adaptive searches both (with
+    or without --gpus, where a value would otherwise be dropped or screened with the wrong schedule)."""
+    if classic is None and (req.partition is not None or req.stages_per_device is not None):
+        raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
+
+
 def make_plan_for(
     req: PlanRequest, progress: ProgressFn | None = None, *, started_at: float | None = None
 ) -> PlanOutcome:
@@ -182,6 +189,7 @@ def make_plan_for(
         return make_configuration_plan(req, progress, started_at=t0)
     classic = _classic_strategy(req.strategy)
     recompute = _recompute_request(req, classic)
+    _classic_layout_options(req, classic)
     if classic is None and req.time_limit_s <= 0:
         raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
     model = load_model(req.model_arg)
@@ -204,8 +212,6 @@ def make_plan_for(
             model, tables, classic, **shape, **kw, head_chunks=req.head_chunks, target=req.target
         )
     else:
-        if req.partition is not None or req.stages_per_device is not None:
-            raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
         opts = driver.PipelineOptions(req.search, req.seed, req.head_chunks, recompute, req.target)
         budget = req.budget or _budget_for(req.time_limit_s)
         deadline = _deadline(req, model, t0)
@@ -248,8 +254,7 @@ def make_configuration_plan(
         raise InputError("--gpus needs --global-batch-size B (sequences per optimizer step)")
     _recompute_request(req, None)
     classic = _classic_strategy(req.strategy)
-    if classic is None and req.partition is not None:
-        raise InputError("--partition applies to classic strategies; adaptive searches the partition")
+    _classic_layout_options(req, classic)
     model = load_model(req.model_arg)
     hw = load_hardware(req.hardware_arg)
     request = config.Request(
