@@ -26,7 +26,8 @@ The least bound over every point that may fit is the configuration-level lower b
 Points are screened in the order of an estimate (`_estimate`: the fastest classic schedule in closed
 form, 1F1B or, for adaptive and an Interleaved1F1B of unstated degree, Interleaved1F1B at up to
 `MAX_SCREEN_CHUNKS` stages per device, on the uniform partition (a classic strategy's requested one,
-`Request.partition`) under the first recompute mode where
+`Request.partition`; for adaptive, ends-as-layers where uniform has too few decoder layers: `_split`)
+under the first recompute mode where
 one fits, plus the optimizer step) with that schedule simulated (the same partition; recomputation
 none, selective, then full: the first that fits; 1F1B where the interleaving overflows), priced as
 whole steps (a schedule whose closed-form memory already overflows is not simulated: `_estimate`);
@@ -416,13 +417,13 @@ def _estimate(
     # the balanced partition's min-max search costs ~10x the rest of a point's estimate: its ordering takes
     # the ends-as-layers cuts (as many stages allowed), and it proves no overflow (the cuts differ)
     exact = req.partition != "balanced"
-    split = req.partition if exact else "ends-as-layers"
     for mode in modes:
         costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
         work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
         best, chunks = math.inf, 1
         over: set[int] = set()
         for k in degrees:
+            split = _split(model, req, pp * k) if exact else "ends-as-layers"
             cuts = classic_bounds(costs, placement("sequential" if k == 1 else "loop", pp, k), split)[:-1]
             stage = np.add.reduceat(work, cuts)
             static = np.add.reduceat(costs.static_bytes, cuts).reshape(k, pp).sum(axis=0)
@@ -445,8 +446,18 @@ def _estimate(
 
 
 def _most_stages(model: ModelSpec, req: Request) -> int:
-    """The most pipeline stages the requested partition gives a layer each (uniform: the decoder layers)."""
-    return model.num_layers - 2 if req.partition == "uniform" else model.num_layers
+    """The most pipeline stages the screen's partitions give a layer each (`_split`; a classic request's
+    uniform split: the decoder layers)."""
+    return model.num_layers - 2 if _split(model, req, model.num_layers) == "uniform" else model.num_layers
+
+
+def _split(model: ModelSpec, req: Request, stages: int) -> str:
+    """The partition of a point's classic schedule over `stages` stages: a classic request's own
+    (`Request.partition`); for adaptive, which searches its own, Megatron's uniform split while it has
+    a decoder layer per stage, else ends-as-layers (the embedding and the head count as layers)."""
+    if req.strategy.lower() == "adaptive" and stages > model.num_layers - 2:
+        return "ends-as-layers"
+    return req.partition
 
 
 def _warmup_chunks(forwards: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray:
@@ -490,11 +501,12 @@ def _screen(
             degree = {"1F1B": 1, "Interleaved1F1B": chunks}.get(strategy)
             if degree in row.unfit.get(mode, ()) and not (last and mode == modes[-1]):
                 continue  # its closed form already overflows (`_estimate`); the last one gives the reason
-            key = (_table_key(costs), p.num_microbatches, strategy, chunks)
+            split = _split(model, req, p.pp * chunks)
+            key = (_table_key(costs), p.num_microbatches, strategy, chunks, split)
             if key not in classic:
                 try:
                     classic[key] = classic_candidate(
-                        costs, model.num_layers, p.num_microbatches, strategy, req.partition, chunks
+                        costs, model.num_layers, p.num_microbatches, strategy, split, chunks
                     )
                 except InputError as e:  # the classic strategy does not apply at this point (its rules)
                     classic[key] = e
@@ -713,8 +725,8 @@ def _plan_point(
         training = p.training(req, got.mode)
         tables = got.tables or CostTables(hw, training, default_mode=got.mode)
         planned = driver.classic_pipeline(
-            model, tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches, partition=req.partition,
-            stages_per_device=chunks,
+            model, tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches,
+            partition=_split(model, req, p.pp * chunks), stages_per_device=chunks,
         )  # fmt: skip
         best = planned.best
         best.result = with_expected(best.layout, planned.costs, best.programs, p.num_microbatches,

@@ -278,6 +278,21 @@ def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(
     assert checked == 0 if partition == "balanced" else checked >= 10
 
 
+@pytest.mark.parametrize("pp", [9, 10])
+def test_adaptive_plans_more_stages_than_the_decoder_layers_as_without_gpus(pp: int) -> None:
+    """tiny-llama has 8 decoder layers + the embedding and the head: adaptive plans pp 9 and 10 without
+    --gpus, so with --gpus too (its screen takes the ends-as-layers split there; Megatron's uniform one has
+    no decoder layer for each stage and was refused)."""
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+
+    fixed = {"tp": 1, "pp": pp, "dp": 8, "cp": 1, "ep": 1, "zero": 1, "micro_batch_size": 1, "num_microbatches": 4}
+    out = make_plan_for(PlanRequest(model_arg="tiny-llama", hardware_arg="h100", pp=1, num_microbatches=1,
+                                    seq_len=256, gpus=8 * pp, global_batch_size=32, fixed=fixed,
+                                    hard_stop=False))  # fmt: skip
+    assert out.cluster["configuration"]["pp"] == pp
+    assert len(out.layout.bounds) - 1 >= pp
+
+
 def test_a_classic_request_screens_and_plans_its_own_partition() -> None:
     """Interleaved1F1B one layer per stage (Llama 3's layout: the embedding and the head on stages of their
     own) needs the ends-as-layers partition: Megatron's uniform one has too few decoder layers for it."""
@@ -294,5 +309,9 @@ def test_a_classic_request_screens_and_plans_its_own_partition() -> None:
     out = make_plan_for(PlanRequest(**asked, partition="ends-as-layers"))
     assert out.layout.bounds == ends_as_layers_bounds(layers, layers)
     assert out.cluster["configuration"]["pp"] == 2
-    with pytest.raises(InputError, match="--partition applies to classic strategies"):
-        make_plan_for(PlanRequest(**{**asked, "strategy": "adaptive", "stages_per_device": None}, partition="balanced"))
+    adaptive = {**asked, "strategy": "adaptive", "stages_per_device": None}
+    with pytest.raises(InputError, match="apply to classic strategies; adaptive searches both"):
+        make_plan_for(PlanRequest(**adaptive, partition="balanced"))
+    for v in (1, 2):  # was dropped (1) or screened as 1F1B at 2 stages per device (2)
+        with pytest.raises(InputError, match="apply to classic strategies; adaptive searches both"):
+            make_plan_for(PlanRequest(**{**adaptive, "stages_per_device": v}))
