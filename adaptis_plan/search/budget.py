@@ -25,12 +25,19 @@ and, where memory binds, each forced mode's search its lower bound does not rule
 budget too, then its per-stage recompute lists on `recompute_share` of it: up to 3 +
 `recompute_share` times a forced mode's work, so the same budget never plans slower than a forced
 mode, and the wall clock can cut those extra searches short on big pipelines (the plan says so).
+
+A search piece run in a forked worker (`search.workers`) aborts its own copy of a `Deadline`: the
+worker records the aborts of the deadlines it inherited (`record_aborts`, `recorded_aborts`) and
+sends them back with its result, and the parent replays them on its live deadlines
+(`replay_aborts`), so a plan cut short in any process says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
+import weakref
 from dataclasses import dataclass
 
 #: CP-SAT window work per layout added for each 5 s of `--time-limit` beyond the first 5 s: a longer
@@ -174,6 +181,8 @@ class Deadline:
         self.at = at
         self.aborted = False
         self.where: str | None = None
+        self.token = next(_TOKENS)  # names it to a forked worker's parent (`replay_aborts`)
+        _LIVE[self.token] = self
 
     @classmethod
     def after(cls, seconds: float) -> Deadline:
@@ -191,3 +200,33 @@ class Deadline:
     def abort(self, where: str) -> None:
         if not self.aborted:
             self.aborted, self.where = True, where
+            if _RECORDED is not None and self.token in _INHERITED:
+                _RECORDED.append((self.token, where))
+
+
+#: every deadline of this process by its token (never reused), while it lives
+_TOKENS = itertools.count()
+_LIVE: weakref.WeakValueDictionary[int, Deadline] = weakref.WeakValueDictionary()
+#: in a forked worker (`record_aborts`): the tokens it inherited, and their aborts since it started
+_INHERITED: frozenset[int] = frozenset()
+_RECORDED: list[tuple[int, str]] | None = None
+
+
+def record_aborts() -> None:
+    """In a forked worker, before its work: keep each abort of a deadline its parent also holds."""
+    global _INHERITED, _RECORDED
+    _INHERITED, _RECORDED = frozenset(_LIVE.keys()), []
+
+
+def recorded_aborts() -> list[tuple[int, str]]:
+    """The (token, where) of the inherited deadlines this worker aborted (`record_aborts`)."""
+    return list(_RECORDED or ())
+
+
+def replay_aborts(aborts: list[tuple[int, str]]) -> None:
+    """In the parent: abort each of its deadlines that a worker's copy aborted (its own parent gets
+    them in turn, when this process is a worker too)."""
+    for token, where in aborts:
+        deadline = _LIVE.get(token)
+        if deadline is not None:
+            deadline.abort(where)

@@ -840,9 +840,6 @@ def _presearch(
     if len(jobs) < 2:
         return {}
     found = pmap(functools.partial(_search, model, req.seed, budget, deadline, None), list(jobs.values()))
-    for plan in found:  # a worker's hard stop (its copy of the deadline) counts here too
-        if plan is not None and plan.info.get("aborted"):
-            deadline.abort(plan.info.get("abort_phase") or "pipeline search")
     return dict(zip(jobs, found, strict=True))
 
 

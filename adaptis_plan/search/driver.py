@@ -396,8 +396,6 @@ def _auto_recompute(
                 cannot[label] = bound
                 continue
             got = done.get(mode) or _forced_search(shape, budget, (mode, variants))
-            if got.outcome.aborted:  # a worker's hard stop (its copy of the deadline) counts here too
-                deadline.abort(got.outcome.abort_phase or f"recompute ({label})")
             got_modes = [mode] * got.model.num_layers
             cand = _final(got, got_modes, shape)
             assert cand.result is not None

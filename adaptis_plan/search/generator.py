@@ -632,8 +632,6 @@ class _Search:
         `_rank`): the best `RESCHEDULED` layouts there, each with its best list policy, are scheduled
         and judged at the full count. Their records join this search's, marked with the micro-batches
         they ran on."""
-        if ranked.aborted:
-            deadline.abort(ranked.abort_phase or "placement x partition")
         self.phases.extend({**ph, "microbatches": ranked.m} for ph in ranked.phases)
         self.solver.update(ranked.solver)
         self.evaluated += ranked.evaluated
@@ -980,8 +978,6 @@ class _Ranked:
     rate_schedule: float
     rate_simulate: float
     picks: list[tuple[Layout, ListPolicy | None, str, str]]
-    aborted: bool
-    abort_phase: str | None
 
 
 def _rank(
@@ -1005,7 +1001,7 @@ def _rank(
     )[:RESCHEDULED]
     return _Ranked(
         m, r.phases, r.solver, r.evaluated, r.judged, r.actions, r.rate_schedule, r.rate_simulate,
-        [(c.layout, c.list_policy, c.placement, c.partition) for c in best], deadline.aborted, deadline.where,
+        [(c.layout, c.list_policy, c.placement, c.partition) for c in best],
     )  # fmt: skip
 
 

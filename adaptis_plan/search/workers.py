@@ -16,6 +16,8 @@ inside one of several planned points): when its siblings finish first, the CPUs 
 Each worker is a forked process that inherits the piece and its inputs (nothing is pickled on the way
 in) and sends its results back on a pipe of its own, which only this process's calling thread reads:
 a worker ended part-way through a send (Ctrl-C, `Background.cancel`) leaves nothing waiting on it.
+A worker's hard stop aborts its copy of the search's `Deadline`: it comes back with the result and is
+replayed on the parent's (`budget.replay_aborts`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from adaptis_plan.errors import InputError
+from adaptis_plan.search.budget import record_aborts, recorded_aborts, replay_aborts
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -81,16 +84,18 @@ def _worker_start() -> None:
 
 
 def _run(fn: Callable[[], Any], out: Connection) -> None:
-    """A worker's body: `fn()`, sent back as ("ok", result) or ("error", the exception)."""
+    """A worker's body: `fn()`, sent back as ("ok", result) or ("error", the exception), with the aborts
+    of the deadlines it inherited (`budget.record_aborts`), which the parent replays on its own."""
     _worker_start()
+    record_aborts()
     try:
         got: tuple[str, Any] = ("ok", fn())
     except BaseException as e:  # noqa: BLE001 - the parent raises it, as if it had run here
         got = ("error", e)
     try:
-        out.send(got)
+        out.send((*got, recorded_aborts()))
     except Exception as e:  # noqa: BLE001 - the result or the exception does not pickle
-        out.send(("error", RuntimeError(f"a worker's result could not be sent back: {e!r}")))
+        out.send(("error", RuntimeError(f"a worker's result could not be sent back: {e!r}"), recorded_aborts()))
     out.close()
 
 
@@ -106,12 +111,13 @@ class _Worker:
 
     def result(self) -> Any:
         try:
-            kind, got = self._conn.recv()
+            kind, got, aborts = self._conn.recv()
         except EOFError:
             code = self._process.exitcode
             raise RuntimeError(f"a worker process ended without its result (exit code {code})") from None
         finally:
             self.close()
+        replay_aborts(aborts)
         if kind == "error":
             raise got
         return got

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,41 @@ def test_pmap_keeps_the_order_with_any_number_of_workers(monkeypatch) -> None:  
         assert workers.workers() == int(n)
         assert workers.pmap(math.factorial, items) == want
     assert workers.pmap(math.factorial, []) == []
+
+
+def _abort(deadline, where: str) -> int:  # noqa: ANN001
+    if where:  # the first piece runs in the calling process (`Pool.map`): it aborts nothing
+        deadline.abort(where)
+    return 1
+
+
+def _abort_nested(deadline, where: str) -> list[int]:  # noqa: ANN001
+    return workers.pmap(functools.partial(_abort, deadline), ["", where])  # aborted by the worker's worker
+
+
+def _abort_own(where: str) -> bool:
+    from adaptis_plan.search.budget import Deadline
+
+    mine = Deadline(math.inf)
+    mine.abort(where)
+    return mine.aborted
+
+
+@pytest.mark.parametrize("fn", [_abort, _abort_nested])
+def test_a_workers_abort_reaches_the_parents_deadline(monkeypatch, fn) -> None:  # noqa: ANN001
+    """A forked worker aborts its copy of a deadline; the parent's own is aborted once the result is back,
+    with the place that stopped (also from a worker's worker)."""
+    from adaptis_plan.search.budget import Deadline
+
+    monkeypatch.setenv(workers.ENV, "2")
+    deadline, other = Deadline(math.inf), Deadline(math.inf)
+    got = workers.pmap(functools.partial(fn, deadline), ["", "second"])
+    assert got and deadline.aborted and deadline.where == "second"
+    assert not other.aborted
+    # a deadline made in the worker is its own: nothing of the parent's is touched
+    fresh = Deadline(math.inf)
+    assert workers.pmap(_abort_own, ["a", "b", "c"]) == [True] * 3
+    assert not fresh.aborted and not other.aborted
 
 
 def test_a_pool_maps_in_order_across_calls(monkeypatch) -> None:  # noqa: ANN001
@@ -84,14 +121,15 @@ def _memory_bound_args(tmp_path: Path) -> tuple[str, ...]:
 
 def test_a_forced_mode_search_cut_short_in_a_worker_marks_the_plan_aborted(adaptis, monkeypatch, tmp_path) -> None:  # noqa: ANN001
     """A worker's hard stop happens on its copy of the deadline: the parent replays it, so the plan says
-    the search was cut short (here the forced-mode searches report an abort as a worker's clock would)."""
+    the search was cut short (here the forced-mode searches abort their deadline as a worker's clock would)."""
     from adaptis_plan.search import driver
 
-    forced = driver._forced_search
+    forced, parent = driver._forced_search, os.getpid()
 
-    def cut_short(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        got = forced(*args, **kwargs)
-        got.outcome.aborted, got.outcome.abort_phase = True, "test: a worker's clock"
+    def cut_short(shape, budget, job):  # noqa: ANN001, ANN202
+        got = forced(shape, budget, job)
+        if os.getpid() != parent:  # only the search a worker runs (the first runs in this process)
+            shape.deadline.abort("test: a worker's clock")
         return got
 
     monkeypatch.setattr(driver, "_forced_search", cut_short)
@@ -101,16 +139,16 @@ def test_a_forced_mode_search_cut_short_in_a_worker_marks_the_plan_aborted(adapt
 
 
 def test_a_point_searched_in_a_worker_and_cut_short_marks_the_plan_aborted(adaptis, monkeypatch, tmp_path) -> None:  # noqa: ANN001
-    """The planned points' searches run side by side: one cut short in its worker (reported here as its
-    clock would) marks the plan, whichever point wins."""
+    """The planned points' searches run side by side: one cut short in its worker (its deadline aborted
+    as its clock would) marks the plan, whichever point wins."""
     from adaptis_plan.search import configuration
 
-    search = configuration._search
+    search, parent = configuration._search, os.getpid()
 
     def cut_short(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         got = search(*args, **kwargs)
-        if got is not None and args[-1][0].dp == 16:  # one of the two points only
-            got.info.update(aborted=True, abort_phase="test: a worker's clock")
+        if os.getpid() != parent:  # only the search a worker runs (the first runs in this process)
+            args[3].abort("test: a worker's clock")
         return got
 
     monkeypatch.setattr(configuration, "_search", cut_short)
