@@ -373,7 +373,7 @@ def run_case(case: Case, keep_panels: bool = False) -> CaseResult:
     if cr.head_chunks > 1:  # separate the head split's gain from the search's
         from adaptis_plan.search.generator import classic_baselines
 
-        alike = classic_baselines(out.costs, out.model.num_layers, case.num_microbatches)
+        alike = classic_baselines(out.costs, case.num_microbatches)
         cr.chunked_baselines = {k: _row(k, c.result) for k, c in alike.items() if c.result is not None}
     if keep_panels:
         cr.panels = _timeline_panels(case, out, cr)
@@ -406,9 +406,7 @@ def _per_layer_extras(case: Case, cr: CaseResult) -> None:
     per_device = (model.num_layers - 2) // case.pp
     if per_device >= 2:
         try:
-            cand = classic_candidate(
-                costs, model.num_layers, case.num_microbatches, "Interleaved1F1B", "uniform", per_device
-            )
+            cand = classic_candidate(costs, case.num_microbatches, "Interleaved1F1B", "uniform", per_device)
         except InputError:
             return
         cr.i1f1b_per_layer = _row(f"Interleaved1F1B x{per_device}", cand.result)
@@ -431,7 +429,7 @@ def _timeline_panels(case: Case, out, cr: CaseResult) -> list:
         )
         costs = cost_table_for(model, load_hardware(case.hardware), training, case.costs)
         name, _, part = best.label.partition("/")
-        cand = classic_candidate(costs, model.num_layers, case.num_microbatches, name, part or "uniform")
+        cand = classic_candidate(costs, case.num_microbatches, name, part or "uniform")
         panels.append(plain_panel(f"best classic: {best.label}", cand.result, cand.programs, cand.layout))
     chunks = f", head in {cr.head_chunks} chunks" if cr.head_chunks > 1 else ""
     panels.append(plain_panel(f"adaptive: {cr.source}{chunks}", out.result, out.programs, out.layout))
@@ -469,7 +467,7 @@ def run_ablation(task: AblationTask) -> AblationResult:
         num_microbatches=task.num_microbatches, micro_batch_size=1, seq_len=task.seq_len, pp=task.pp, tp=1
     )
     costs = cost_table_for(model, hw, training, None)
-    ref = classic_candidate(costs, model.num_layers, task.num_microbatches, "Interleaved1F1B")
+    ref = classic_candidate(costs, task.num_microbatches, "Interleaved1F1B")
     t0 = time.perf_counter()
     out = search_plan(
         costs, model.num_layers, task.num_microbatches, components=task.components, time_limit_s=task.time_limit_s
@@ -1401,7 +1399,7 @@ def idealized_interleaved_bubble(case: Case, chunks: int = IDEALIZED_CHUNKS, fre
         zeroed["link_latency_s"] = np.zeros_like(costs.link_latency_s)
     costs = dataclasses.replace(costs, **zeroed)
     try:
-        cand = classic_candidate(costs, model.num_layers, case.num_microbatches, "Interleaved1F1B", "uniform", chunks)
+        cand = classic_candidate(costs, case.num_microbatches, "Interleaved1F1B", "uniform", chunks)
     except InputError:
         return None
     return float(cand.result.bubble_ratio)

@@ -505,9 +505,7 @@ def _screen(
             key = (_table_key(costs), p.num_microbatches, strategy, chunks, split)
             if key not in classic:
                 try:
-                    classic[key] = classic_candidate(
-                        costs, model.num_layers, p.num_microbatches, strategy, split, chunks
-                    )
+                    classic[key] = classic_candidate(costs, p.num_microbatches, strategy, split, chunks)
                 except InputError as e:  # the classic strategy does not apply at this point (its rules)
                     classic[key] = e
             cand = classic[key]

@@ -117,7 +117,7 @@ def _prepare(
             f"--head-chunks = {head_chunks} with --target {target.name}: {target.head_problem(forced.num_head_chunks)};"
             " use --head-chunks 1 or --target adaptis"
         )
-    return costs, forced, target, LazyBaselines(costs, model.num_layers, num_microbatches)
+    return costs, forced, target, LazyBaselines(costs, num_microbatches)
 
 
 def search_pipeline(
@@ -192,9 +192,7 @@ def classic_pipeline(
     if forced is not None:
         model, costs = forced, tables.table(forced)
     modes = [tables.default_mode] * model.num_layers
-    best = classic_candidate(
-        costs, model.num_layers, num_microbatches, strategy, partition or "uniform", stages_per_device
-    )
+    best = classic_candidate(costs, num_microbatches, strategy, partition or "uniform", stages_per_device)
     why = tgt.placement_problem(best.layout.stage_device, pp)
     if why is not None:
         raise InputError(
@@ -445,7 +443,7 @@ def _forced_search(shape: _Shape, budget: SearchBudget, job: tuple[str, list[Var
     mode, variants = job
     model, costs = variants[0]
     # the classic plans apply to the unsplit head only (a forced split searches without them)
-    baselines = LazyBaselines(costs, model.num_layers, shape.num_microbatches) if shape.forced is None else {}
+    baselines = LazyBaselines(costs, shape.num_microbatches) if shape.forced is None else {}
     return _mode_search(variants, baselines, _labelled(shape, f"{mode} everywhere"), budget)
 
 

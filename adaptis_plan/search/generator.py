@@ -163,7 +163,6 @@ class SearchOutcome:
 
 def classic_candidate(
     costs: CostTable,
-    num_layers: int,
     num_microbatches: int,
     strategy: str,
     partition: str = "uniform",
@@ -201,7 +200,7 @@ def _classic_layout(
     return Layout(bounds=tuple(bounds), stage_device=stage_device, num_devices=costs.num_devices)
 
 
-def classic_baselines(costs: CostTable, num_layers: int, num_microbatches: int) -> dict[str, Candidate]:
+def classic_baselines(costs: CostTable, num_microbatches: int) -> dict[str, Candidate]:
     """Every classic strategy that applies to this input, with uniform and balanced partitions.
 
     Always complete (the plan report lists every feasible classic strategy), whatever the clock. Where
@@ -215,7 +214,7 @@ def classic_baselines(costs: CostTable, num_layers: int, num_microbatches: int) 
                 if uniform is not None and _classic_layout(costs, get_spec(name), part) == uniform.layout:
                     cand = replace(uniform, partition=part, source=f"{uniform.source}/balanced")
                 else:
-                    cand = classic_candidate(costs, num_layers, num_microbatches, name, part)
+                    cand = classic_candidate(costs, num_microbatches, name, part)
             except InputError:
                 continue
             if part == "uniform":
@@ -225,11 +224,11 @@ def classic_baselines(costs: CostTable, num_layers: int, num_microbatches: int) 
 
 
 class LazyBaselines(Mapping[str, Candidate]):
-    """`classic_baselines(costs, num_layers, num_microbatches)`, computed on first use: a big pipeline's
+    """`classic_baselines(costs, num_microbatches)`, computed on first use: a big pipeline's
     search (`search_plan`) starts its ranking run in a worker first, then computes them beside it."""
 
-    def __init__(self, costs: CostTable, num_layers: int, num_microbatches: int) -> None:
-        self._args = (costs, num_layers, num_microbatches)
+    def __init__(self, costs: CostTable, num_microbatches: int) -> None:
+        self._args = (costs, num_microbatches)
         self._got: dict[str, Candidate] | None = None
 
     def _all(self) -> dict[str, Candidate]:
@@ -1086,7 +1085,7 @@ def search_plan(
     with ranking or contextlib.nullcontext():
         s.progress("classic baselines", 0.05)
         if baselines is None:
-            baselines = classic_baselines(costs, num_layers, num_microbatches)
+            baselines = classic_baselines(costs, num_microbatches)
         # classic plans are candidates (and CP-SAT hints) only when the search may choose everything
         classic_ok = set(components) == set(ALL_COMPONENTS)
         if classic_ok:

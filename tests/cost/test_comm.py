@@ -124,7 +124,7 @@ def test_the_training_step_adds_what_the_pipeline_does_not_hide() -> None:
     for overlap in (True, False):
         training = _train(tp=8, pp=2, dp=4, num_microbatches=4, dp_overlap=overlap, zero=1)
         costs = CostTables(hw, training).table(model)
-        cand = classic_candidate(costs, model.num_layers, 4, "1F1B")
+        cand = classic_candidate(costs, 4, "1F1B")
         step = training_step(cand.layout, cand.programs, cand.result, model, training, hw, costs.device_names)
         extras = device_extras(cand.layout, model, training, hw, costs.device_names)
         assert step.pipeline_step_time_s == cand.result.step_time_s

@@ -272,7 +272,7 @@ def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(
             costs = CostTables(hw, p.training(req, mode), default_mode=mode).table(model)
             for k in degrees:
                 strategy = "1F1B" if k == 1 else "Interleaved1F1B"
-                cand = classic_candidate(costs, model.num_layers, p.num_microbatches, strategy, partition, k)
+                cand = classic_candidate(costs, p.num_microbatches, strategy, partition, k)
                 assert not cand.result.fits_memory, (p.label, mode, k)
                 checked += 1
     assert checked == 0 if partition == "balanced" else checked >= 10

@@ -147,7 +147,7 @@ def test_auto_leaves_plans_alone_when_memory_does_not_bind() -> None:
     assert out.outcome is plain and out.modes == ["none"] * len(KINDS)
     assert out.info["reason"].startswith("no device comes within 10% of its memory limit")
     assert out.info["candidates"] == []
-    assert not memory_may_bind(classic_baselines(costs, len(KINDS), 8))
+    assert not memory_may_bind(classic_baselines(costs, 8))
 
 
 @pytest.mark.parametrize("model", ["gemma-s", "deepseek-s", "nemotron-h-s", "llama-2-s"])

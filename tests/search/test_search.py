@@ -132,7 +132,7 @@ def test_with_fewer_micro_batches_than_devices_the_uniform_split_is_a_candidate_
     chain, not the busiest device). The balanced partitions' best was 12.62, ZBVZeroBubble's uniform V
     12.08; with the uniform split among the search's own partitions, its order search gets 11.58."""
     costs = _costs([1, 1, 1, 1, 2, 3], 2, [2.0, 1.0], act=1.0, act_w=0.5, out=0.1, bw=10.0, latency=0.01)
-    zbv = classic_baselines(costs, 6, 1)["ZBVZeroBubble"]
+    zbv = classic_baselines(costs, 1)["ZBVZeroBubble"]
     out = search_plan(costs, 6, 1, baselines={}, budget=SearchBudget.for_time_limit(1.0), deadline=Deadline.after(600))
     assert zbv.step_s == pytest.approx(12.08)
     assert out.best.step_s <= zbv.step_s * (1 - 0.03)
@@ -176,7 +176,7 @@ def test_search_alone_is_valid_and_never_worse_than_classic(instance):
     """The search with the classic strategies turned off (not candidates, not hints): its own plan
     is valid, fits memory when a classic plan does, and is never slower than any feasible one."""
     costs, num_layers, m = instance
-    classic = classic_baselines(costs, num_layers, m)
+    classic = classic_baselines(costs, m)
     out = search_plan(
         costs, num_layers, m, baselines={}, budget=SearchBudget.for_time_limit(1.0), deadline=Deadline.after(600)
     )
