@@ -82,8 +82,10 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         t.add_row(
             shown(name), _ms(b.step_time_s), f"{b.step_time_s / r.step_time_s:.2f}x", f"{b.bubble_ratio:.1%}", _peak(b)
         )
+    partition = outcome.search_info.get("partition", "uniform") if classic else "uniform"
+    label = plan.strategy if partition == "uniform" else f"{plan.strategy}/{partition}"  # as the baselines' names
     t.add_row(
-        f"[bold]{shown(plan.strategy)}[/]",
+        f"[bold]{shown(label)}[/]",
         f"[bold]{_ms(r.step_time_s)}[/]",
         "[bold]1.00x[/]",
         f"{r.bubble_ratio:.1%}",

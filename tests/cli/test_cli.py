@@ -233,6 +233,17 @@ def test_classic_plan_report_does_not_claim_a_search(adaptis, tmp_path: Path) ->
     assert len(own_rows) == 1, own_rows  # the plan's row, not also a baseline row
 
 
+def test_a_classic_plan_on_another_partition_is_named_as_its_baseline(adaptis, tmp_path: Path) -> None:
+    """1F1B on the balanced partition is the report's "1F1B/balanced" row at 1.00x, beside the uniform
+    "1F1B" baseline (it was a second "1F1B" row); the plan file keeps the strategy name."""
+    args = "--strategy 1F1B --partition balanced --model gemma-s --hardware h200 --pp 4 --microbatches 8".split()
+    r = adaptis("plan", *args, "-o", tmp_path / "p.json")
+    assert r.exit_code == 0, r.stderr
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\W*(1F1B\S*)\s+[│|].*?([\d.]+x)", r.stderr, re.M)}
+    assert rows == {"1F1B": rows["1F1B"], "1F1B/balanced": "1.00x"}, rows
+    assert load(tmp_path / "p.json")["strategy"] == "1F1B"
+
+
 # ----------------------------------------------------------------------------- export
 def test_export_torch_csv_matches_plan(adaptis, tiny_plan: Path) -> None:
     r = adaptis("export", tiny_plan, "--format", "torch-csv")
