@@ -357,48 +357,50 @@ def interleaving_degrees(run: dict) -> list[int]:
     return [vp for vp in VP_TRIED if pp * vp <= layers]
 
 
-def _best_interleaved(run: dict, row: ScaleRow, common: dict, cfg: dict) -> None:
-    """The published configuration with Interleaved1F1B at each degree of `interleaving_degrees`; the
-    fastest that fits goes into `row` (`ScaleRow.interleaved`)."""
+def _interleavings(run: dict, cfg: dict) -> list[dict]:
+    """`cfg` with Interleaved1F1B at each degree of `interleaving_degrees(run)`."""
+    return [{**cfg, "strategy": "Interleaved1F1B", "stages_per_device": vp} for vp in interleaving_degrees(run)]
+
+
+def _fastest(common: dict, tries: list[dict]) -> tuple[float, dict] | None:
+    """The first fastest of `tries` (request fields beside `common`) that plans, as (tokens/s per GPU, its
+    fields); None when none does."""
     from adaptis_plan.errors import AdaptisError
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
-    for vp in interleaving_degrees(run):
+    best: tuple[float, dict] | None = None
+    for c in tries:
         try:
-            out = make_plan_for(
-                PlanRequest(**common, **{**cfg, "strategy": "Interleaved1F1B", "stages_per_device": vp})
-            )
+            got = make_plan_for(PlanRequest(**common, **c)).cluster["tokens_per_s_per_gpu"]
         except AdaptisError:
             continue
-        got = out.cluster["tokens_per_s_per_gpu"]
-        if row.interleaved is None or got > row.interleaved:
-            row.interleaved, row.interleaved_vp = got, vp
-    if row.interleaved is None:
+        if best is None or got > best[0]:
+            best = (got, c)
+    return best
+
+
+def _best_interleaved(run: dict, row: ScaleRow, common: dict, cfg: dict) -> None:
+    """The published configuration with Interleaved1F1B at each degree of `interleaving_degrees`; the
+    fastest that fits goes into `row` (`ScaleRow.interleaved`)."""
+    best = _fastest(common, _interleavings(run, cfg))
+    if best is None:
         row.interleaved_note = "none fits"
+    else:
+        row.interleaved, row.interleaved_vp = best[0], best[1]["stages_per_device"]
 
 
 def _best_micro_batch(run: dict, row: ScaleRow, common: dict) -> None:
     """The headline's configuration at each micro-batch size of `MBS_TRIED` dividing the batch per replica
     (an unstated interleaving degree: each degree `interleaving_degrees` allows at that size, 1F1B where
     none fits); the fastest that fits goes into `row` (`ScaleRow.best_mbs`)."""
-    from adaptis_plan.errors import AdaptisError
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
-
     per_replica = run["global_batch_size"] // run["dp"]
     for mbs in (b for b in MBS_TRIED if per_replica % b == 0):
         at = {**run, "micro_batch_size": mbs}
         base = forced_request_args(at)
-        tries = [base]
-        if run["pp"] > 1 and run["source_key"] in DEGREE_UNSTATED:
-            degrees = interleaving_degrees(at)
-            tries = [{**base, "strategy": "Interleaved1F1B", "stages_per_device": vp} for vp in degrees] or [base]
-        for c in tries:
-            try:
-                got = make_plan_for(PlanRequest(**common, **c)).cluster["tokens_per_s_per_gpu"]
-            except AdaptisError:
-                continue
-            if row.best_mbs_predicted is None or got > row.best_mbs_predicted:
-                row.best_mbs, row.best_mbs_predicted = mbs, got
+        unstated = run["pp"] > 1 and run["source_key"] in DEGREE_UNSTATED
+        best = _fastest(common, (_interleavings(at, base) if unstated else []) or [base])
+        if best is not None and (row.best_mbs_predicted is None or best[0] > row.best_mbs_predicted):
+            row.best_mbs, row.best_mbs_predicted = mbs, best[0]
 
 
 def run_rows(quick: bool = False, workers: int = 1, log=None) -> list[ScaleRow]:  # noqa: ANN001
