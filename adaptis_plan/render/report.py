@@ -113,11 +113,8 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     for line in recompute_lines(outcome):
         console.print(line)
     if classic:
-        adaptive_hint = "`--strategy adaptive` searches partition, placement and schedule for this input"
-        console.print(
-            f"classic {shown(plan.strategy)} plan ({shown(outcome.search_info.get('partition', 'uniform'))} partition);"
-            f" {adaptive_hint}."
-        )
+        for line in classic_lines(outcome):
+            console.print(line)
     else:
         for line in why_lines(outcome):
             console.print(line)
@@ -216,6 +213,21 @@ def why_lines(outcome) -> list[str]:
         f" {b.bubble_ratio:.1%} to {r.bubble_ratio:.1%} ({b.step_time_s / r.step_time_s:.2f}x faster).",
         f"found by: {shown(outcome.search_info.get('source', outcome.plan.strategy))}",
     ]
+
+
+def classic_lines(outcome) -> list[str]:
+    """What a classic plan is: the one asked for, or (`search.fallback`, whole configuration) the screened
+    classic plan an adaptive request kept because its own search found nothing faster."""
+    info = outcome.search_info
+    what = f"classic {shown(outcome.plan.strategy)} plan ({shown(info.get('partition', 'uniform'))} partition)"
+    fallback = info.get("fallback")
+    if fallback is None:
+        return [f"{what}; `--strategy adaptive` searches partition, placement and schedule for this input."]
+    found = fallback.get("adaptive_step_time_s")
+    searched = (
+        "found no plan that fits" if found is None else f"found nothing faster (its best whole step: {_ms(found)} ms)"
+    )
+    return [f"{what}: the adaptive search at this configuration {searched}; the screened classic plan is kept."]
 
 
 def _ranges(ids: list[int]) -> str:

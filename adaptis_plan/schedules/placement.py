@@ -79,6 +79,7 @@ def uniform_bounds(num_layers: int, num_stages: int) -> tuple[int, ...]:
             f"uniform partition: num_stages = {num_stages}: more stages than the {max(num_decoder, 0)} decoder layers"
             f" of a {num_layers}-layer model (embedding and head join the first and last stage); use at most"
             f" {max(num_decoder, 0)} stages"
+            + (f", or the ends-as-layers partition (up to {num_layers})" if num_stages <= num_layers else "")
         )
     counts = _even_counts(num_decoder, num_stages)
     counts[0] += 1  # the embedding joins the first stage

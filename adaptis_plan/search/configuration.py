@@ -39,7 +39,8 @@ may reach are screened side by side, then decided in order exactly as one by one
 `PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
 1 / (2 x PLAN_LIMIT) of the budget (auto recomputation runs up to three searches of it); a big
 pipeline (pp x M >= `BIG_PIPELINE`) plans only the best point, under its screened recompute
-mode. A point whose search finds no plan that fits, or none faster, keeps its screened classic plan.
+mode. A point whose search finds no plan that fits, or none faster, keeps its screened classic plan
+(for an adaptive request its `search.fallback` says so, with the search's own whole step).
 """
 
 from __future__ import annotations
@@ -719,6 +720,7 @@ def _plan_point(
         )  # fmt: skip
     if step is None or step.step_time_s > got.step.step_time_s:
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
+        searched_step = None if step is None else step.step_time_s
         strategy, chunks = got.schedule
         training = p.training(req, got.mode)
         tables = got.tables or CostTables(hw, training, default_mode=got.mode)
@@ -730,6 +732,8 @@ def _plan_point(
         best.result = with_expected(best.layout, planned.costs, best.programs, p.num_microbatches,
                                     best.result or simulate(best.layout, planned.costs, best.programs,
                                                             p.num_microbatches))  # fmt: skip
+        if req.strategy.lower() == "adaptive":  # the report says why the search's own plan was not kept
+            planned.info["fallback"] = {"requested": "adaptive", "adaptive_step_time_s": searched_step}
         step = got.step
         row.strategy, row.recompute = strategy, got.mode
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -315,3 +316,31 @@ def test_a_classic_request_screens_and_plans_its_own_partition() -> None:
     for v in (1, 2):  # was dropped (1) or screened as 1F1B at 2 stages per device (2)
         with pytest.raises(InputError, match="apply to classic strategies; adaptive searches both"):
             make_plan_for(PlanRequest(**{**adaptive, "stages_per_device": v}))
+
+
+@pytest.mark.parametrize("found", [None, 1e9])
+def test_an_adaptive_request_that_keeps_the_screened_classic_plan_says_so(monkeypatch, found) -> None:  # noqa: ANN001
+    """Where the adaptive search at a point finds no plan that fits (None) or none faster, the point keeps
+    its screened classic plan; the report says the search ran and lost, instead of suggesting
+    `--strategy adaptive` to a user who asked for it."""
+    from types import SimpleNamespace
+
+    from adaptis_plan.render.report import classic_lines
+    from adaptis_plan.search import configuration as C
+    from adaptis_plan.search.budget import Deadline, SearchBudget
+
+    model, hw, req, points = _twins()
+    screen = C._screen(model, hw, req, C._screen_bound(model, hw, req, points[0]), ("none",))
+    slower = None if found is None else SimpleNamespace(step_time_s=found)
+    monkeypatch.setattr(C, "_adaptive", lambda *a, **k: (None if found is None else object(), slower))
+    got = C._plan_point(model, hw, req, screen, SearchBudget.for_time_limit(1.0), Deadline.after(1e9), None, {})
+    assert got.plan.strategy == screen.schedule[0] and got.step is screen.step
+    assert got.plan.info["fallback"] == {"requested": "adaptive", "adaptive_step_time_s": found}
+    [line] = classic_lines(SimpleNamespace(search_info=got.plan.info, plan=got.plan))
+    assert "--strategy adaptive" not in line and "the screened classic plan is kept" in line
+    assert ("no plan that fits" in line) == (found is None)
+    classic = C._plan_point(model, hw, dataclasses.replace(req, strategy="1F1B"), screen,
+                            SearchBudget.for_time_limit(1.0), Deadline.after(1e9), None, {})  # fmt: skip
+    assert "fallback" not in classic.plan.info
+    [line] = classic_lines(SimpleNamespace(search_info=classic.plan.info, plan=classic.plan))
+    assert "`--strategy adaptive` searches" in line
