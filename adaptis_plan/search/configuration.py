@@ -34,8 +34,10 @@ whole steps (a schedule whose closed-form memory already overflows is not simula
 a point whose bound is above the best screened step is pruned (it cannot win); screening stops when
 its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`) or when the estimate passes the
 `PLAN_LIMIT`-th best screened step by `SCREEN_MARGIN` (the rest could not be planned: they stay
-not_screened, with the reason). With several workers the next points the screen
-may reach are screened side by side, then decided in order exactly as one by one. The best
+not_screened, with the reason). Equal estimates, steps and bounds go to the simpler configuration
+(`Point.preference`; a point whose bound only ties the best step found is pruned). With several
+workers the next points the screen may reach are screened side by side, then decided in order
+exactly as one by one. The best
 `PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
 1 / (2 x PLAN_LIMIT) of the budget (auto recomputation runs up to three searches of it); a big
 pipeline (pp x M >= `BIG_PIPELINE`) plans only the best point, under its screened recompute
@@ -172,6 +174,15 @@ class Point:
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in DIMENSIONS}
+
+    @property
+    def preference(self) -> tuple:
+        """The order among points the cost model prices equal: the simpler configuration first (fewer
+        GPUs per model replica, then no context, tensor or pipeline split, less expert parallelism, a
+        lower ZeRO stage), then the fields. Context parallelism at a sequence the model already fits
+        prices the same as data parallelism (its KV exchange hides under attention), but it runs more
+        kernels and code than a runtime's plain data parallelism; an engineer takes dp there."""
+        return (self.tp * self.cp * self.pp, self.cp, self.tp, self.pp, self.ep, self.zero, self)
 
 
 def screen_strategy(req: Request, chunks: int = 1) -> tuple[str, int]:
@@ -566,7 +577,9 @@ def search_configuration(
             " the global batch); change the fixed sizes"
         )
     rows = pmap(functools.partial(_screen_bound, model, hw, req), points)
-    order = sorted((r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.estimate_s, r.bound_s, r.point))
+    order = sorted(
+        (r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.estimate_s, r.bound_s, r.point.preference)
+    )
     fixed_mode = None if req.recompute == "auto" else req.recompute
     modes = (fixed_mode,) if fixed_mode else RECOMPUTE_LADDER
     screened: list[_Screen] = []
@@ -655,12 +668,12 @@ def search_configuration(
         if not oom:
             why = next((r.reason for r in rows if r.status == "inapplicable"), "")
             raise InputError(f"--strategy {req.strategy} applies to no legal configuration: {why}")
-        worst = min(oom, key=lambda r: (r.overflow_bytes, r.point))
+        worst = min(oom, key=lambda r: (r.overflow_bytes, r.point.preference))
         raise InfeasibleError(
             f"no configuration of {model.name} on {req.gpus} GPUs fits in memory; the closest, {worst.point.label},"
             f" {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch"
         )
-    screened.sort(key=lambda s: (s.step.step_time_s, s.considered.point))
+    screened.sort(key=lambda s: (s.step.step_time_s, s.considered.point.preference))
     top = screened[0].considered.point
     chosen = screened[: 1 if top.pp * top.num_microbatches >= BIG_PIPELINE else PLAN_LIMIT]
     # each planned point's search: auto runs up to three searches of its budget where memory binds
@@ -670,7 +683,7 @@ def search_configuration(
     searched = _presearch(model, hw, req, chosen, share, deadline)  # `_adaptive`'s searches by their inputs
     for got in chosen:
         results.append(_plan_point(model, hw, req, got, share, deadline, progress, searched))
-    results.sort(key=lambda c: (c.step.step_time_s, c.point))
+    results.sort(key=lambda c: (c.step.step_time_s, c.point.preference))
     lower = min(r.bound_s for r in order) if order else math.inf
     win = results[0]
     if deadline.aborted and not win.plan.info.get("aborted"):
@@ -885,7 +898,7 @@ def configuration_record(choice: Choice, model: ModelSpec, req: Request) -> dict
     plan = choice.plan
     rows = sorted(
         choice.considered,
-        key=lambda r: (r.step_time_s is None, r.step_time_s or math.inf, r.bound_s, r.point),
+        key=lambda r: (r.step_time_s is None, r.step_time_s or math.inf, r.bound_s, r.point.preference),
     )
     return {
         "gpus": req.gpus,

@@ -344,3 +344,30 @@ def test_an_adaptive_request_that_keeps_the_screened_classic_plan_says_so(monkey
     assert "fallback" not in classic.plan.info
     [line] = classic_lines(SimpleNamespace(search_info=classic.plan.info, plan=classic.plan))
     assert "`--strategy adaptive` searches" in line
+
+
+@pytest.mark.unit
+def test_points_priced_equal_go_to_the_simpler_configuration() -> None:
+    """llama-2-7b on 32 H100s, batch 256 x 4K: dp 32 with micro-batches of 2 and dp 16 x cp 2 with 4
+    hold the same tokens per rank and price the same (cp's KV exchange hides under attention); the
+    screen orders, and the search chooses, the one without context parallelism."""
+    from adaptis_plan.search import configuration as C
+    from adaptis_plan.search.configuration import Point
+
+    model, hw = load_model("llama-2-7b"), cluster(load_hardware("h100"), 32)
+    req = Request(gpus=32, global_batch_size=256, seq_len=4096)
+    dp, cp = Point(1, 1, 32, 1, 1, 2, 2, 4), Point(1, 1, 16, 2, 1, 2, 4, 4)
+    got = {p: C._screen(model, hw, req, C._screen_bound(model, hw, req, p), ("none",)) for p in (cp, dp)}
+    assert got[dp].step.step_time_s == got[cp].step.step_time_s
+    assert dp.preference < cp.preference and cp < dp  # the fields alone would order cp (dp 16) first
+    assert sorted([cp, dp], key=lambda p: p.preference) == [dp, cp]
+    assert Point(2, 1, 16, 1, 1, 1, 1, 8).preference > dp.preference  # tp 2 before dp 32: more split
+
+
+def test_plan_gpus_takes_data_parallelism_where_context_parallelism_only_ties(adaptis, tmp_path) -> None:
+    out = tmp_path / "plan.json"
+    r = adaptis("plan", "--model", "llama-2-7b", "--hardware", "h100", "--gpus", "32", "--global-batch-size", "256",
+                "--time-limit", "2", "--no-hard-stop", "-o", out, "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    c = json.loads(r.stdout)["configuration"]
+    assert (c["tp"], c["pp"], c["cp"], c["dp"]) == (1, 1, 1, 32)
