@@ -78,6 +78,9 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     rows = sorted(outcome.baselines.items(), key=lambda kv: (not kv[1].fits_memory, kv[1].step_time_s))
     if classic:  # the plan itself is the last row
         rows = [(n, b) for n, b in rows if n != outcome.search_info.get("source")]
+    # a balanced partition that is the uniform one is the same plan (`classic_baselines`): one row
+    same = {n for n, b in rows if n.endswith("/balanced") and outcome.baselines.get(n[: -len("/balanced")]) is b}
+    rows = [(n, b) for n, b in rows if n not in same]
     for name, b in rows:
         t.add_row(
             shown(name), _ms(b.step_time_s), f"{b.step_time_s / r.step_time_s:.2f}x", f"{b.bubble_ratio:.1%}", _peak(b)
@@ -93,6 +96,8 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         end_section=True,
     )
     console.print(t)
+    if same:
+        console.print("(a strategy whose balanced partition is its uniform one here has one row)")
     kinds = [layer.kind for layer in outcome.model.layers]
     console.print("[bold]partition and placement[/]")
     for line in layout_glance(outcome.layout, kinds):

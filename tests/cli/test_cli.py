@@ -244,6 +244,20 @@ def test_a_classic_plan_on_another_partition_is_named_as_its_baseline(adaptis, t
     assert load(tmp_path / "p.json")["strategy"] == "1F1B"
 
 
+def test_a_balanced_partition_equal_to_the_uniform_one_is_one_row(adaptis, tmp_path: Path) -> None:
+    """At pp 1 a one-stage-per-device strategy's balanced partition is its uniform one: the report lists it
+    once and says why; the plan's `--json` keeps both names (every feasible classic strategy is a
+    contract). Loop strategies (two stages on the device) still differ and keep both rows."""
+    args = (*"--model tiny-llama --hardware h100 --pp 1 --microbatches 4".split(), "-o", tmp_path / "p.json")
+    r = adaptis("plan", *args, "--json")
+    assert {"1F1B/balanced", "GPipe/balanced"} <= set(json.loads(r.stdout)["baselines"])
+    r = adaptis("plan", *args)
+    assert r.exit_code == 0, r.stderr
+    for name in ("1F1B", "GPipe"):
+        assert re.search(rf"^\W*{name}\s+[│|]", r.stderr, re.M) and f"{name}/balanced" not in r.stderr
+    assert "balanced partition is its uniform one here has one row" in " ".join(r.stderr.split())
+
+
 # ----------------------------------------------------------------------------- export
 def test_export_torch_csv_matches_plan(adaptis, tiny_plan: Path) -> None:
     r = adaptis("export", tiny_plan, "--format", "torch-csv")
