@@ -729,7 +729,8 @@ def _plan_point(
         # auto searches without recomputation and, where memory binds, each forced mode and per-stage
         # choices (`driver`): never worse than the uniform mode the screen needed
         planned, step = _adaptive(
-            model, hw, p, training, tables, recompute, req.seed, budget, deadline, progress, searched
+            model, hw, p, training, tables, recompute, _seeds(model, req, got), req.seed, budget, deadline, progress,
+            searched,
         )  # fmt: skip
     if step is None or step.step_time_s > got.step.step_time_s:
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
@@ -756,6 +757,21 @@ def _plan_point(
     return Choice(p, training, hw, planned, step, [], math.inf)
 
 
+def _seeds(model: ModelSpec, req: Request, got: _Screen) -> tuple[tuple[str, str, int], ...]:
+    """The classic plans a point's adaptive search also starts from (`driver.PipelineOptions.classic`):
+    Interleaved1F1B (1F1B at one stage per device) and InterleavedZeroBubble at the degree and on the
+    split the screen found
+    (`_Screen.schedule`, `_split`), where these are not already baselines (the search's own
+    placements go to 4 stages per device, its classic baselines are uniform at the default degree):
+    Llama 3 405B on 8,192 H100s at pp 16 screens Interleaved1F1B x8 on ends-as-layers."""
+    _, chunks = got.schedule
+    split = _split(model, req, got.considered.point.pp * chunks)
+    if split == "uniform" and chunks <= 2:
+        return ()
+    names = ("Interleaved1F1B" if chunks > 1 else "1F1B", "InterleavedZeroBubble")
+    return tuple((name, split, chunks) for name in names)
+
+
 def _adaptive(
     model: ModelSpec,
     hw: HardwareProfile,
@@ -763,6 +779,7 @@ def _adaptive(
     training: TrainingConfig,
     tables: CostTables,
     recompute: str,
+    seeds: tuple[tuple[str, str, int], ...],
     seed: int,
     budget: SearchBudget,
     deadline: Deadline,
@@ -775,9 +792,9 @@ def _adaptive(
     recompute mode it may use, those of a point already searched (dp x cp and the micro-batch size
     trading places at the same tokens and ZeRO group per rank) reuses that search, from `searched`,
     and prices its own step around it."""
-    key = _search_key(model, hw, p, training, recompute, seed, budget)
+    key = _search_key(model, hw, p, training, recompute, seeds, seed, budget)
     if key not in searched:
-        searched[key] = _search(model, seed, budget, deadline, progress, (p, tables, recompute))
+        searched[key] = _search(model, seed, budget, deadline, progress, (p, tables, recompute, seeds))
     planned = searched[key]
     if planned is None:
         return None, None
@@ -794,14 +811,14 @@ def _adaptive(
 
 
 def _search_key(
-    model: ModelSpec, hw: HardwareProfile, p: Point, training: TrainingConfig, recompute: str, seed: int,
-    budget: SearchBudget,
+    model: ModelSpec, hw: HardwareProfile, p: Point, training: TrainingConfig, recompute: str,
+    seeds: tuple[tuple[str, str, int], ...], seed: int, budget: SearchBudget,
 ) -> tuple:  # fmt: skip
-    """What `_search` at `p` depends on: pp, M, the recompute request, seed and budget, and the cost
-    tables in every recompute mode it may use (`_adaptive`)."""
+    """What `_search` at `p` depends on: pp, M, the recompute request, the classic seeds, seed and
+    budget, and the cost tables in every recompute mode it may use (`_adaptive`)."""
     modes = RECOMPUTE_LADDER if recompute == "auto" else (recompute,)
     tables = (_table_key(CostTables(hw, training, default_mode=m).table(model)) for m in modes)
-    return (p.pp, p.num_microbatches, recompute, seed, budget, *tables)
+    return (p.pp, p.num_microbatches, recompute, seeds, seed, budget, *tables)
 
 
 def _search(
@@ -810,15 +827,15 @@ def _search(
     budget: SearchBudget,
     deadline: Deadline,
     progress: ProgressFn | None,
-    job: tuple[Point, CostTables, str],
+    job: tuple[Point, CostTables, str, tuple[tuple[str, str, int], ...]],
 ) -> driver.PipelinePlan | None:
-    """The adaptive pipeline search of `job` = (point, its cost tables, recompute request); None when no
-    plan fits. Module level: `_presearch` runs several in worker processes."""
-    p, tables, recompute = job
+    """The adaptive pipeline search of `job` = (point, its cost tables, recompute request, classic seeds);
+    None when no plan fits. Module level: `_presearch` runs several in worker processes."""
+    p, tables, recompute, seeds = job
     try:
         return driver.search_pipeline(
             model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
-            options=driver.PipelineOptions(recompute=recompute, seed=seed), progress=progress,
+            options=driver.PipelineOptions(recompute=recompute, seed=seed, classic=seeds), progress=progress,
         )  # fmt: skip
     except (InfeasibleError, InputError):
         return None
@@ -847,11 +864,13 @@ def _presearch(
     single worker."""
     if req.strategy.lower() != "adaptive" or workers() < 2:
         return {}  # one process: `_adaptive` runs each search in turn, with its progress shown
-    jobs: dict[tuple, tuple[Point, CostTables, str]] = {}
+    jobs: dict[tuple, tuple[Point, CostTables, str, tuple[tuple[str, str, int], ...]]] = {}
     for got in chosen:
         p = got.considered.point
         recompute, training, tables = _search_inputs(req, got, hw)
-        jobs.setdefault(_search_key(model, hw, p, training, recompute, req.seed, budget), (p, tables, recompute))
+        seeds = _seeds(model, req, got)
+        key = _search_key(model, hw, p, training, recompute, seeds, req.seed, budget)
+        jobs.setdefault(key, (p, tables, recompute, seeds))
     if len(jobs) < 2:
         return {}
     found = pmap(functools.partial(_search, model, req.seed, budget, deadline, None), list(jobs.values()))

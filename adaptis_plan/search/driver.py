@@ -63,7 +63,9 @@ class PipelineOptions:
     `head_chunks`: None tries the unsplit head and, when it outweighs a stage, one split
     (`search.head_chunks.head_split_options`); 1 never splits; k > 1 plans with k chunks.
     `recompute`: "auto" chooses per stage (the builder's `default_mode` must then be "none");
-    any other mode is the builder's own. `target`: the runtime (`schedules.targets`).
+    any other mode is the builder's own. `target`: the runtime (`schedules.targets`). `classic`:
+    classic plans (strategy, partition, stages per device) among the baselines besides every
+    strategy's default (`generator.classic_baselines`), as candidates and hints of the search.
     """
 
     components: tuple[str, ...] = ALL_COMPONENTS
@@ -71,6 +73,7 @@ class PipelineOptions:
     head_chunks: int | None = None
     recompute: str = "none"
     target: str = "adaptis"
+    classic: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass
@@ -106,9 +109,16 @@ def forced_head_split(model: ModelSpec, head_chunks: int | None, pp: int) -> Mod
 
 
 def _prepare(
-    model: ModelSpec, tables: CostTables, pp: int, num_microbatches: int, head_chunks: int | None, target_name: str
+    model: ModelSpec,
+    tables: CostTables,
+    pp: int,
+    num_microbatches: int,
+    head_chunks: int | None,
+    target_name: str,
+    classic: tuple[tuple[str, str, int], ...] = (),
 ) -> tuple[CostTable, ModelSpec | None, Target, Mapping[str, Candidate]]:
-    """The unsplit model's costs, the forced head split, the target and the classic baselines."""
+    """The unsplit model's costs, the forced head split, the target and the classic baselines (with
+    `classic`'s, `PipelineOptions`)."""
     costs = tables.table(model)
     forced = forced_head_split(model, head_chunks, pp)
     target = get_target(target_name)
@@ -117,7 +127,7 @@ def _prepare(
             f"--head-chunks = {head_chunks} with --target {target.name}: {target.head_problem(forced.num_head_chunks)};"
             " use --head-chunks 1 or --target adaptis"
         )
-    return costs, forced, target, LazyBaselines(costs, num_microbatches)
+    return costs, forced, target, LazyBaselines(costs, num_microbatches, classic)
 
 
 def search_pipeline(
@@ -142,7 +152,7 @@ def search_pipeline(
     are the classic plans in `tables.default_mode` (no recomputation for auto), whatever is chosen.
     """
     costs, forced, target, baselines = _prepare(
-        model, tables, pp, num_microbatches, options.head_chunks, options.target
+        model, tables, pp, num_microbatches, options.head_chunks, options.target, options.classic
     )
     shape = _Shape(forced, target, pp, num_microbatches, options, deadline, progress)
     chosen = _mode_search(_variants(tables, model, costs, shape), baselines, shape, budget)
@@ -443,7 +453,7 @@ def _forced_search(shape: _Shape, budget: SearchBudget, job: tuple[str, list[Var
     mode, variants = job
     model, costs = variants[0]
     # the classic plans apply to the unsplit head only (a forced split searches without them)
-    baselines = LazyBaselines(costs, shape.num_microbatches) if shape.forced is None else {}
+    baselines = LazyBaselines(costs, shape.num_microbatches, shape.options.classic) if shape.forced is None else {}
     return _mode_search(variants, baselines, _labelled(shape, f"{mode} everywhere"), budget)
 
 

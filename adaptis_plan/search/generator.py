@@ -200,8 +200,14 @@ def _classic_layout(
     return Layout(bounds=tuple(bounds), stage_device=stage_device, num_devices=costs.num_devices)
 
 
-def classic_baselines(costs: CostTable, num_microbatches: int) -> dict[str, Candidate]:
-    """Every classic strategy that applies to this input, with uniform and balanced partitions.
+def classic_baselines(
+    costs: CostTable, num_microbatches: int, extra: Sequence[tuple[str, str, int]] = ()
+) -> dict[str, Candidate]:
+    """Every classic strategy that applies to this input, with uniform and balanced partitions, then
+    the `extra` (strategy, partition, stages per device) ones a caller knows to be strong (the
+    whole-configuration screen's interleaving degree and split), labelled "NAME[ xK][/partition]" (xK
+    where K is not the strategy's default); one that is already a baseline, or does not apply, is left
+    out.
 
     Always complete (the plan report lists every feasible classic strategy), whatever the clock. Where
     the balanced partition is the uniform one (a model of equal layers), the balanced entry is the
@@ -220,15 +226,26 @@ def classic_baselines(costs: CostTable, num_microbatches: int) -> dict[str, Cand
             if part == "uniform":
                 uniform = cand
             out[cand.label] = cand
+    for name, part, k in extra:
+        spec = get_spec(name)
+        try:
+            layout = _classic_layout(costs, spec, part, k)
+        except InputError:
+            continue
+        if any(c.policy == spec.name and c.layout == layout for c in out.values()):
+            continue
+        label = spec.name + (f" x{k}" if k != spec.default_stages_per_device else "")
+        label += "" if part == "uniform" else f"/{part}"
+        out[label] = replace(classic_candidate(costs, num_microbatches, name, part, k), source=label)
     return out
 
 
 class LazyBaselines(Mapping[str, Candidate]):
-    """`classic_baselines(costs, num_microbatches)`, computed on first use: a big pipeline's
+    """`classic_baselines(costs, num_microbatches, extra)`, computed on first use: a big pipeline's
     search (`search_plan`) starts its ranking run in a worker first, then computes them beside it."""
 
-    def __init__(self, costs: CostTable, num_microbatches: int) -> None:
-        self._args = (costs, num_microbatches)
+    def __init__(self, costs: CostTable, num_microbatches: int, extra: Sequence[tuple[str, str, int]] = ()) -> None:
+        self._args = (costs, num_microbatches, tuple(extra))
         self._got: dict[str, Candidate] | None = None
 
     def _all(self) -> dict[str, Candidate]:

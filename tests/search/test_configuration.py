@@ -371,3 +371,49 @@ def test_plan_gpus_takes_data_parallelism_where_context_parallelism_only_ties(ad
     assert r.exit_code == 0, r.output
     c = json.loads(r.stdout)["configuration"]
     assert (c["tp"], c["pp"], c["cp"], c["dp"]) == (1, 1, 1, 32)
+
+
+@pytest.mark.unit
+def test_extra_classic_baselines_are_labelled_and_not_repeated() -> None:
+    """`classic_baselines(extra=...)`: a deeper interleaving on another split joins under "NAME xK/split";
+    one equal to a default baseline (Interleaved1F1B x2 uniform; 1F1B on a split that is the uniform one)
+    or that does not apply (80 stages for 10 layers) is left out."""
+    from adaptis_plan.cost.source import CostTables
+    from adaptis_plan.search.generator import classic_baselines
+    from adaptis_plan.spec.training import TrainingConfig
+
+    model = load_model("tiny-llama")
+    training = TrainingConfig(num_microbatches=8, micro_batch_size=1, seq_len=256, pp=2)
+    costs = CostTables(load_hardware("h100"), training).table(model)
+    plain = classic_baselines(costs, 8)
+    extra = (("Interleaved1F1B", "ends-as-layers", 5), ("InterleavedZeroBubble", "uniform", 2),
+             ("Interleaved1F1B", "uniform", 8), ("1F1B", "ends-as-layers", 1))  # fmt: skip
+    got = classic_baselines(costs, 8, extra)
+    # 1F1B on ends-as-layers is the uniform 1F1B here (5 + 5 layers): left out too
+    assert set(got) - set(plain) == {"Interleaved1F1B x5/ends-as-layers"}
+    deep = got["Interleaved1F1B x5/ends-as-layers"]
+    assert deep.layout.num_stages == 10 and deep.source == "Interleaved1F1B x5/ends-as-layers"
+
+
+def test_the_screens_interleaving_seeds_the_adaptive_search() -> None:
+    """tiny-llama (8 decoder layers) at pp 2 with 16 micro-batches: the screen picks an interleaving deeper
+    than the search's own placements or on the ends-as-layers split; the point's adaptive search counts
+    Interleaved1F1B and InterleavedZeroBubble there among its classic plans, so it is never slower than
+    either."""
+    from adaptis_plan.search import configuration as C
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+
+    fixed = {"tp": 1, "pp": 2, "dp": 1, "cp": 1, "ep": 1, "zero": 1, "micro_batch_size": 1, "num_microbatches": 4}
+    req = C.Request(gpus=2, global_batch_size=4, seq_len=256, fixed=fixed, recompute="none")
+    model, hw = load_model("tiny-llama"), cluster(load_hardware("h100"), 2)
+    point = C.Point(**fixed)
+    got = C._screen(model, hw, req, C._screen_bound(model, hw, req, point), ("none",))
+    seeds = C._seeds(model, req, got)
+    assert got.schedule[1] > 2 and [s[0] for s in seeds] == ["Interleaved1F1B", "InterleavedZeroBubble"]
+    out = make_plan_for(PlanRequest(model_arg="tiny-llama", hardware_arg="h100", pp=1, num_microbatches=1,
+                                    seq_len=256, gpus=2, global_batch_size=4, fixed=fixed, recompute="none",
+                                    hard_stop=False))  # fmt: skip
+    k, split = got.schedule[1], seeds[0][1]
+    names = [f"{n} x{k}" + ("" if split == "uniform" else f"/{split}") for n, _, _ in seeds]
+    assert set(names) <= set(out.baselines)
+    assert out.result.step_time_s <= min(out.baselines[n].step_time_s for n in names) * (1 + 1e-9)
