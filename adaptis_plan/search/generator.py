@@ -492,6 +492,15 @@ class _Search:
         base = self.portfolio[0]
         cands: list[Candidate] = []
         skipped = 0
+        # classic plans on placements the presets do not make (deeper interleaving: the configuration
+        # search's seeds, `classic_baselines(extra=...)`) get the list schedule on their own layout too
+        own = {sd for _, sd in placements}
+        for c in self.by_layout.values():
+            sd = c.layout.stage_device
+            if c.source != "adaptive" and sd not in own and self.placement_ok(sd):
+                if not self.affordable(c.layout, "placement x partition", self.budget.min_placements):
+                    break
+                cands.append(self.schedule(c.layout, base, f"{c.placement} x{len(sd) // self.p}", c.partition))
         for n, (label, sd) in enumerate(placements):
             parts = [("packed", packed[sd])] if sd in packed else self.partitions_for(sd)
             layouts = [Layout(bounds=b, stage_device=sd, num_devices=self.p) for _, b in parts]

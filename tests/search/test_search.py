@@ -356,3 +356,24 @@ def test_windows_too_costly_for_their_budget_leave_the_device_bound() -> None:
     split = any(a.op == "I" for p in out.best.programs for a in p)
     assert order["bound_s"] == pytest.approx(device_bound_s(out.best.layout, costs, 8, split))
     assert order["bound_s"] <= out.best.step_s * (1 + 1e-9)
+
+
+def test_a_classic_plan_deeper_than_the_presets_is_list_scheduled_on_its_layout(monkeypatch) -> None:  # noqa: ANN001
+    """The presets stop at 4 stages per device; a classic baseline at 8 (the configuration search's seed)
+    gets the search's own list schedule on its layout too, so the search's orders and phases reach it."""
+    from adaptis_plan.search import generator as G
+
+    costs = uniform_costs(34, 2)
+    labels: list[str] = []
+    real = G._Search.schedule
+    monkeypatch.setattr(G._Search, "schedule", lambda self, *a, **k: labels.append(a[2]) or real(self, *a, **k))
+    deep = classic_baselines(costs, 8, (("InterleavedZeroBubble", "uniform", 8),))
+    assert "InterleavedZeroBubble x8" in deep
+    got = search_plan(costs, 34, 8, baselines=deep, budget=SearchBudget.for_time_limit(1.0),
+                      deadline=Deadline.after(1e9))  # fmt: skip
+    assert "loop x8" in labels and "loop x8" not in [lab for lab, _ in candidate_placements(2, 34)]
+    assert got.best.step_s <= deep["InterleavedZeroBubble x8"].step_s * (1 + 1e-9)
+    labels.clear()
+    search_plan(costs, 34, 8, baselines=classic_baselines(costs, 8), budget=SearchBudget.for_time_limit(1.0),
+                deadline=Deadline.after(1e9))  # fmt: skip
+    assert "loop x8" not in labels
