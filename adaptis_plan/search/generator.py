@@ -21,6 +21,9 @@ Phases (each keeps the best so far, as AdaPtis does):
    (its status and proven bound are reported; it starts from the search's own best order for
    the layout), then rolling-horizon windows on any size, from the search's own best order
    first and then from a better order of another source (a classic strategy's), if one remains.
+6. seeded layouts: the list policies on classic plans whose placement the presets do not make (the
+   whole-configuration search's deeper interleaving, `classic_baselines(extra=...)`), last, so the
+   phases before find what they find without them.
 Packed irregular placements (`partition.packed_layouts`, the exact best packing of whole layers
 among them) join phase 1 after the presets. A big pipeline (more than `SearchBudget.ranking_actions`
 actions per candidate on one stage per device) runs phases 1-4 on a shortened run of its
@@ -492,15 +495,6 @@ class _Search:
         base = self.portfolio[0]
         cands: list[Candidate] = []
         skipped = 0
-        # classic plans on placements the presets do not make (deeper interleaving: the configuration
-        # search's seeds, `classic_baselines(extra=...)`) get the list schedule on their own layout too
-        own = {sd for _, sd in placements}
-        for c in self.by_layout.values():
-            sd = c.layout.stage_device
-            if c.source != "adaptive" and sd not in own and self.placement_ok(sd):
-                if not self.affordable(c.layout, "placement x partition", self.budget.min_placements):
-                    break
-                cands.append(self.schedule(c.layout, base, f"{c.placement} x{len(sd) // self.p}", c.partition))
         for n, (label, sd) in enumerate(placements):
             parts = [("packed", packed[sd])] if sd in packed else self.partitions_for(sd)
             layouts = [Layout(bounds=b, stage_device=sd, num_devices=self.p) for _, b in parts]
@@ -574,6 +568,34 @@ class _Search:
                     return
                 self.judge(self.schedule(c.layout, pol, c.placement, c.partition))
         self.log_phase("schedule policies", started)
+
+    def phase_seeded(self) -> None:
+        """After the other phases, so that what they find does not change: the list policies on the layouts
+        of classic plans whose stage -> device map the presets do not make (a deeper interleaving: the
+        configuration search's seeds, `classic_baselines(extra=...)`), on `policy_share` of the work (at
+        least the first policy on each), the best policies first. A schedule better than the best found
+        becomes the plan."""
+        if "schedule" not in self.components or "placement" not in self.components:
+            return
+        presets = {sd for _, sd in candidate_placements(self.p, self.num_layers, self.budget.max_chunks)}
+        seeds = [
+            c
+            for c in self.by_layout.values()
+            if c.source != "adaptive"
+            and c.layout.stage_device not in presets
+            and self.placement_ok(c.layout.stage_device)
+        ]
+        if not seeds:
+            return
+        started = self.start_phase(self.budget.policy_share)
+        for pol in self.portfolio:
+            for c in seeds:
+                if not self.affordable(c.layout, "seeded layouts", minimum=len(seeds)):
+                    self.log_phase("seeded layouts", started)
+                    return
+                label = f"{c.placement} x{c.layout.num_stages // self.p}"
+                self.judge(self.schedule(c.layout, pol, label, c.partition))
+        self.log_phase("seeded layouts", started)
 
     def _policy_of(self, cand: Candidate) -> ListPolicy:
         return cand.list_policy or self.portfolio[0]
@@ -1126,6 +1148,8 @@ def search_plan(
     s.phase_critical_path()
     s.progress("cp-sat order", 0.8)
     s.phase_cpsat_order()
+    s.progress("seeded layouts", 0.9)
+    s.phase_seeded()
     best = s.best
     if classic_ok:
         for cand in baselines.values():

@@ -360,7 +360,8 @@ def test_windows_too_costly_for_their_budget_leave_the_device_bound() -> None:
 
 def test_a_classic_plan_deeper_than_the_presets_is_list_scheduled_on_its_layout(monkeypatch) -> None:  # noqa: ANN001
     """The presets stop at 4 stages per device; a classic baseline at 8 (the configuration search's seed)
-    gets the search's own list schedule on its layout too, so the search's orders and phases reach it."""
+    gets the search's list policies on its layout too, after the other phases: the plan is never slower
+    than the search without the seed, nor than the seed."""
     from adaptis_plan.search import generator as G
 
     costs = uniform_costs(34, 2)
@@ -374,6 +375,8 @@ def test_a_classic_plan_deeper_than_the_presets_is_list_scheduled_on_its_layout(
     assert "loop x8" in labels and "loop x8" not in [lab for lab, _ in candidate_placements(2, 34)]
     assert got.best.step_s <= deep["InterleavedZeroBubble x8"].step_s * (1 + 1e-9)
     labels.clear()
-    search_plan(costs, 34, 8, baselines=classic_baselines(costs, 8), budget=SearchBudget.for_time_limit(1.0),
-                deadline=Deadline.after(1e9))  # fmt: skip
+    plain = search_plan(costs, 34, 8, baselines=classic_baselines(costs, 8), budget=SearchBudget.for_time_limit(1.0),
+                        deadline=Deadline.after(1e9))  # fmt: skip
     assert "loop x8" not in labels
+    assert got.best.step_s <= plain.best.step_s * (1 + 1e-9)
+    assert [p["phase"] for p in got.phases][-1] == "seeded layouts"
