@@ -270,6 +270,7 @@ def make_configuration_plan(
         dp_overlap=req.dp_overlap,
         attention=req.attention,
         tp_comm_overlap=req.tp_comm_overlap,
+        target=req.target.lower(),
     )
     budget = req.budget or _budget_for(req.time_limit_s)
     deadline = _deadline(req, model, t0)

@@ -18,7 +18,8 @@ The runtimes:
   itself (`_pipeline_module_split`): a loop (stage s on rank s % pp, the same number of stages
   on every rank) or, for the V schedules, a V with exactly 2 stages per rank. No split head.
 - `megatron`: megatron-core's `--pipeline-model-parallel-layout`: virtual stage s runs on
-  rank s % pp, the same number of stages on every rank (a loop). No split head. Megatron runs
+  rank s % pp, the same number of stages on every rank (a loop), several only with pp > 1. No
+  split head. Megatron runs
   its own schedule on that layout (`runtime_schedule`: 1F1B, interleaved with more than one
   stage per rank), not the plan's per-device orders.
 """
@@ -95,6 +96,8 @@ class Target:
                 f"torchtitan places stages itself, in a loop (stage s on rank s % {num_devices}) or, for its V"
                 f" schedules, a V of 2 stages per rank; this placement {list(sd)} is neither"
             )
+        if num_devices == 1 and n > 1:
+            return f"{n} stages on 1 pipeline rank: Megatron-LM runs virtual stages only with pp > 1 (arguments.py)"
         if even and sd == loop_map(n, num_devices):
             return None
         return (

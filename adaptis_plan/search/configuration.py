@@ -134,6 +134,7 @@ class Request:
     dp_overlap: bool = True
     attention: str = "flash"
     tp_comm_overlap: bool = False
+    target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
 
 
 @dataclass(frozen=True, order=True)
@@ -729,7 +730,7 @@ def _plan_point(
         # auto searches without recomputation and, where memory binds, each forced mode and per-stage
         # choices (`driver`): never worse than the uniform mode the screen needed
         planned, step = _adaptive(
-            model, hw, p, training, tables, recompute, _seeds(model, req, got), req.seed, budget, deadline, progress,
+            model, hw, p, training, tables, recompute, _seeds(model, req, got), req, budget, deadline, progress,
             searched,
         )  # fmt: skip
     if step is None or step.step_time_s > got.step.step_time_s:
@@ -740,7 +741,7 @@ def _plan_point(
         tables = got.tables or CostTables(hw, training, default_mode=got.mode)
         planned = driver.classic_pipeline(
             model, tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches,
-            partition=_split(model, req, p.pp * chunks), stages_per_device=chunks,
+            partition=_split(model, req, p.pp * chunks), stages_per_device=chunks, target=req.target,
         )  # fmt: skip
         best = planned.best
         best.result = with_expected(best.layout, planned.costs, best.programs, p.num_microbatches,
@@ -780,7 +781,7 @@ def _adaptive(
     tables: CostTables,
     recompute: str,
     seeds: tuple[tuple[str, str, int], ...],
-    seed: int,
+    req: Request,
     budget: SearchBudget,
     deadline: Deadline,
     progress: ProgressFn | None,
@@ -792,9 +793,9 @@ def _adaptive(
     recompute mode it may use, those of a point already searched (dp x cp and the micro-batch size
     trading places at the same tokens and ZeRO group per rank) reuses that search, from `searched`,
     and prices its own step around it."""
-    key = _search_key(model, hw, p, training, recompute, seeds, seed, budget)
+    key = _search_key(model, hw, p, training, recompute, seeds, req, budget)
     if key not in searched:
-        searched[key] = _search(model, seed, budget, deadline, progress, (p, tables, recompute, seeds))
+        searched[key] = _search(model, req, budget, deadline, progress, (p, tables, recompute, seeds))
     planned = searched[key]
     if planned is None:
         return None, None
@@ -812,18 +813,18 @@ def _adaptive(
 
 def _search_key(
     model: ModelSpec, hw: HardwareProfile, p: Point, training: TrainingConfig, recompute: str,
-    seeds: tuple[tuple[str, str, int], ...], seed: int, budget: SearchBudget,
+    seeds: tuple[tuple[str, str, int], ...], req: Request, budget: SearchBudget,
 ) -> tuple:  # fmt: skip
-    """What `_search` at `p` depends on: pp, M, the recompute request, the classic seeds, seed and
-    budget, and the cost tables in every recompute mode it may use (`_adaptive`)."""
+    """What `_search` at `p` depends on: pp, M, the recompute request, the classic seeds, the request's
+    seed and target, the budget, and the cost tables in every recompute mode it may use (`_adaptive`)."""
     modes = RECOMPUTE_LADDER if recompute == "auto" else (recompute,)
     tables = (_table_key(CostTables(hw, training, default_mode=m).table(model)) for m in modes)
-    return (p.pp, p.num_microbatches, recompute, seeds, seed, budget, *tables)
+    return (p.pp, p.num_microbatches, recompute, seeds, req.seed, req.target, budget, *tables)
 
 
 def _search(
     model: ModelSpec,
-    seed: int,
+    req: Request,
     budget: SearchBudget,
     deadline: Deadline,
     progress: ProgressFn | None,
@@ -835,7 +836,8 @@ def _search(
     try:
         return driver.search_pipeline(
             model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
-            options=driver.PipelineOptions(recompute=recompute, seed=seed, classic=seeds), progress=progress,
+            options=driver.PipelineOptions(recompute=recompute, seed=req.seed, target=req.target, classic=seeds),
+            progress=progress,
         )  # fmt: skip
     except (InfeasibleError, InputError):
         return None
@@ -869,11 +871,11 @@ def _presearch(
         p = got.considered.point
         recompute, training, tables = _search_inputs(req, got, hw)
         seeds = _seeds(model, req, got)
-        key = _search_key(model, hw, p, training, recompute, seeds, req.seed, budget)
+        key = _search_key(model, hw, p, training, recompute, seeds, req, budget)
         jobs.setdefault(key, (p, tables, recompute, seeds))
     if len(jobs) < 2:
         return {}
-    found = pmap(functools.partial(_search, model, req.seed, budget, deadline, None), list(jobs.values()))
+    found = pmap(functools.partial(_search, model, req, budget, deadline, None), list(jobs.values()))
     return dict(zip(jobs, found, strict=True))
 
 

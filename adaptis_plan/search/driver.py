@@ -489,7 +489,7 @@ def _with_runtime_order(
     )
     for key, cand in baselines.items():
         ok = target.placement_problem(cand.layout.stage_device, pp) is None
-        same = target.runtime_schedule(cand.layout.num_stages // pp) == key.split("/")[0]
+        same = target.runtime_schedule(cand.layout.num_stages // pp) == key.split("/")[0].split(" x")[0]
         if ok and same and cand.result is not None and better(cand, chosen):
             chosen = cand
     return chosen

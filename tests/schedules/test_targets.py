@@ -45,6 +45,31 @@ def test_placement_rules(stage_device, runs) -> None:
         assert get_target(t).placement_filter(2)(stage_device) == (t in runs)
 
 
+def test_megatron_interleaves_only_with_several_pipeline_ranks() -> None:
+    """arguments.py: virtual stages need pp > 1; the rule sits with the others, so the search (--target
+    megatron, with or without --gpus) never plans what the megatron exports then refuse."""
+    assert "pp > 1" in get_target("megatron").placement_problem((0, 0, 0), 1)
+    assert get_target("megatron").placement_problem((0,), 1) is None
+    assert {t for t in TARGETS if get_target(t).placement_problem((0, 0), 1) is None} == {
+        "adaptis", "torch", "torchtitan"}  # fmt: skip
+
+
+def test_plan_gpus_for_a_target_searches_within_its_rules(adaptis, tmp_path: Path) -> None:
+    """With --gpus the configuration search plans for the target too (it used to record the target and
+    search without it: a pp 1 plan with 3 stages that megatron-args then refused)."""
+    out = tmp_path / "p.json"
+    r = adaptis("plan", "--model", "llama-2-7b", "--hardware", "h100", "--gpus", "64", "--global-batch-size", "256",
+                "--target", "megatron", "--time-limit", "2", "--no-hard-stop", "-o", out, "--json")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    summary = r.json()
+    assert summary["target"] == "megatron" and summary["search"]["target"] == "megatron"
+    assert "unrestricted" in summary
+    sd = [s["device"] for s in json.loads(out.read_text())["stages"]]
+    assert get_target("megatron").problem(sd, summary["configuration"]["pp"], 1) is None
+    r = adaptis("export", out, "--format", "megatron-args")
+    assert r.exit_code == 0, r.stderr
+
+
 def test_only_adaptis_runs_a_split_head() -> None:
     assert [t for t in TARGETS if get_target(t).head_problem(3) is None] == ["adaptis"]
     assert all(get_target(t).head_problem(1) is None for t in TARGETS)
