@@ -20,7 +20,7 @@ TIME_UNITS: dict[str, float] = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 def _number(value: float) -> str:
     if not math.isfinite(value):
         return str(value)
-    if abs(value) >= 1000:
+    if abs(value) >= 999.5:  # three significant digits would round it to 1000, which %g writes 1e+03
         return f"{value:,.0f}"
     return f"{value:.3g}"
 

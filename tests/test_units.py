@@ -54,3 +54,15 @@ def test_suffix_off_for_table_columns() -> None:
 def test_non_finite_values_are_shown_not_raised() -> None:
     assert fmt_time(math.inf) == "inf s"
     assert fmt_bytes(math.nan, "GiB") == "nan GiB"
+
+
+def test_a_value_that_rounds_to_a_thousand_is_not_written_in_exponent_form() -> None:
+    """999.5 <= x < 1000 at three significant digits is 1000, which %g writes "1e+03" (a 999.6 ms step
+    was reported as "1e+03 ms")."""
+    from adaptis_plan.units import fmt_bytes, fmt_time
+
+    assert fmt_time(0.9996, "ms", suffix=False) == "1,000"
+    assert fmt_time(0.9996) == "1,000 ms"
+    assert fmt_time(0.99949, "ms") == "999 ms"
+    assert fmt_bytes(999.7 * 2**20, "MiB") == "1,000 MiB"
+    assert "e+" not in fmt_time(999.9) and "e+" not in fmt_time(-0.9997)
