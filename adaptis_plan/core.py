@@ -21,6 +21,8 @@ from typing import NamedTuple
 import numpy as np
 
 OPS = ("F", "B", "I", "W")
+#: what the adaptive search varies (`adaptis plan --search`); with all three, classic plans are its candidates
+ALL_COMPONENTS = ("partition", "placement", "schedule")
 _ACTION_RE = re.compile(r"^\s*(\d+)([FBIW])(\d+)\s*$")
 
 

@@ -271,6 +271,8 @@ def make_configuration_plan(
         attention=req.attention,
         tp_comm_overlap=req.tp_comm_overlap,
         target=req.target.lower(),
+        components=tuple(req.search),
+        head_chunks=req.head_chunks,
     )
     budget = req.budget or _budget_for(req.time_limit_s)
     deadline = _deadline(req, model, t0)

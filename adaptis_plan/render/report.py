@@ -12,7 +12,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from adaptis_plan.core import Layout
+from adaptis_plan.core import ALL_COMPONENTS, Layout
 from adaptis_plan.text import MAX_SHOWN, shown
 from adaptis_plan.units import fmt_bytes, fmt_time
 
@@ -205,6 +205,13 @@ def why_lines(outcome) -> list[str]:
     if not feasible:
         return ["no classic strategy fits memory on this input; this plan does."]
     name, b = min(feasible.items(), key=lambda kv: kv[1].step_time_s)
+    components = outcome.search_info.get("components")
+    if components is not None and set(components) != set(ALL_COMPONENTS) and b.step_time_s < r.step_time_s:
+        return [
+            f"the search was restricted to {', '.join(components)} (--search), where classic plans are not"
+            f" candidates: the best classic plan ({shown(name)}, {_ms(b.step_time_s)} ms) is"
+            f" {r.step_time_s / b.step_time_s - 1:.1%} faster than this plan."
+        ]
     if b.step_time_s <= r.step_time_s * (1 + 1e-9):
         return [f"the best classic plan ({shown(name)}) is already as good as anything found; it is kept."]
     busy_b = np.array(b.busy_s)

@@ -66,9 +66,10 @@ from adaptis_plan.judge.training_step import TrainingStep, layer_extras, trainin
 from adaptis_plan.schedules import get_spec
 from adaptis_plan.schedules._common import microbatch_groups
 from adaptis_plan.schedules.placement import placement
+from adaptis_plan.schedules.targets import get_target
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
-from adaptis_plan.search.generator import classic_candidate
+from adaptis_plan.search.generator import check_components, classic_candidate
 from adaptis_plan.search.partition import classic_bounds
 from adaptis_plan.search.workers import Pool, pmap, workers
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
@@ -135,6 +136,8 @@ class Request:
     attention: str = "flash"
     tp_comm_overlap: bool = False
     target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
+    components: tuple[str, ...] = driver.ALL_COMPONENTS  # what each point's adaptive search varies (--search)
+    head_chunks: int | None = None  # --head-chunks: None lets the adaptive search decide (classic: 1)
 
 
 @dataclass(frozen=True, order=True)
@@ -566,6 +569,7 @@ def search_configuration(
 ) -> Choice:
     """The best configuration of `req` (module docstring). Raises InputError when no point is legal
     and InfeasibleError when none fits in memory."""
+    _check_options(model, req)
     hw = cluster(hardware, req.gpus)
     points = legal_points(model, hw, req)
     if not points:
@@ -695,6 +699,16 @@ def search_configuration(
     return win
 
 
+def _check_options(model: ModelSpec, req: Request) -> None:
+    """The pipeline options of `req` that do not depend on the point, checked before any point is
+    searched: a point's search that refuses its input plans nothing there (`_search`), which must not
+    hide a bad option (--search, --head-chunks, --target) behind a classic fallback."""
+    check_components(req.components)
+    forced = driver.forced_head_split(model, req.head_chunks, 1)
+    if forced is not None and (why := get_target(req.target).head_problem(forced.num_head_chunks)) is not None:
+        raise InputError(f"--head-chunks = {req.head_chunks} with --target {req.target}: {why}; use --head-chunks 1")
+
+
 def _table_key(table: CostTable) -> tuple:
     """Every number of a cost table, as a hashable key."""
     out: list[object] = []
@@ -733,7 +747,8 @@ def _plan_point(
             model, hw, p, training, tables, recompute, _seeds(model, req, got), req, budget, deadline, progress,
             searched,
         )  # fmt: skip
-    if step is None or step.step_time_s > got.step.step_time_s:
+    ablation = set(req.components) != set(driver.ALL_COMPONENTS)  # --search: classic plans are no candidates
+    if step is None or (step.step_time_s > got.step.step_time_s and not ablation):
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
         searched_step = None if step is None else step.step_time_s
         strategy, chunks = got.schedule
@@ -741,7 +756,8 @@ def _plan_point(
         tables = got.tables or CostTables(hw, training, default_mode=got.mode)
         planned = driver.classic_pipeline(
             model, tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches,
-            partition=_split(model, req, p.pp * chunks), stages_per_device=chunks, target=req.target,
+            partition=_split(model, req, p.pp * chunks), stages_per_device=chunks, head_chunks=req.head_chunks,
+            target=req.target,
         )  # fmt: skip
         best = planned.best
         best.result = with_expected(best.layout, planned.costs, best.programs, p.num_microbatches,
@@ -816,10 +832,12 @@ def _search_key(
     seeds: tuple[tuple[str, str, int], ...], req: Request, budget: SearchBudget,
 ) -> tuple:  # fmt: skip
     """What `_search` at `p` depends on: pp, M, the recompute request, the classic seeds, the request's
-    seed and target, the budget, and the cost tables in every recompute mode it may use (`_adaptive`)."""
+    seed, target, components and head split, the budget, and the cost tables in every recompute mode
+    it may use (`_adaptive`)."""
     modes = RECOMPUTE_LADDER if recompute == "auto" else (recompute,)
     tables = (_table_key(CostTables(hw, training, default_mode=m).table(model)) for m in modes)
-    return (p.pp, p.num_microbatches, recompute, seeds, req.seed, req.target, budget, *tables)
+    asked = (req.seed, req.target, req.components, req.head_chunks)
+    return (p.pp, p.num_microbatches, recompute, seeds, *asked, budget, *tables)
 
 
 def _search(
@@ -836,7 +854,9 @@ def _search(
     try:
         return driver.search_pipeline(
             model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
-            options=driver.PipelineOptions(recompute=recompute, seed=req.seed, target=req.target, classic=seeds),
+            options=driver.PipelineOptions(
+                req.components, req.seed, req.head_chunks, recompute, req.target, classic=seeds
+            ),
             progress=progress,
         )  # fmt: skip
     except (InfeasibleError, InputError):

@@ -22,7 +22,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from adaptis_plan.core import CostTable, ProgressFn
+from adaptis_plan.core import ALL_COMPONENTS, CostTable, ProgressFn
 from adaptis_plan.cost.recompute import recomputes
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.errors import InputError
@@ -31,7 +31,6 @@ from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.schedules.targets import Target, get_target
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import (
-    ALL_COMPONENTS,
     Candidate,
     LazyBaselines,
     PlacementFilter,

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from adaptis_plan.core import Action, CostTable, Layout, Programs, ProgressFn
+from adaptis_plan.core import ALL_COMPONENTS, Action, CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.errors import InputError
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.schedules import STRATEGIES, ScheduleSpec, get_spec, placement, uniform_bounds
@@ -65,7 +65,6 @@ from adaptis_plan.search.partition import (
 )
 from adaptis_plan.search.workers import Background, Pool
 
-ALL_COMPONENTS = ("partition", "placement", "schedule")
 #: a layout with at most this many actions is small: its whole-step CP-SAT order solves in milliseconds
 #: (36 actions: 7 ms), so `phase_cpsat_order` orders up to SMALL_ORDER_EXTRA more such layouts than the
 #: budget's `order_layouts`
@@ -1088,6 +1087,16 @@ def _heuristic_phases(s: _Search) -> None:
     s.phase_irregular()
 
 
+def check_components(components: Sequence[str]) -> None:
+    """Raise one InputError line for a `--search` component that is not one of `ALL_COMPONENTS`."""
+    unknown = set(components) - set(ALL_COMPONENTS)
+    if unknown:
+        raise InputError(
+            f"--search = {','.join(components)}: unknown component {sorted(unknown)[0]!r};"
+            f" use a comma list of {', '.join(ALL_COMPONENTS)}"
+        )
+
+
 def search_plan(
     costs: CostTable,
     num_layers: int,
@@ -1109,12 +1118,7 @@ def search_plan(
     `baselines` are the classic candidates (computed when None; `{}` searches without them: the
     plan then comes from the search's own policies only).
     """
-    unknown = set(components) - set(ALL_COMPONENTS)
-    if unknown:
-        raise InputError(
-            f"--search = {','.join(components)}: unknown component {sorted(unknown)[0]!r};"
-            f" use a comma list of {', '.join(ALL_COMPONENTS)}"
-        )
+    check_components(components)
     if costs.num_devices > num_layers:
         raise InputError(f"--pp = {costs.num_devices}: more devices than the model's {num_layers} layers; lower --pp")
     t_start = time.perf_counter()

@@ -210,6 +210,9 @@ def test_no_configuration_fits_exits_3(adaptis, tmp_path) -> None:
         (("--ep", "2"), "ep the experts", 2),
         (("--strategy", "Bogus"), "unknown strategy", 2),
         (("--gpus", "1048576"), "100,000 nodes", 2),
+        # were swallowed by a point's search and planned as its classic fallback
+        (("--search", "bogus"), "unknown component 'bogus'", 2),
+        (("--head-chunks", "2", "--target", "megatron"), "cannot run a split head", 2),
     ],
 )
 def test_plan_gpus_refuses_what_cannot_be_planned(adaptis, tmp_path, extra, needle, code) -> None:
@@ -417,3 +420,22 @@ def test_the_screens_interleaving_seeds_the_adaptive_search() -> None:
     names = [f"{n} x{k}" + ("" if split == "uniform" else f"/{split}") for n, _, _ in seeds]
     assert set(names) <= set(out.baselines)
     assert out.result.step_time_s <= min(out.baselines[n].step_time_s for n in names) * (1 + 1e-9)
+
+
+def test_plan_gpus_passes_the_pipeline_options_to_each_point(adaptis, tmp_path) -> None:
+    """--head-chunks and --search reach every planned point's search (they were dropped with --gpus): the
+    plan splits the head as asked, and an ablation keeps its own plan (no classic fallback) and says
+    that classic plans were not its candidates."""
+    base = ("--model", "llama-2-7b", "--hardware", "h100", "--gpus", "32", "--global-batch-size", "64", "--pp", "4",
+            "--time-limit", "2", "--no-hard-stop")  # fmt: skip
+    out = tmp_path / "p.json"
+    r = adaptis("plan", *base, "--head-chunks", "2", "-o", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(out.read_text())["model"]["head_chunks"] == 2
+    r = adaptis("plan", *base, "--search", "partition", "-o", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    summary = r.json()
+    assert summary["strategy"] == "adaptive" and summary["search"]["components"] == ["partition"]
+    assert "fallback" not in summary["search"]
+    r = adaptis("plan", *base, "--search", "partition", "-o", out)
+    assert "restricted to partition (--search)" in " ".join(r.stderr.split())
