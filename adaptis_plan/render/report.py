@@ -144,6 +144,15 @@ def _dims(c: dict) -> str:
     )
 
 
+def step_parts(step: dict) -> str:
+    """A whole step (`TrainingStep.summary()`) and what it is made of: '6,273 ms (6,201 ms pipeline, ...)'."""
+    return (
+        f"{_ms(step['training_step_time_s'])} ms ({_ms(step['pipeline_step_time_s'])} ms pipeline,"
+        f" {_ms(step['grad_sync_exposed_s'])} ms exposed gradient sync,"
+        f" {_ms(step['param_gather_exposed_s'])} ms exposed parameter gather, {_ms(step['optimizer_s'])} ms optimizer)"
+    )
+
+
 def print_configurations(console: Console, cluster: dict) -> None:
     """The whole configuration (`plan --gpus`): the winner, the runners-up, why the runner-up lost,
     what was rejected and why, the configuration-level bound."""
@@ -153,10 +162,8 @@ def print_configurations(console: Console, cluster: dict) -> None:
     step = cluster["training_step"]
     console.print(
         f"[bold]configuration[/] on {cluster['gpus']:,} GPUs: {_dims(best)}, {shown(best['strategy'])},"
-        f" recompute {shown(best['recompute'])}: step {_ms(step['training_step_time_s'])} ms"
-        f" ({_ms(step['pipeline_step_time_s'])} ms pipeline, {_ms(step['grad_sync_exposed_s'])} ms exposed gradient"
-        f" sync, {_ms(step['optimizer_s'])} ms optimizer), {cluster['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU,"
-        f" MFU {cluster['mfu']:.1%}"
+        f" recompute {shown(best['recompute'])}: step {step_parts(step)},"
+        f" {cluster['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU {cluster['mfu']:.1%}"
     )
     t = Table(title="best configurations (whole step)")
     for col in ("configuration", "status", "schedule", "recompute", "step ms", "bound ms"):
@@ -340,6 +347,12 @@ def print_simulation_report(
     )
     if (line := expected_line(r)) is not None:
         console.print(line)
+    t = sim.plan.training
+    if sim.step is not None and t.tp * t.dp * t.cp * t.ep > 1:  # a replica of a whole configuration
+        console.print(
+            f"whole step, tp {t.tp} pp {t.pp} dp {t.dp} cp {t.cp} ep {t.ep} zero {t.zero}:"
+            f" {step_parts(sim.step.summary())}"
+        )
     if sim.stored_differs:
         console.print(
             f"[yellow]note:[/] the plan file says {_ms(sim.plan.predicted.step_time_s)} ms; re-simulated"

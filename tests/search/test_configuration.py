@@ -439,3 +439,21 @@ def test_plan_gpus_passes_the_pipeline_options_to_each_point(adaptis, tmp_path) 
     assert "fallback" not in summary["search"]
     r = adaptis("plan", *base, "--search", "partition", "-o", out)
     assert "restricted to partition (--search)" in " ".join(r.stderr.split())
+
+
+def test_the_whole_step_is_reported_with_every_part_by_plan_and_simulate(adaptis, tmp_path) -> None:
+    """The configuration line lists every part of the whole step (the exposed parameter gather was left
+    out, so the parts did not add up), and `simulate` on a --gpus plan prints the same whole step."""
+    out = tmp_path / "p.json"
+    r = adaptis("plan", *SMALL, "--gpus", "16", "--global-batch-size", "64", "-o", out, "--json")
+    step = r.json()["training_step"]
+    r = adaptis("plan", *SMALL, "--gpus", "16", "--global-batch-size", "64", "-o", out)
+    text = " ".join(r.stderr.split())
+    assert "ms exposed parameter gather" in text
+    s = adaptis("simulate", out)
+    assert s.exit_code == 0, s.stderr
+    line = " ".join(s.stderr.split())
+    assert "whole step, tp" in line and "exposed parameter gather" in line
+    from adaptis_plan.units import fmt_time
+
+    assert f"{fmt_time(step['training_step_time_s'], 'ms')} (" in line
