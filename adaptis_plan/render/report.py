@@ -34,6 +34,11 @@ def _gib(n: float) -> str:
     return fmt_bytes(n, "GiB", suffix=False)
 
 
+def _share(x: float) -> str:
+    """x as a percentage with one decimal; a rounding-sized negative is 0.0%, not "-0.0%"."""
+    return f"{0.0 if -0.0005 < x < 0 else x:.1%}"
+
+
 def _ms(s: float) -> str:
     return fmt_time(s, "ms", suffix=False)
 
@@ -104,7 +109,7 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         console.print("  " + line)
     gap = r.step_time_s / r.lower_bound_s - 1 if r.lower_bound_s > 0 else float("nan")
     console.print(
-        f"lower bound {_ms(r.lower_bound_s)} ms; this plan is {gap:.1%} above it."
+        f"lower bound {_ms(r.lower_bound_s)} ms; this plan is {_share(gap)} above it."
         f" planned in {outcome.plan_time_s:.2f} s."
     )
     if (line := expected_line(r)) is not None:
@@ -113,7 +118,7 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         u = outcome.unrestricted
         console.print(
             f"target {shown(plan.target)}: restricted to what it can run; the best unrestricted plan takes"
-            f" {_ms(u.step_time_s)} ms, so the restriction costs {r.step_time_s / u.step_time_s - 1:.1%}."
+            f" {_ms(u.step_time_s)} ms, so the restriction costs {_share(r.step_time_s / u.step_time_s - 1)}."
         )
     for line in recompute_lines(outcome):
         console.print(line)
@@ -193,7 +198,7 @@ def print_configurations(console: Console, cluster: dict) -> None:
     gap = cluster.get("configuration_gap")
     console.print(
         f"configuration lower bound {_ms(cluster['configuration_lower_bound_s'])} ms (the least over every legal"
-        f" configuration that may fit); this plan is {gap:.1%} above it."
+        f" configuration that may fit); this plan is {_share(gap)} above it."
         if gap is not None
         else "no configuration bound"
     )
@@ -343,7 +348,7 @@ def print_simulation_report(
         console.print(f"costs: {shown(sim.cost_source, 4096)}")
     console.print(
         f"step {_ms(r.step_time_s)} ms, mean bubble {r.bubble_ratio:.1%}, lower bound"
-        f" {_ms(r.lower_bound_s)} ms ({gap:.1%} above), fits memory: {r.fits_memory}"
+        f" {_ms(r.lower_bound_s)} ms ({_share(gap)} above), fits memory: {r.fits_memory}"
     )
     if (line := expected_line(r)) is not None:
         console.print(line)
