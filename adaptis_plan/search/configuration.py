@@ -41,8 +41,11 @@ exactly as one by one. The best
 `PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
 1 / (2 x PLAN_LIMIT) of the budget (auto recomputation runs up to three searches of it); a big
 pipeline (pp x M >= `BIG_PIPELINE`) plans only the best point, under its screened recompute
-mode. A point whose search finds no plan that fits, or none faster, keeps its screened classic plan
-(for an adaptive request its `search.fallback` says so, with the search's own whole step).
+mode. Each point's search runs under the request's target, components (--search) and head split,
+and counts the screen's classic schedule at its degree and split among its classic plans (`_seeds`).
+A point whose search finds no plan that fits, or none faster, keeps its screened classic plan (for
+an adaptive request its `search.fallback` says so, with the search's own whole step); an ablation
+(--search) keeps its own plan.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from adaptis_plan.core import CostTable, ProgressFn
+from adaptis_plan.core import ALL_COMPONENTS, CostTable, ProgressFn
 from adaptis_plan.cost.comm import devices_per_node
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel
@@ -136,7 +139,7 @@ class Request:
     attention: str = "flash"
     tp_comm_overlap: bool = False
     target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
-    components: tuple[str, ...] = driver.ALL_COMPONENTS  # what each point's adaptive search varies (--search)
+    components: tuple[str, ...] = ALL_COMPONENTS  # what each point's adaptive search varies (--search)
     head_chunks: int | None = None  # --head-chunks: None lets the adaptive search decide (classic: 1)
 
 
@@ -747,7 +750,7 @@ def _plan_point(
             model, hw, p, training, tables, recompute, _seeds(model, req, got), req, budget, deadline, progress,
             searched,
         )  # fmt: skip
-    ablation = set(req.components) != set(driver.ALL_COMPONENTS)  # --search: classic plans are no candidates
+    ablation = set(req.components) != set(ALL_COMPONENTS)  # --search: classic plans are no candidates
     if step is None or (step.step_time_s > got.step.step_time_s and not ablation):
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
         searched_step = None if step is None else step.step_time_s
@@ -777,10 +780,9 @@ def _plan_point(
 def _seeds(model: ModelSpec, req: Request, got: _Screen) -> tuple[tuple[str, str, int], ...]:
     """The classic plans a point's adaptive search also starts from (`driver.PipelineOptions.classic`):
     Interleaved1F1B (1F1B at one stage per device) and InterleavedZeroBubble at the degree and on the
-    split the screen found
-    (`_Screen.schedule`, `_split`), where these are not already baselines (the search's own
-    placements go to 4 stages per device, its classic baselines are uniform at the default degree):
-    Llama 3 405B on 8,192 H100s at pp 16 screens Interleaved1F1B x8 on ends-as-layers."""
+    split the screen found (`_Screen.schedule`, `_split`), where these are not already baselines (the
+    search's own placements go to 4 stages per device, its classic baselines are uniform at the default
+    degree): Llama 3 405B on 8,192 H100s at pp 16 screens Interleaved1F1B x8 on ends-as-layers."""
     _, chunks = got.schedule
     split = _split(model, req, got.considered.point.pp * chunks)
     if split == "uniform" and chunks <= 2:
