@@ -64,7 +64,9 @@ class PipelineOptions:
     `recompute`: "auto" chooses per stage (the builder's `default_mode` must then be "none");
     any other mode is the builder's own. `target`: the runtime (`schedules.targets`). `classic`:
     classic plans (strategy, partition, stages per device) among the baselines besides every
-    strategy's default (`generator.classic_baselines`), as candidates and hints of the search.
+    strategy's default (`generator.classic_baselines`), as candidates and hints of the search; None:
+    the deepest interleaving the layers allow (`deep_classic`), except on a big pipeline (more than
+    `SearchBudget.ranking_actions` actions at one stage per device).
     """
 
     components: tuple[str, ...] = ALL_COMPONENTS
@@ -72,7 +74,25 @@ class PipelineOptions:
     head_chunks: int | None = None
     recompute: str = "none"
     target: str = "adaptis"
-    classic: tuple[tuple[str, str, int], ...] = ()
+    classic: tuple[tuple[str, str, int], ...] | None = None
+
+
+#: the deepest interleaving `deep_classic` seeds: one layer per stage at pp 16 on a 128-layer model
+#: (Llama 3 405B's layout), where the bubble of Interleaved1F1B falls as 1 / degree
+MAX_SEED_CHUNKS = 8
+
+
+def deep_classic(num_layers: int, pp: int) -> tuple[tuple[str, str, int], ...]:
+    """Interleaved1F1B and InterleavedZeroBubble at the most stages per device the layers allow (up to
+    `MAX_SEED_CHUNKS`), on Megatron's uniform split where it has a decoder layer for every stage, else
+    on ends-as-layers (torchtitan's default, the embedding and the head counted as layers); none where
+    that is 2 or fewer (the default baselines' degree). The search's own placements stop at
+    `SearchBudget.max_chunks`: a runtime's deeper interleaving must not beat the adaptive plan unseen."""
+    k = min(MAX_SEED_CHUNKS, num_layers // pp)
+    if k <= 2:
+        return ()
+    split = "uniform" if pp * k <= num_layers - 2 else "ends-as-layers"
+    return tuple((name, split, k) for name in ("Interleaved1F1B", "InterleavedZeroBubble"))
 
 
 @dataclass
@@ -150,6 +170,9 @@ def search_pipeline(
     can do up to 3 + `recompute_share` times the work of a forced mode. `baselines` in the result
     are the classic plans in `tables.default_mode` (no recomputation for auto), whatever is chosen.
     """
+    if options.classic is None:  # not on a big pipeline, where two more classic plans cost seconds
+        big = 3 * pp * num_microbatches > budget.ranking_actions
+        options = dataclasses.replace(options, classic=() if big else deep_classic(model.num_layers, pp))
     costs, forced, target, baselines = _prepare(
         model, tables, pp, num_microbatches, options.head_chunks, options.target, options.classic
     )

@@ -21,9 +21,10 @@ Phases (each keeps the best so far, as AdaPtis does):
    (its status and proven bound are reported; it starts from the search's own best order for
    the layout), then rolling-horizon windows on any size, from the search's own best order
    first and then from a better order of another source (a classic strategy's), if one remains.
-6. seeded layouts: the list policies on classic plans whose placement the presets do not make (the
-   whole-configuration search's deeper interleaving, `classic_baselines(extra=...)`), last, so the
-   phases before find what they find without them.
+6. seeded layouts: the list policies on classic plans whose placement the presets do not make (a
+   deeper interleaving: the whole-configuration screen's, or the deepest the layers allow,
+   `classic_baselines(extra=...)`, `driver.PipelineOptions.classic`), last, so the phases before find
+   what they find without them.
 Packed irregular placements (`partition.packed_layouts`, the exact best packing of whole layers
 among them) join phase 1 after the presets. A big pipeline (more than `SearchBudget.ranking_actions`
 actions per candidate on one stage per device) runs phases 1-4 on a shortened run of its

@@ -380,3 +380,24 @@ def test_a_classic_plan_deeper_than_the_presets_is_list_scheduled_on_its_layout(
     assert "loop x8" not in labels
     assert got.best.step_s <= plain.best.step_s * (1 + 1e-9)
     assert [p["phase"] for p in got.phases][-1] == "seeded layouts"
+
+
+def test_the_deepest_interleaving_the_layers_allow_is_among_the_classic_plans() -> None:
+    """Without --gpus the search also counts Interleaved1F1B / InterleavedZeroBubble at the deepest degree
+    the layers allow (up to 8; Llama 3 405B at pp 16: one layer per stage on ends-as-layers, which beat the
+    adaptive plan by 1.3% before), and is never slower than them; none on a big pipeline."""
+    from adaptis_plan.search.driver import deep_classic
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+
+    assert deep_classic(128, 16) == (
+        ("Interleaved1F1B", "ends-as-layers", 8),
+        ("InterleavedZeroBubble", "ends-as-layers", 8),
+    )
+    assert deep_classic(34, 4) == (("Interleaved1F1B", "uniform", 8), ("InterleavedZeroBubble", "uniform", 8))
+    assert deep_classic(10, 4) == ()  # 2 per device: the default baselines
+    out = make_plan_for(PlanRequest("llama-2-7b", "h100", 4, 16, seq_len=2048, hard_stop=False, time_limit_s=2))
+    deep = {k: v for k, v in out.baselines.items() if " x8" in k}
+    assert set(deep) == {"Interleaved1F1B x8", "InterleavedZeroBubble x8"}
+    assert out.result.step_time_s <= min(v.step_time_s for v in deep.values() if v.fits_memory) * (1 + 1e-9)
+    big = make_plan_for(PlanRequest("tiny-llama", "h100", 2, 4096, seq_len=256, hard_stop=False, time_limit_s=1))
+    assert not any(" x" in k for k in big.baselines)
