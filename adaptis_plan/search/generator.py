@@ -66,6 +66,9 @@ from adaptis_plan.search.partition import (
 )
 from adaptis_plan.search.workers import Background, Pool
 
+#: the `origin` of `classic_baselines`' extra plans: the search withholds them until its last phase
+#: (`phase_seeded`), so that the phases before find what they find without them
+SEEDED = "seeded classic"
 #: a layout with at most this many actions is small: its whole-step CP-SAT order solves in milliseconds
 #: (36 actions: 7 ms), so `phase_cpsat_order` orders up to SMALL_ORDER_EXTRA more such layouts than the
 #: budget's `order_layouts`
@@ -239,7 +242,7 @@ def classic_baselines(
             continue
         label = spec.name + (f" x{k}" if k != spec.default_stages_per_device else "")
         label += "" if part == "uniform" else f"/{part}"
-        out[label] = replace(classic_candidate(costs, num_microbatches, name, part, k), source=label)
+        out[label] = replace(classic_candidate(costs, num_microbatches, name, part, k), source=label, origin=SEEDED)
     return out
 
 
@@ -569,22 +572,19 @@ class _Search:
                 self.judge(self.schedule(c.layout, pol, c.placement, c.partition))
         self.log_phase("schedule policies", started)
 
-    def phase_seeded(self) -> None:
-        """After the other phases, so that what they find does not change: the list policies on the layouts
-        of classic plans whose stage -> device map the presets do not make (a deeper interleaving: the
-        configuration search's seeds, `classic_baselines(extra=...)`), on `policy_share` of the work (at
-        least the first policy on each), the best policies first. A schedule better than the best found
-        becomes the plan."""
+    def phase_seeded(self, seeded: Sequence[Candidate]) -> None:
+        """The seeded classic plans (`classic_baselines(extra=...)`: a deeper interleaving), withheld until
+        now so that the phases before find what they find without them: each becomes a candidate, then
+        the list policies run on the layouts of those whose stage -> device map the presets do not make,
+        on `policy_share` of the work (at least the first policy on each), the best policies first. A plan
+        better than the best found becomes the plan."""
+        seeded = [c for c in seeded if self.placement_ok(c.layout.stage_device)]
+        for c in seeded:
+            self.consider(c)
         if "schedule" not in self.components or "placement" not in self.components:
             return
         presets = {sd for _, sd in candidate_placements(self.p, self.num_layers, self.budget.max_chunks)}
-        seeds = [
-            c
-            for c in self.by_layout.values()
-            if c.source != "adaptive"
-            and c.layout.stage_device not in presets
-            and self.placement_ok(c.layout.stage_device)
-        ]
+        seeds = [c for c in seeded if c.layout.stage_device not in presets]
         if not seeds:
             return
         started = self.start_phase(self.budget.policy_share)
@@ -1143,7 +1143,7 @@ def search_plan(
         classic_ok = set(components) == set(ALL_COMPONENTS)
         if classic_ok:
             for cand in baselines.values():
-                if s.placement_ok(cand.layout.stage_device):
+                if s.placement_ok(cand.layout.stage_device) and cand.origin != SEEDED:
                     s.consider(cand)
         if ranking is not None:
             s.phase_full_length(ranking.result(), deadline)
@@ -1154,7 +1154,8 @@ def search_plan(
     s.progress("cp-sat order", 0.8)
     s.phase_cpsat_order()
     s.progress("seeded layouts", 0.9)
-    s.phase_seeded()
+    if classic_ok:
+        s.phase_seeded([c for c in baselines.values() if c.origin == SEEDED])
     best = s.best
     if classic_ok:
         for cand in baselines.values():

@@ -380,6 +380,9 @@ def test_a_classic_plan_deeper_than_the_presets_is_list_scheduled_on_its_layout(
     assert "loop x8" not in labels
     assert got.best.step_s <= plain.best.step_s * (1 + 1e-9)
     assert [p["phase"] for p in got.phases][-1] == "seeded layouts"
+    # withheld until then: the phases before are the plain search's, candidate for candidate
+    same = [{k: v for k, v in p.items() if k != "wall_s"} for p in got.phases[:-1]]
+    assert same == [{k: v for k, v in p.items() if k != "wall_s"} for p in plain.phases]
 
 
 def test_the_deepest_interleaving_the_layers_allow_is_among_the_classic_plans() -> None:
