@@ -584,7 +584,8 @@ class _Search:
         if "schedule" not in self.components or "placement" not in self.components:
             return
         presets = {sd for _, sd in candidate_placements(self.p, self.num_layers, self.budget.max_chunks)}
-        seeds = [c for c in seeded if c.layout.stage_device not in presets]
+        layouts = {_layout_key(c.layout): c for c in seeded if c.layout.stage_device not in presets}
+        seeds = list(layouts.values())  # one per layout (Interleaved1F1B and InterleavedZeroBubble share theirs)
         if not seeds:
             return
         started = self.start_phase(self.budget.policy_share)
