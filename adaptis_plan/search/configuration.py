@@ -707,9 +707,7 @@ def _check_options(model: ModelSpec, req: Request) -> None:
     searched: a point's search that refuses its input plans nothing there (`_search`), which must not
     hide a bad option (--search, --head-chunks, --target) behind a classic fallback."""
     check_components(req.components)
-    forced = driver.forced_head_split(model, req.head_chunks, 1)
-    if forced is not None and (why := get_target(req.target).head_problem(forced.num_head_chunks)) is not None:
-        raise InputError(f"--head-chunks = {req.head_chunks} with --target {req.target}: {why}; use --head-chunks 1")
+    driver.forced_head_split(model, req.head_chunks, 1, get_target(req.target))
 
 
 def _table_key(table: CostTable) -> tuple:

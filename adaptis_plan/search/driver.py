@@ -115,8 +115,9 @@ class PipelinePlan:
     unrestricted: SimResult | None = None
 
 
-def forced_head_split(model: ModelSpec, head_chunks: int | None, pp: int) -> ModelSpec | None:
-    """`model` with its head in `head_chunks` vocabulary chunks (None when it is not to be split)."""
+def forced_head_split(model: ModelSpec, head_chunks: int | None, pp: int, target: Target) -> ModelSpec | None:
+    """`model` with its head in `head_chunks` vocabulary chunks (None when it is not to be split);
+    refused in one line where `target` cannot run a split head."""
     if head_chunks is None or head_chunks <= 1:
         return None
     from adaptis_plan.inputs.models.transform import split_head
@@ -124,6 +125,10 @@ def forced_head_split(model: ModelSpec, head_chunks: int | None, pp: int) -> Mod
     forced = split_head(model, head_chunks)
     if pp > forced.num_layers:
         raise InputError(f"--pp = {pp}: more devices than the {forced.num_layers} layers; lower --pp")
+    if (why := target.head_problem(forced.num_head_chunks)) is not None:
+        raise InputError(
+            f"--head-chunks = {head_chunks} with --target {target.name}: {why}; use --head-chunks 1 or --target adaptis"
+        )
     return forced
 
 
@@ -139,13 +144,8 @@ def _prepare(
     """The unsplit model's costs, the forced head split, the target and the classic baselines (with
     `classic`'s, `PipelineOptions`)."""
     costs = tables.table(model)
-    forced = forced_head_split(model, head_chunks, pp)
     target = get_target(target_name)
-    if forced is not None and target.head_problem(forced.num_head_chunks):
-        raise InputError(
-            f"--head-chunks = {head_chunks} with --target {target.name}: {target.head_problem(forced.num_head_chunks)};"
-            " use --head-chunks 1 or --target adaptis"
-        )
+    forced = forced_head_split(model, head_chunks, pp, target)
     return costs, forced, target, LazyBaselines(costs, num_microbatches, classic)
 
 
