@@ -783,10 +783,7 @@ def _seeds(model: ModelSpec, req: Request, got: _Screen) -> tuple[tuple[str, str
     degree): Llama 3 405B on 8,192 H100s at pp 16 screens Interleaved1F1B x8 on ends-as-layers."""
     _, chunks = got.schedule
     split = _split(model, req, got.considered.point.pp * chunks)
-    if split == "uniform" and chunks <= 2:
-        return ()
-    names = ("Interleaved1F1B" if chunks > 1 else "1F1B", "InterleavedZeroBubble")
-    return tuple((name, split, chunks) for name in names)
+    return () if split == "uniform" and chunks <= 2 else driver.interleaved_classic(split, chunks)
 
 
 def _adaptive(

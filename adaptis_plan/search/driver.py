@@ -91,8 +91,14 @@ def deep_classic(num_layers: int, pp: int) -> tuple[tuple[str, str, int], ...]:
     k = min(MAX_SEED_CHUNKS, num_layers // pp)
     if k <= 2:
         return ()
-    split = "uniform" if pp * k <= num_layers - 2 else "ends-as-layers"
-    return tuple((name, split, k) for name in ("Interleaved1F1B", "InterleavedZeroBubble"))
+    return interleaved_classic("uniform" if pp * k <= num_layers - 2 else "ends-as-layers", k)
+
+
+def interleaved_classic(partition: str, stages_per_device: int) -> tuple[tuple[str, str, int], ...]:
+    """`PipelineOptions.classic` entries for Interleaved1F1B (1F1B at one stage per device) and
+    InterleavedZeroBubble on `partition` at `stages_per_device`."""
+    names = ("Interleaved1F1B" if stages_per_device > 1 else "1F1B", "InterleavedZeroBubble")
+    return tuple((name, partition, stages_per_device) for name in names)
 
 
 @dataclass
@@ -509,9 +515,9 @@ def _with_runtime_order(
         list_policy=None,
         origin=f"{target.runtime}'s {name} order",
     )
-    for key, cand in baselines.items():
+    for cand in baselines.values():
         ok = target.placement_problem(cand.layout.stage_device, pp) is None
-        same = target.runtime_schedule(cand.layout.num_stages // pp) == key.split("/")[0].split(" x")[0]
+        same = target.runtime_schedule(cand.layout.num_stages // pp) == cand.policy  # a classic plan's schedule
         if ok and same and cand.result is not None and better(cand, chosen):
             chosen = cand
     return chosen
