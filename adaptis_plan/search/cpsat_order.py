@@ -251,8 +251,12 @@ def solve_order(
         return SolveResult("INFEASIBLE", None, None, time.perf_counter() - t0, None)
 
     candidates = []
+    given = None
     if hint is not None and _complete(layout, hint, num_microbatches, split_backward):
         candidates.append(hint)
+        given = sc.time_programs(hint)
+    if given is not None:  # the given order may sit within rounding of its memory limit (`_Scaled.fitted_to`)
+        sc = sc.fitted_to(given, costs, mem_limit_bytes)
     candidates.append(_greedy_programs(sc, reserve_ahead=True))
     if any(sc.binding_capacity(d) is not None for d in range(layout.num_devices)):
         candidates.append(_greedy_programs(sc, reserve_ahead=False))  # tighter when it does not deadlock

@@ -413,6 +413,8 @@ def improve_order_windows(
         return SolveResult("MODEL_INVALID", None, None, time.perf_counter() - t0, None), stats
     current = [list(p) for p in programs]
     timed = sc.time_programs(current)
+    if timed is not None:
+        sc = sc.fitted_to(timed, costs, mem_limit_bytes)
     if timed is None or not sc.hint_feasible(timed):
         return SolveResult("MODEL_INVALID", None, None, time.perf_counter() - t0, None), stats
     best = max(e for _, e in timed.values())

@@ -24,7 +24,8 @@ Phases (each keeps the best so far, as AdaPtis does):
 6. seeded layouts: the list policies on classic plans whose placement the presets do not make (a
    deeper interleaving: the whole-configuration screen's, or the deepest the layers allow,
    `classic_baselines(extra=...)`, `driver.PipelineOptions.classic`), last, so the phases before find
-   what they find without them.
+   what they find without them; where the best plan is on such a layout, phase 5's CP-SAT order runs on
+   it (the plan's order bound; `solver.order_layouts` marks the record `seeded`).
 Packed irregular placements (`partition.packed_layouts`, the exact best packing of whole layers
 among them) join phase 1 after the presets. A big pipeline (more than `SearchBudget.ranking_actions`
 actions per candidate on one stage per device) runs phases 1-4 on a shortened run of its
@@ -589,14 +590,31 @@ class _Search:
         if not seeds:
             return
         started = self.start_phase(self.budget.policy_share)
+        self._schedule_seeded(seeds)
+        self._order_seeded_winner({_layout_key(c.layout) for c in seeds})
+        self.log_phase("seeded layouts", started)
+
+    def _schedule_seeded(self, seeds: Sequence[Candidate]) -> None:
+        """The list policies, best first, on each seeded layout while the phase's work allows."""
         for pol in self.portfolio:
             for c in seeds:
                 if not self.affordable(c.layout, "seeded layouts", minimum=len(seeds)):
-                    self.log_phase("seeded layouts", started)
                     return
                 label = f"{c.placement} x{c.layout.num_stages // self.p}"
                 self.judge(self.schedule(c.layout, pol, label, c.partition))
-        self.log_phase("seeded layouts", started)
+
+    def _order_seeded_winner(self, keys: set) -> None:
+        """CP-SAT order (`_order_one`) on the best plan's layout when a seeded layout (`keys`) holds it:
+        phase 5 ran before that layout existed, so without this the plan would have no order bound. The
+        other seeded layouts are not ordered: they lost to the best plan (the walls stay those of phase 5)."""
+        best = self.best
+        if best is None or best.result is None or not best.feasible:
+            return
+        key = _layout_key(best.layout)
+        if key not in keys or key in self._order_records or self.deadline.expired():
+            return
+        rec = self._order_one(best)
+        self.solver.setdefault("order_layouts", []).append({**rec, "seeded": True})
 
     def _policy_of(self, cand: Candidate) -> ListPolicy:
         return cand.list_policy or self.portfolio[0]

@@ -10,7 +10,8 @@ never ortools.
 Scaling, done once in `_Scaled`: times to a power-of-ten unit (`result.time_unit_s`: the
 shortest duration or delay spans >= 1000 units, a serial upper bound of the step <= 1e9),
 stage durations and P2P delays rounded to nearest; bytes to a power-of-two unit, demands
-rounded up and capacities down (conservative).
+rounded up and capacities down (conservative); a finer one where a given plan fits in bytes but not
+in the coarse unit (`_Scaled.fitted_to`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from adaptis_plan.core import OPS, Action, CostTable, Layout, Programs
 from adaptis_plan.errors import InputError
 from adaptis_plan.judge.semantics import check_programs, replay, stage_costs
 from adaptis_plan.search.result import (
+    MAX_MEM_UNITS,
     capacity_units,
     demand_units,
     mem_unit_bytes,
@@ -36,6 +38,11 @@ Key = tuple[int, str, int]  # (stage, op, mb)
 Number = float  # whole model units in the model, seconds in `list_timing`
 
 _OP_RANK = {"F": 0, "I": 1, "B": 1, "W": 2}
+#: the memory scales (largest limit in units) `_Scaled.fitted_to` tries, coarse to fine, for a plan that
+#: fits its limits in bytes but not at `MAX_MEM_UNITS` (Llama-3.1-405B at pp 16, 8 stages per device:
+#: 483 KB under the limit in bytes, 16 units of 8 KB over it rounded); a model CP-SAT refuses at a
+#: finer unit (MODEL_INVALID) is a window or solve that finds nothing, as a refused hint was before
+FINER_MEM_UNITS = (MAX_MEM_UNITS << 2, MAX_MEM_UNITS << 4)
 
 
 def _ops(split_backward: bool) -> tuple[str, ...]:
@@ -99,6 +106,7 @@ class _Scaled:
         mem_limit_bytes: Sequence[float] | None,
         unit_s: float | None = None,
         integer: bool = True,
+        max_mem_units: int = MAX_MEM_UNITS,
     ) -> _Scaled:
         sd = layout.stage_device
         st = stage_costs(layout, costs)
@@ -121,7 +129,7 @@ class _Scaled:
         if len(limits) != layout.num_devices:
             raise ValueError(f"mem_limit_bytes has {len(limits)} entries for {layout.num_devices} devices")
         finite = [x for x in limits if math.isfinite(x)]
-        unit_b = mem_unit_bytes(max(finite) if finite else 0.0)
+        unit_b = mem_unit_bytes(max(finite) if finite else 0.0, max_mem_units)
         act_b, act_w_b = [float(x) for x in st.act], [float(x) for x in st.act_w]
         if split_backward:
             # two spans: rounded up separately, so together they cover act_bytes
@@ -135,6 +143,24 @@ class _Scaled:
         return cls(
             layout, num_microbatches, split_backward, unit_s, dur, delay_act, delay_grad, act, act_w, tuple(capacity)
         )
+
+    def fitted_to(
+        self, timed: dict[Key, tuple[Number, Number]], costs: CostTable, mem_limit_bytes: Sequence[float] | None
+    ) -> _Scaled:
+        """This instance, or the same on a finer memory unit (`FINER_MEM_UNITS`, the first that does) where
+        `timed` (a plan's actions) breaks no memory limit: a plan within rounding of its limit fits in
+        bytes but not once every live span's demand is rounded up (the simulator judged it in bytes).
+        Times are unchanged; a finer unit only admits more (demands round up less, capacities down less)."""
+        if self.hint_feasible(timed):
+            return self
+        for units in FINER_MEM_UNITS:
+            fine = _Scaled.build(
+                self.layout, costs, self.num_microbatches, self.split_backward, mem_limit_bytes,
+                unit_s=self.unit_s, max_mem_units=units,
+            )  # fmt: skip
+            if fine.hint_feasible(timed):
+                return fine
+        return self
 
     def duration(self, stage: int, op: str) -> Number:
         return self.dur[stage][op]

@@ -429,3 +429,54 @@ def test_order_windows_go_on_after_a_double_justification(monkeypatch: pytest.Mo
     assert stats.justified >= 1 and stats_without.justified == 0
     assert with_it.objective < without.objective - 0.5
     _check_programs(layout, costs, with_it.payload, 6, True)
+
+
+def _at_the_memory_limit() -> tuple[Layout, CostTable, Programs, list[float]]:
+    """GPipe on 2 devices with 4 micro-batches, its limit its exact peak (4 x 1,000,000,064 bytes): each
+    span's 500,000,032 bytes round up to the next 256 (the default unit at this limit), 64 and not to 16."""
+    layout = _layout("sequential", 2, 1)
+    costs = uniform_costs(2, 2, f=1.0, i=1.0, w=1.0, act=1_000_000_064.0, act_w=500_000_032.0)
+    programs = _gpipe(layout, 4)
+    limit = [4 * 1_000_000_064.0] * 2
+    assert max(_peak_bytes(layout, costs, programs)) == limit[0]
+    return layout, costs, programs, limit
+
+
+def test_order_windows_start_from_a_plan_within_rounding_of_memory() -> None:
+    # the plan fits in bytes; rounded up at the default memory unit it would not, and the windows would
+    # refuse it as their start (MODEL_INVALID): they re-scale memory to a finer unit and improve on it
+    layout, costs, programs, limit = _at_the_memory_limit()
+    result, stats = improve_order_windows(
+        layout, costs, 4, programs, mem_limit_bytes=limit, window_actions=8, deterministic_time=5.0,
+        window_deterministic_time=0.5, time_limit_s=60.0,
+    )  # fmt: skip
+    assert result.status == "OPTIMAL" and stats.windows > 0
+    assert result.objective < result.hint_objective
+    _check_programs(layout, costs, result.payload, 4, True)
+    assert max(_peak_bytes(layout, costs, result.payload)) <= limit[0]
+
+
+def test_order_keeps_a_hint_within_rounding_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the given order is the solve's start (its objective is the hint's) though it breaks the default
+    # unit's rounding; the greedy orders are replaced by that same order, so no other start exists
+    layout, costs, programs, limit = _at_the_memory_limit()
+    monkeypatch.setattr("adaptis_plan.search.cpsat_order._greedy_programs", lambda sc, reserve_ahead: programs)
+    result = solve_order(layout, costs, 4, hint=programs, mem_limit_bytes=limit, time_limit_s=10.0)
+    _check_sane(result)
+    assert result.hint_objective == pytest.approx(_check_programs(layout, costs, programs, 4, True))
+    _check_programs(layout, costs, result.payload, 4, True)
+    assert max(_peak_bytes(layout, costs, result.payload)) <= limit[0]
+
+
+def test_finer_memory_units_only_where_the_plan_needs_them() -> None:
+    from adaptis_plan.search.order_instance import _Scaled
+
+    layout, costs, programs, limit = _at_the_memory_limit()
+    coarse = _Scaled.build(layout, costs, 4, True, limit)
+    timed = coarse.time_programs(programs)
+    fine = coarse.fitted_to(timed, costs, limit)
+    assert not coarse.hint_feasible(timed) and fine.hint_feasible(timed)
+    assert fine.dur == coarse.dur and fine.unit_s == coarse.unit_s  # times unchanged
+    early = _gpipe(layout, 2)  # half the micro-batches: fits at the default unit, which is kept
+    half = _Scaled.build(layout, costs, 2, True, limit)
+    assert half.fitted_to(half.time_programs(early), costs, limit) is half

@@ -380,6 +380,9 @@ def test_a_classic_plan_deeper_than_the_presets_is_list_scheduled_on_its_layout(
     assert "loop x8" not in labels
     assert got.best.step_s <= plain.best.step_s * (1 + 1e-9)
     assert [p["phase"] for p in got.phases][-1] == "seeded layouts"
+    # the winner's layout appeared after the CP-SAT order phase, which then orders it too: the plan has a bound
+    assert got.best.layout.num_stages == 16 and got.solver["order"]["bound_s"] is not None
+    assert [r for r in got.solver["order_layouts"] if r.get("seeded")][0]["placement"].startswith("loop")
     # withheld until then: the phases before are the plain search's, candidate for candidate
     same = [{k: v for k, v in p.items() if k != "wall_s"} for p in got.phases[:-1]]
     assert same == [{k: v for k, v in p.items() if k != "wall_s"} for p in plain.phases]
