@@ -39,7 +39,7 @@ not_screened, with the reason). Equal estimates, steps and bounds go to the simp
 workers the next points the screen may reach are screened side by side, then decided in order
 exactly as one by one. The best
 `PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
-1 / (2 x PLAN_LIMIT) of the budget (auto recomputation runs up to three searches of it); a big
+1 / (2 x points planned) of the budget (auto recomputation runs up to three searches of it); a big
 pipeline (pp x M >= `BIG_PIPELINE`) plans only the best point, under its screened recompute
 mode. Each point's search runs under the request's target, components (--search) and head split,
 and counts the screen's classic schedule at its degree and split among its classic plans (`_seeds`).
@@ -685,8 +685,9 @@ def search_configuration(
     top = screened[0].considered.point
     chosen = screened[: 1 if top.pp * top.num_microbatches >= BIG_PIPELINE else PLAN_LIMIT]
     # each planned point's search: auto runs up to three searches of its budget where memory binds
-    # (none's, each forced mode's, `driver`), so a point gets 1 / (2 x PLAN_LIMIT) of the budget
-    share = budget.scaled(1.0 / (2 * PLAN_LIMIT))
+    # (none's, each forced mode's, `driver`), so a point gets 1 / (2 x points planned) of the budget: one
+    # planned point (every dimension fixed, or a big pipeline) gets the half that two would share
+    share = budget.scaled(1.0 / (2 * len(chosen)))
     results = []
     searched = _presearch(model, hw, req, chosen, share, deadline)  # `_adaptive`'s searches by their inputs
     for got in chosen:
