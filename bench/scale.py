@@ -29,7 +29,9 @@ planned with it. The data-parallel
 overlap is the source's: Megatron-LM before
 its distributed optimizer (Narayanan 2021, Korthikanti 2022 and the Megatron-LM baseline of MegaScale,
 which lists overlap as its own addition) reduces gradients after the pipeline drains; Megatron-Core
-2024, Llama 3 (FSDP) and llm-foundry (FSDP) overlap it. Imports `adaptis_plan` use cases, the
+2024, Llama 3 (FSDP) and llm-foundry (FSDP) overlap it. So is the attention core (`runtime`): unfused
+for the 2021-2022 Megatron-LM runs, cuDNN's for Megatron-Core 2024 (TransformerEngine on Hopper), flash
+for the rest. Imports `adaptis_plan` use cases, the
 published runs and `bench.paper`'s formatting; no CLI, no rich.
 """
 
@@ -55,6 +57,12 @@ NO_DP_OVERLAP = ("narayanan2021", "korthikanti2022", "megascale2024")
 UNFUSED_ATTENTION = ("narayanan2021", "korthikanti2022", "megascale2024")
 #: sources that state tensor-parallel communication overlap (Megatron-Core --tp-comm-overlap)
 TP_COMM_OVERLAP = ("megatron_core_h100_2024",)
+#: sources whose attention core was cuDNN's fused flash attention (`--attention cudnn`): Megatron-Core
+#: 2024 ran TransformerEngine on H100, and TransformerEngine then chose its FusedAttention (cuDNN) over
+#: FlashAttention on Hopper "for performance reasons" (transformer_engine/pytorch/attention.py,
+#: get_attention_backend, July 2024); the other flash sources ran FlashAttention-class kernels
+#: (llm-foundry) or do not say (Llama 3)
+CUDNN_ATTENTION = ("megatron_core_h100_2024",)
 #: sources that state the interleaving degree of their pipelined runs; for the others the forced
 #: prediction assumes none (each run's notes say so), and `run_one` also reports the best
 #: Interleaved1F1B degree of these that fits, to show how much that assumption moves the figure
@@ -238,7 +246,7 @@ def runtime(run: dict) -> dict:
     key = run["source_key"]
     return {
         "dp_overlap": key not in NO_DP_OVERLAP,
-        "attention": "unfused" if key in UNFUSED_ATTENTION else "flash",
+        "attention": "unfused" if key in UNFUSED_ATTENTION else "cudnn" if key in CUDNN_ATTENTION else "flash",
         "tp_comm_overlap": key in TP_COMM_OVERLAP,
     }
 
@@ -555,7 +563,9 @@ def render(rec: Mapping) -> str:
         " states one; a stated interleaving of unstated degree: the best degree that fits, see below the table),"
         " analytic cost model, built-in `a100` / `h100` profiles; memory checked against the device's whole memory"
         " as its driver reports it (81,920 / 40,960 / 81,559 MiB for A100-80GB / A100-40GB / H100; the"
-        " configuration ran). Free: the same model, GPUs and"
+        " configuration ran); the runtime's own settings (`--attention`: unfused for Megatron-LM 2021-2022, cudnn"
+        " for Megatron-Core 2024; data-parallel and tensor-parallel overlap, bench/scale.py `runtime`)."
+        " Free: the same model, GPUs and"
         " batch with nothing fixed (`--recompute auto`), on the same memory limit.",
         "",
         f"- {s['runs']} runs from {s['sources']} sources, {s['min_gpus']} to {s['max_gpus']:,} GPUs: median |error|"

@@ -165,10 +165,11 @@ def hardware_show(name: str, as_json: bool) -> None:
 )
 @click.option(
     "--attention",
-    type=click.Choice(["flash", "unfused"]),
+    type=click.Choice(["flash", "cudnn", "unfused"]),
     default="flash",
     show_default=True,
-    help="the runtime's attention core: flash, or unfused (s x s scores through memory, as pre-2023 Megatron-LM)",
+    help="the runtime's attention core: flash (FlashAttention-2 class), cudnn (cuDNN's, TransformerEngine's choice"
+    " on Hopper), or unfused (s x s scores through memory, as pre-2023 Megatron-LM)",
 )
 @click.option(
     "--tp-comm-overlap/--no-tp-comm-overlap",

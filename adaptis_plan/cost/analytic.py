@@ -38,7 +38,10 @@ Efficiency of a compute kernel, eff(kernel):
   units, ~250x slower than the tensor cores on Hopper; FlashAttention-3, Shah et al. 2024) costs
   the same per score whatever d, while the matmul FLOPs per score are 4*d: small heads spend
   relatively more time in the softmax (head_dim 32-64 reaches far less of peak than 128-256).
-  Forward and backward use the same efficiency.
+  Forward and backward use the same efficiency. This is a FlashAttention-2-class kernel; cuDNN's
+  fused flash attention (`--attention cudnn`: TransformerEngine's FusedAttention, which it prefers on
+  Hopper) runs the same work `cudnn_attention_speedup` times faster (the device profile's, with its
+  measurement; 1 where none is published).
 - SSD scan: scan_efficiency (mamba_ssm's chunked scan is 5 Triton kernels forward and ~14
   backward, small batched matmuls and cumsums exchanging fp32 states through HBM: memory and
   latency bound), or matmul_efficiency when the profile gives none.
@@ -205,6 +208,7 @@ class Kernel:
     launches: int = 1
     shape: tuple[float, float, float] = (0.0, 0.0, 0.0)
     head_dim: float = 0.0
+    cudnn: bool = False  # an attention core run by cuDNN's fused attention (`attention_efficiency`)
 
 
 @dataclass(frozen=True)
@@ -288,6 +292,7 @@ class _Builder:
     cp: int = 1
     ep: int = 1
     unfused: bool = False  # Megatron's pre-flash attention core (`_unfused_core`)
+    cudnn: bool = False  # the flash core run by cuDNN's fused attention (`attention_efficiency`)
     f_kernels: list[Kernel] = field(default_factory=list)
     i_kernels: list[Kernel] = field(default_factory=list)
     w_kernels: list[Kernel] = field(default_factory=list)
@@ -337,9 +342,18 @@ class _Builder:
         `launches`: kernels launched in F and in I.
         """
         t, (lf, li) = self.t, launches
-        self.f_kernels.append(Kernel(flops / t, io_bytes / t, what, kind, lf, head_dim=head_dim))
+        cudnn = self.cudnn and kind == "attention"
+        self.f_kernels.append(Kernel(flops / t, io_bytes / t, what, kind, lf, head_dim=head_dim, cudnn=cudnn))
         self.i_kernels.append(
-            Kernel(backward_factor * flops / t, 2.0 * io_bytes / t, what + " backward", kind, li, head_dim=head_dim)
+            Kernel(
+                backward_factor * flops / t,
+                2.0 * io_bytes / t,
+                what + " backward",
+                kind,
+                li,
+                head_dim=head_dim,
+                cudnn=cudnn,
+            )
         )
 
     def mem(self, f: float = 0.0, i: float = 0.0, w: float = 0.0, launches: tuple[int, int, int] = (0, 0, 0)) -> None:
@@ -658,7 +672,10 @@ def layer_work(model: ModelSpec, layer: LayerSpec, training: TrainingConfig) -> 
     b, h = training.micro_batch_size, model.hidden_size
     s = training.seq_len // training.cp  # the tokens of a sequence one context-parallel rank holds
     T = float(b * s)
-    bld = _Builder(e=e, t=t, cp=training.cp, ep=training.ep, unfused=training.attention == "unfused")
+    bld = _Builder(
+        e=e, t=t, cp=training.cp, ep=training.ep,
+        unfused=training.attention == "unfused", cudnn=training.attention == "cudnn",
+    )  # fmt: skip
     if layer.kind == "embedding":
         _embedding(bld, model, b, s)
     elif layer.kind == "head":
@@ -717,10 +734,12 @@ def gemm_efficiency(device: DeviceTypeSpec, m: float, n: float, k: float) -> flo
     return eff
 
 
-def attention_efficiency(device: DeviceTypeSpec, head_dim: float) -> float:
-    """Fraction of peak of the flash attention core at `head_dim`: matmul_efficiency x d / (d + d_half)."""
+def attention_efficiency(device: DeviceTypeSpec, head_dim: float, cudnn: bool = False) -> float:
+    """Fraction of peak of the flash attention core at `head_dim`: matmul_efficiency x d / (d + d_half),
+    times the device's cudnn_attention_speedup for cuDNN's fused attention."""
     half = device.attention_half_head_dim
-    return device.matmul_efficiency * (head_dim / (head_dim + half) if half > 0 else 1.0)
+    eff = device.matmul_efficiency * (head_dim / (head_dim + half) if half > 0 else 1.0)
+    return eff * (device.cudnn_attention_speedup if cudnn else 1.0)
 
 
 def kernel_seconds(kernel: Kernel, device: DeviceTypeSpec) -> float:
@@ -728,7 +747,7 @@ def kernel_seconds(kernel: Kernel, device: DeviceTypeSpec) -> float:
     if kernel.kind == "gemm" or kernel.kind == "attention" and kernel.shape[0] > 0:  # unfused: batched GEMMs
         eff = gemm_efficiency(device, *kernel.shape)
     elif kernel.kind == "attention":
-        eff = attention_efficiency(device, kernel.head_dim)
+        eff = attention_efficiency(device, kernel.head_dim, kernel.cudnn)
     else:
         eff = device.scan_efficiency or device.matmul_efficiency
     rate = device.peak_bf16_tflops * 1e12 * eff * device.sustained_efficiency

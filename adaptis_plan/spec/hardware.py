@@ -68,6 +68,14 @@ class DeviceTypeSpec(StrictModel):
         description="head_dim at which flash attention reaches half of matmul_efficiency"
         " (its softmax work per score does not shrink with head_dim); 0: attention at matmul_efficiency",
     )
+    cudnn_attention_speedup: float = Field(
+        1.0,
+        ge=1,
+        le=4,
+        description="how much faster cuDNN's fused flash attention (TransformerEngine's FusedAttention,"
+        " `--attention cudnn`) runs the attention core than the FlashAttention-2-class kernel the other"
+        " attention parameters describe; 1: no faster (no measurement on this device type)",
+    )
     scan_efficiency: float | None = Field(
         None,
         ge=MIN_EFFICIENCY,

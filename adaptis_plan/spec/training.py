@@ -49,11 +49,13 @@ class TrainingConfig(StrictModel):
         description="expert-parallel degree: MoE experts sharded over ep of the dp x cp ranks (divides dp x cp)",
     )
     zero: Literal[0, 1, 2, 3] = Field(1, description="ZeRO stage over the dp (x cp) group")
-    attention: Literal["flash", "unfused"] = Field(
+    attention: Literal["flash", "cudnn", "unfused"] = Field(
         "flash",
         description=(
-            "attention core: flash (fused, no s x s scores in memory) or unfused (Megatron-LM's pre-flash"
-            " path: batched score GEMMs over the whole s x s, fused scale-mask-softmax, attention dropout)"
+            "attention core: flash (FlashAttention-2 class, fused, no s x s scores in memory), cudnn"
+            " (cuDNN's fused flash attention, TransformerEngine's choice on Hopper: the same work, at the"
+            " device's cudnn_attention_speedup) or unfused (Megatron-LM's pre-flash path: batched score GEMMs"
+            " over the whole s x s, fused scale-mask-softmax, attention dropout)"
         ),
     )
     tp_comm_overlap: bool = Field(

@@ -1,5 +1,5 @@
 """The communication of the whole configuration (`cost.comm`), context and expert parallelism and the
-unfused attention core in `cost.analytic`, and the whole step (`judge.training_step`)."""
+unfused and cuDNN attention cores in `cost.analytic`, and the whole step (`judge.training_step`)."""
 
 from __future__ import annotations
 
@@ -101,6 +101,27 @@ def test_unfused_attention_moves_and_keeps_the_scores() -> None:
     assert sum(op_seconds(wu, dev)) > sum(op_seconds(wf, dev))
     selective = recompute_work(wu, block, model, unfused, "selective")
     assert wu.act_bytes - selective.act_bytes == pytest.approx(5 * scores)
+
+
+def test_cudnn_attention_runs_the_same_core_faster_where_the_device_measured_it() -> None:
+    """`--attention cudnn`: the flash core's work and memory, its kernel time divided by the device's
+    cudnn_attention_speedup (Hopper profiles: 1.6, FlashAttention-3's side-by-side figures; the A100 profile
+    has no measurement: no faster); the GEMMs and everything else as flash."""
+    from adaptis_plan.cost.analytic import kernel_seconds
+
+    model = load_model("llama-2-7b")
+    block = model.layers[1]
+    flash, cudnn = layer_work(model, block, _train()), layer_work(model, block, _train(attention="cudnn"))
+    assert cudnn.act_bytes == flash.act_bytes and cudnn.f.flops == flash.f.flops
+    for name, speedup in (("h100", 1.6), ("h200", 1.6), ("a100", 1.0)):
+        dev = next(iter(load_hardware(name).device_types.values()))
+        assert dev.cudnn_attention_speedup == speedup
+        for op in ("F", "I"):
+            kf, kc = flash.op(op).kernels, cudnn.op(op).kernels
+            for a, b in zip(kf, kc, strict=True):
+                ratio = kernel_seconds(a, dev) / kernel_seconds(b, dev)
+                assert ratio == pytest.approx(speedup if a.kind == "attention" else 1.0, rel=1e-9), (name, a.what)
+        assert sum(op_seconds(cudnn, dev)) <= sum(op_seconds(flash, dev))
 
 
 def test_cluster_sizes_the_profile_and_refuses_partial_nodes() -> None:
