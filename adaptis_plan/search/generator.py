@@ -606,7 +606,7 @@ class _Search:
     def _order_seeded_winner(self, keys: set) -> None:
         """CP-SAT order (`_order_one`) on the best plan's layout when a seeded layout (`keys`) holds it:
         phase 5 ran before that layout existed, so without this the plan would have no order bound. The
-        other seeded layouts are not ordered: they lost to the best plan (the walls stay those of phase 5)."""
+        other seeded layouts are not ordered: they lost to the best plan (one order solve at most)."""
         best = self.best
         if best is None or best.result is None or not best.feasible:
             return
