@@ -613,6 +613,7 @@ def export_plan_file(
         zero=t.zero,
         dtype=t.dtype,
         stage_recompute=tuple(stage.recompute for stage in plan.stages),
+        attention=t.attention,
     )
     title = f"{plan.model.name}, {plan.strategy} plan, pp {t.pp}, {t.num_microbatches} micro-batches"
     try:

@@ -29,6 +29,9 @@ MEGATRON_FLAGS: dict[str, tuple[str, str, type | None, tuple[str, ...] | None]] 
     "--global-batch-size": ("global_batch_size", "value", int, None),
     "--seq-length": ("seq_length", "value", int, None),
     "--bf16": ("bf16", "true", None, None),
+    # generated from TransformerConfig.attention_backend (AttnBackend) by ArgumentGroupFactory._get_enum_kwargs:
+    # the member's name, checked against the members
+    "--attention-backend": ("attention_backend", "value", str, ("flash", "fused", "unfused", "local", "auto")),
     "--fp16": ("fp16", "true", None, None),
     "--use-distributed-optimizer": ("use_distributed_optimizer", "true", None, None),
     "--use-megatron-fsdp": ("use_megatron_fsdp", "true", None, None),

@@ -84,6 +84,7 @@ class TrainingShape:
     zero: int = 1
     dtype: str = "bf16"
     stage_recompute: tuple[str, ...] = ()
+    attention: str = "flash"  # the attention core planned (`TrainingConfig.attention`)
 
     @property
     def global_batch_size(self) -> int:
@@ -178,6 +179,10 @@ def megatron_args(
       uniform --recompute-num-layers 1` (each block rerun from its own input, as planned);
       selective is `--recompute-granularity selective` (Megatron's default module is the attention
       core, `core_attn`, the plan's selective).
+    - attention (TransformerConfig.attention_backend, `AttnBackend`): cudnn is `--attention-backend fused`
+      (TransformerEngine's cuDNN FusedAttention), unfused is `--attention-backend unfused`; flash leaves
+      Megatron's default, auto (TransformerEngine chooses, which needs no flash-attn install; a `#`
+      line says so).
 
     `num_experts` holds the routed-expert count of every MoE layer. Megatron takes
     `--expert-model-parallel-size` > 1 only with experts to shard (arguments.py), so a model
@@ -267,6 +272,14 @@ def megatron_args(
         args.append((f"--{t.dtype}", None))
     else:
         notes.append(f"precision: {t.dtype} is Megatron's default (no --bf16 / --fp16)")
+    backend = {"cudnn": "fused", "unfused": "unfused"}.get(t.attention)
+    if backend is not None:
+        args.append(("--attention-backend", backend))
+    else:
+        notes.append(
+            "attention: planned as flash (FlashAttention-2 class); Megatron's default backend, auto, lets"
+            " TransformerEngine choose (cuDNN's fused attention on Hopper: faster than planned there)"
+        )
     if t.zero >= 1:
         args.append(("--use-distributed-optimizer", None))
     if t.zero >= 2:

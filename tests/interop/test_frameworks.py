@@ -78,6 +78,7 @@ MEGATRON_ARGS_CASES = [
     ("classic", {}, None),
     ("tp2-dp4-zero1-full", {"tp": 2, "dp": 4, "zero": 1}, "full"),
     ("tp2-cp2-dp2-zero3-selective", {"tp": 2, "cp": 2, "dp": 2, "zero": 3}, "selective"),
+    ("tp2-dp2-cudnn", {"tp": 2, "dp": 2, "attention": "cudnn"}, None),
 ]
 
 
@@ -88,6 +89,7 @@ def test_megatron_core_config_takes_our_arguments(tmp_path: Path, name, edits, r
     flag declarations (`tests/helpers_megatron.py`)."""
     import torch
     from helpers_megatron import parse_megatron_args
+    from megatron.core.transformer.enums import AttnBackend
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     path, plan = _plan(tmp_path, "tiny-llama", name, *"--hardware cpu --pp 2 --microbatches 4 --seq-len 64".split(),
@@ -116,6 +118,7 @@ def test_megatron_core_config_takes_our_arguments(tmp_path: Path, name, edits, r
         recompute_granularity=ns.recompute_granularity,
         recompute_method=ns.recompute_method,
         recompute_num_layers=ns.recompute_num_layers,
+        attention_backend=AttnBackend[ns.attention_backend or "auto"],
     )
     t = plan["training"]
     assert (config.tensor_model_parallel_size, config.context_parallel_size) == (t["tp"], t["cp"])
@@ -123,6 +126,8 @@ def test_megatron_core_config_takes_our_arguments(tmp_path: Path, name, edits, r
     assert config.virtual_pipeline_model_parallel_size == len(plan["stages"]) // t["pp"]
     assert config.recompute_granularity == (None if recompute is None else recompute)
     assert ns.global_batch_size == t["dp"] * t["micro_batch_size"] * t["num_microbatches"]
+    want = {"cudnn": AttnBackend.fused, "unfused": AttnBackend.unfused}.get(t.get("attention"), AttnBackend.auto)
+    assert config.attention_backend == want
 
 
 def test_megatron_export_refuses_what_it_cannot_express(tmp_path: Path) -> None:

@@ -75,6 +75,14 @@ def test_degrees_batch_and_zero_round_trip(tp, dp, cp, mbs, nmb, zero) -> None:
         assert any(f"ZeRO {zero}: Megatron has no DeepSpeed ZeRO stages" in line for line in _comments(text))
 
 
+@pytest.mark.parametrize(("attention", "backend"), [("flash", None), ("cudnn", "fused"), ("unfused", "unfused")])
+def test_the_planned_attention_core_is_megatrons_backend(attention, backend) -> None:
+    text = megatron_args(_INTERLEAVED, _kinds(12), TrainingShape(8, attention=attention))
+    assert parse_megatron_args(text).attention_backend == backend
+    # flash leaves Megatron's auto, and says what that runs
+    assert any("auto" in line and "planned as flash" in line for line in _comments(text)) == (backend is None)
+
+
 def test_every_flag_is_megatrons() -> None:
     moe = ["embedding", "moe", "moe", "moe", "moe", "head"]
     texts = [
@@ -82,6 +90,7 @@ def test_every_flag_is_megatrons() -> None:
         for z in (0, 1, 2, 3)
     ]
     texts.append(megatron_args(_INTERLEAVED, _kinds(12), TrainingShape(4, dtype="fp16", stage_recompute=("full",) * 4)))
+    texts.append(megatron_args(_INTERLEAVED, _kinds(12), TrainingShape(4, attention="cudnn")))
     texts.append(
         megatron_args(Layout((0, 2, 4), (0, 1), 2), ["embedding", "mamba", "attention", "head"], TrainingShape(4))
     )
