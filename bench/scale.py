@@ -58,10 +58,10 @@ UNFUSED_ATTENTION = ("narayanan2021", "korthikanti2022", "megascale2024")
 #: sources that state tensor-parallel communication overlap (Megatron-Core --tp-comm-overlap)
 TP_COMM_OVERLAP = ("megatron_core_h100_2024",)
 #: sources whose attention core was cuDNN's fused flash attention (`--attention cudnn`): Megatron-Core
-#: 2024 ran TransformerEngine on H100, and TransformerEngine then chose its FusedAttention (cuDNN) over
-#: FlashAttention on Hopper "for performance reasons" (transformer_engine/pytorch/attention.py,
-#: get_attention_backend, July 2024); the other flash sources ran FlashAttention-class kernels
-#: (llm-foundry) or do not say (Llama 3)
+#: 2024 ran TransformerEngine on H100, and TransformerEngine chose its FusedAttention (cuDNN) over
+#: FlashAttention on Hopper from release 1.2 (commit 32db392, December 2023) through at least July 2024
+#: ("for performance reasons", transformer_engine/pytorch/attention.py, get_attention_backend); the other
+#: flash sources ran FlashAttention-class kernels (llm-foundry) or do not say (Llama 3)
 CUDNN_ATTENTION = ("megatron_core_h100_2024",)
 #: sources that state the interleaving degree of their pipelined runs; for the others the forced
 #: prediction assumes none (each run's notes say so), and `run_one` also reports the best
