@@ -406,7 +406,8 @@ class PlanInputs:
             self.profile if isinstance(self.profile, str) or self.profile is None else "", "measured profile"
         )
         frac = self.hardware.memory_fraction
-        return f"{what}, {self.hardware.name}, tp {tr.tp}, memory limit {frac:.0%} of HBM"
+        runtime = "".join(f", {s}" for s in tr.runtime_settings())
+        return f"{what}, {self.hardware.name}, tp {tr.tp}, memory limit {frac:.0%} of HBM{runtime}"
 
 
 def plan_cost_table(

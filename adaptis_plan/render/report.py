@@ -73,6 +73,7 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     t = Table(
         title=f"{shown(outcome.model.name)}: pp {plan.training.pp}, {plan.training.num_microbatches} micro-batches,"
         f" seq {plan.training.seq_len}, {shown(plan.hardware.name)}"
+        + "".join(f", {s}" for s in plan.training.runtime_settings())
     )
     t.add_column("strategy")
     t.add_column("step ms", justify="right")

@@ -82,6 +82,16 @@ class TrainingConfig(StrictModel):
         ),
     )
 
+    def runtime_settings(self) -> list[str]:
+        """The runtime settings that differ from the defaults, as the reports name them ('attention cudnn',
+        'TP comm overlap', 'no DP overlap'): what the costs assumed of the runtime beside the model and hardware."""
+        out = [f"attention {self.attention}"] if self.attention != "flash" else []
+        if self.tp_comm_overlap and self.tp > 1:
+            out.append("TP comm overlap")
+        if not self.dp_overlap and self.dp * self.cp > 1:
+            out.append("no DP overlap")
+        return out
+
     @model_validator(mode="after")
     def _check_size(self) -> TrainingConfig:
         if (self.dp * self.cp) % self.ep:

@@ -599,3 +599,20 @@ def test_a_profile_with_measured_variation_gives_an_expected_step(adaptis, tmp_p
     assert s.json()["expected_step_time_s"] == pytest.approx(out["expected_step_time_s"], rel=1e-12)
     s = adaptis("simulate", tmp_path / "b.json")
     assert s.exit_code == 0 and "expected step" in s.stderr, s.stderr
+
+
+def test_reports_name_the_runtime_settings_the_costs_assumed(adaptis, tmp_path: Path) -> None:
+    """A plan made with runtime settings other than the defaults says so in its report and in
+    `simulate`'s costs line (the plan file's training block holds them)."""
+    path = tmp_path / "p.json"
+    args = "--model tiny-llama --hardware h100 --pp 2 --microbatches 4 --seq-len 256 --tp 2 --time-limit 1".split()
+    r = adaptis("plan", *args, "--attention", "cudnn", "--tp-comm-overlap", "-o", path)
+    assert r.exit_code == 0, r.stderr
+    head = " ".join((r.stdout + r.stderr).split())  # the title may wrap
+    assert "h100, attention cudnn, TP comm overlap" in head
+    sim = adaptis("simulate", path)
+    assert sim.exit_code == 0, sim.stderr
+    assert "attention cudnn, TP comm overlap" in " ".join((sim.stdout + sim.stderr).split())
+    plain = adaptis("plan", *args, "-o", tmp_path / "q.json")
+    title = " ".join((plain.stdout + plain.stderr).split()).split("strategy")[0]
+    assert "h100" in title and "attention" not in title
