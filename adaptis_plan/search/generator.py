@@ -177,9 +177,16 @@ def classic_candidate(
 ) -> Candidate:
     """One classic strategy as a simulated candidate. Raises InputError when it does not apply."""
     spec = get_spec(strategy)
-    p = costs.num_devices
-    layout = _classic_layout(costs, spec, partition, stages_per_device)
-    programs = spec.build(layout.stage_device, p, num_microbatches)
+    return _classic_on(
+        costs, num_microbatches, spec, partition, _classic_layout(costs, spec, partition, stages_per_device)
+    )
+
+
+def _classic_on(
+    costs: CostTable, num_microbatches: int, spec: ScheduleSpec, partition: str, layout: Layout
+) -> Candidate:
+    """`spec`'s textbook order on `layout` (its `_classic_layout` for `partition`), simulated."""
+    programs = spec.build(layout.stage_device, costs.num_devices, num_microbatches)
     result = simulate(layout, costs, programs, num_microbatches)
     label = spec.name if partition == "uniform" else f"{spec.name}/{partition}"
     return Candidate(
@@ -221,14 +228,16 @@ def classic_baselines(
     uniform plan under its own label: the same layout and programs simulate to the same result."""
     out: dict[str, Candidate] = {}
     for name in STRATEGIES:
+        spec = get_spec(name)
         uniform: Candidate | None = None
         for part in ("uniform", "balanced"):
             try:
-                if uniform is not None and _classic_layout(costs, get_spec(name), part) == uniform.layout:
+                layout = _classic_layout(costs, spec, part)
+                if uniform is not None and layout == uniform.layout:
                     cand = replace(uniform, partition=part, source=f"{uniform.source}/balanced")
                 else:
-                    cand = classic_candidate(costs, num_microbatches, name, part)
-            except InputError:
+                    cand = _classic_on(costs, num_microbatches, spec, part, layout)
+            except InputError:  # the strategy does not apply (its layout or its order)
                 continue
             if part == "uniform":
                 uniform = cand
@@ -243,7 +252,7 @@ def classic_baselines(
             continue
         label = spec.name + (f" x{k}" if k != spec.default_stages_per_device else "")
         label += "" if part == "uniform" else f"/{part}"
-        out[label] = replace(classic_candidate(costs, num_microbatches, name, part, k), source=label, origin=SEEDED)
+        out[label] = replace(_classic_on(costs, num_microbatches, spec, part, layout), source=label, origin=SEEDED)
     return out
 
 
@@ -578,12 +587,11 @@ class _Search:
         now so that the phases before find what they find without them: each becomes a candidate, then
         the list policies run on the layouts of those whose stage -> device map the presets do not make,
         on `policy_share` of the work (at least the first policy on each), the best policies first. A plan
-        better than the best found becomes the plan."""
+        better than the best found becomes the plan. `search_plan` runs it only where the search varies
+        every component (classic plans are candidates)."""
         seeded = [c for c in seeded if self.placement_ok(c.layout.stage_device)]
         for c in seeded:
             self.consider(c)
-        if "schedule" not in self.components or "placement" not in self.components:
-            return
         presets = {sd for _, sd in candidate_placements(self.p, self.num_layers, self.budget.max_chunks)}
         layouts = {_layout_key(c.layout): c for c in seeded if c.layout.stage_device not in presets}
         seeds = list(layouts.values())  # one per layout (Interleaved1F1B and InterleavedZeroBubble share theirs)
@@ -608,7 +616,7 @@ class _Search:
         phase 5 ran before that layout existed, so without this the plan would have no order bound. The
         other seeded layouts are not ordered: they lost to the best plan (one order solve at most)."""
         best = self.best
-        if best is None or best.result is None or not best.feasible:
+        if best is None or not best.feasible:
             return
         key = _layout_key(best.layout)
         if key not in keys or key in self._order_records or self.deadline.expired():
