@@ -228,7 +228,7 @@ def make_plan_for(
     if not result.fits_memory:
         raise InfeasibleError(_memory_message(result, got.model, training, got.strategy, got.costs, got.recompute_info))
     outcome = _outcome(req, hw, training, profile, got, result, t0)
-    outcome.notes[:0] = cluster_notes(hw, training)
+    outcome.notes[:0] = context_notes(req.model_arg, model, req.seq_len) + cluster_notes(hw, training)
     return outcome
 
 
@@ -286,7 +286,8 @@ def make_configuration_plan(
     outcome = _outcome(req, choice.hardware, training, None, got, got.best.result, t0)
     outcome.step = choice.step
     outcome.cluster = config.configuration_record(choice, model, request)
-    outcome.notes[:0] = request_notes(hw, req) + cluster_notes(choice.hardware, training)
+    notes = context_notes(req.model_arg, model, req.seq_len) + request_notes(hw, req)
+    outcome.notes[:0] = notes + cluster_notes(choice.hardware, training)
     return outcome
 
 
@@ -323,6 +324,37 @@ def request_notes(hw: HardwareProfile, req: PlanRequest) -> list[str]:
     return out
 
 
+def context_notes(model_arg: str, model: ModelSpec, seq_len: int) -> list[str]:
+    """A warning when --seq-len passes the context a rotary model's config.json says it was trained for
+    (`max_position_embeddings`): it plans (the cost is the same), but the run extrapolates positions. The
+    spec keeps no such field for rotary models, so only a config file given by path is checked; a learned
+    table is refused elsewhere (`cost.table.check_sequence_length`), ALiBi extrapolates by design."""
+    if model.position_encoding is not None:
+        return []
+    from adaptis_plan.inputs.models import zoo
+    from adaptis_plan.spec.read import path_kind, read_data
+
+    path = Path(model_arg).expanduser()
+    if model_arg in zoo.names() or path_kind(path) is None:
+        return []
+    if path_kind(path) == "a folder":
+        path = path / "config.json"
+    try:
+        data = read_data(path, "model file")
+    except InputError:
+        return []
+    configs = [data, data.get("text_config")] if isinstance(data, dict) else []
+    trained = next((c["max_position_embeddings"] for c in configs if isinstance(c, dict)
+                    and isinstance(c.get("max_position_embeddings"), int)), None)  # fmt: skip
+    if trained is None or seq_len <= trained:
+        return []
+    return [
+        f"--seq-len {seq_len} is beyond {model.name}'s max_position_embeddings {trained} ({path}): its rotary"
+        f" positions past {trained} were never trained and the run extrapolates them; planned as asked, but use"
+        f" --seq-len {trained} or less unless the model's context was extended (rope_scaling)"
+    ]
+
+
 def cluster_notes(hw: HardwareProfile, training: TrainingConfig) -> list[str]:
     """What the user should know about where the plan's groups sit: a tensor-parallel group across nodes."""
     from adaptis_plan.cost.comm import devices_per_node, placement
@@ -335,7 +367,8 @@ def cluster_notes(hw: HardwareProfile, training: TrainingConfig) -> list[str]:
     slow = link.bus_bps / 1e9 < nvlink
     return [
         f"tp {training.tp} spans {training.tp // dpn} nodes of {dpn} GPUs: its collectives run on the network at"
-        f" {link.bus_bps / 1e9:g} GB/s bus bandwidth ({link.per_node} NICs x {hw.inter_node.bandwidth_gbps:g} GB/s)"
+        f" {link.bus_bps / 1e9:g} GB/s bus bandwidth ({link.per_node} GPUs of a node x {hw.inter_node.bandwidth_gbps:g} GB/s"
+        " network each)"
         f" with {hw.inter_node.latency_s * 1e6:g} us latency"
         + (f", against NVLink's {nvlink:g} GB/s inside a node: expect them to be slow" if slow else "")
     ]
