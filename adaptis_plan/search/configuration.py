@@ -767,9 +767,9 @@ def _no_legal_point(model: ModelSpec, hw: HardwareProfile, req: Request) -> str:
     if tp is not None and dpn % width and width % dpn:
         fits = [d for d in _divisors(dpn) if d % (cp or 1) == 0]
         return (
-            f"{head}: tp x cp = {width} neither fits in a node of {dpn} GPUs nor fills whole nodes (a tensor-parallel"
-            f" group runs on one node or on whole ones); use a tp x cp of {', '.join(map(str, fits))} or a multiple"
-            f" of {dpn}"
+            f"{head}: tp x cp = {width} neither divides a node's {dpn} GPUs nor fills whole nodes (a tensor-parallel"
+            f" group runs on part of one node or on whole ones); use a tp x cp of {', '.join(map(str, fits))} or a"
+            f" multiple of {dpn}"
         )
     if cp is not None and cp > 1 and S % (2 * cp):
         return f"{head}: --cp {cp} splits --seq-len {S} into 2 x cp chunks, which must divide it; use a --cp that does"
