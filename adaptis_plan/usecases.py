@@ -307,7 +307,8 @@ def request_notes(hw: HardwareProfile, req: PlanRequest) -> list[str]:
     if len(hw.groups) == 1 and n > hw.num_devices:
         g = hw.groups[0]
         out.append(
-            f"--gpus {n:,}: hardware '{hw.name}' holds {hw.num_devices:,} GPUs ({g.num_nodes:,} nodes of"
+            f"--gpus {n:,}: hardware '{hw.name}' holds {hw.num_devices:,} GPUs ({g.num_nodes:,} node"
+            f"{'' if g.num_nodes == 1 else 's'} of"
             f" {g.devices_per_node}); planned on {n // g.devices_per_node:,} such nodes (its GPUs and links, more"
             " of them)"
         )

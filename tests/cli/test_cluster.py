@@ -116,7 +116,7 @@ def test_gpus_beyond_the_profile_scale_it_with_a_note(adaptis, tmp_path: Path) -
     args = ("--model", "tiny-llama", "--hardware", "cpu", "--gpus", "16", "--global-batch-size", "16")
     r = adaptis("plan", *args, "--seq-len", "128", "--pp", "2", "--time-limit", "1", "-o", plan)
     assert r.exit_code == 0, r.stderr
-    line = "note: --gpus 16: hardware 'cpu' holds 8 GPUs (1 nodes of 8); planned on 2 such nodes"
+    line = "note: --gpus 16: hardware 'cpu' holds 8 GPUs (1 node of 8); planned on 2 such nodes"
     assert line in r.stderr
 
 
