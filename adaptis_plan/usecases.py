@@ -307,16 +307,18 @@ def request_notes(hw: HardwareProfile, req: PlanRequest) -> list[str]:
     if len(hw.groups) == 1 and n > hw.num_devices:
         g = hw.groups[0]
         out.append(
-            f"--gpus {n:,}: hardware '{hw.name}' holds {hw.num_devices:,} GPUs ({g.num_nodes:,} node"
+            f"--gpus {n}: hardware '{hw.name}' holds {hw.num_devices:,} GPUs ({g.num_nodes:,} node"
             f"{'' if g.num_nodes == 1 else 's'} of"
             f" {g.devices_per_node}); planned on {n // g.devices_per_node:,} such nodes (its GPUs and links, more"
             " of them)"
         )
     if n > 1 and batch > 0 and math.gcd(batch, n) == 1 and (req.fixed or {}).get("dp") is None:
-        d = max(k for k in range(1, min(n, batch) + 1) if n % k == 0)
-        d = d if d > 1 else min(k for k in range(2, n + 1) if n % k == 0)
+        small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+        divisors = sorted({*small, *(n // k for k in small)} - {1})
+        # the largest dp the GPUs allow at or below the batch (at least their smallest factor): its nearest multiple
+        d = max((k for k in divisors if k <= batch), default=divisors[0])
         lower, upper = batch // d * d, -(-batch // d) * d
-        near = upper if lower == 0 or upper - batch < batch - lower else lower
+        near = upper if lower == 0 or upper - batch <= batch - lower else lower
         out.append(
             f"--global-batch-size {batch} shares no factor with --gpus {n}: dp divides both, so every configuration"
             f" searched is dp 1 (the {n} GPUs split one model replica); --global-batch-size {near} opens dp up to"

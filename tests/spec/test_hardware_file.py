@@ -3,6 +3,8 @@ parallelism across nodes (adaptis_plan/spec/hardware.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -67,3 +69,14 @@ def test_tp_across_nodes_that_leaves_part_of_a_node_is_refused_naming_the_rule()
     hw = load_hardware("h100")
     with pytest.raises(ValueError, match="does not fill whole nodes.*divides 8 or a multiple of 8"):
         hw.rank_slots(2, 12)
+
+
+def test_a_misspelt_derived_key_suggests_it_as_files_spell_it(tmp_path) -> None:
+    from adaptis_plan.errors import InputError
+
+    data = HardwareProfileFile.shown(load_hardware("a100"))
+    data["num_device"] = data.pop("num_devices")
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"num_device = 128: unknown field; did you mean 'num_devices'\?"):
+        load_hardware(str(path))
