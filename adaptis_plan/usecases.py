@@ -228,7 +228,8 @@ def make_plan_for(
     if not result.fits_memory:
         raise InfeasibleError(_memory_message(result, got.model, training, got.strategy, got.costs, got.recompute_info))
     outcome = _outcome(req, hw, training, profile, got, result, t0)
-    outcome.notes[:0] = context_notes(req.model_arg, model, req.seq_len) + cluster_notes(hw, training)
+    notes = _hardware_notes(req) + context_notes(req.model_arg, model, req.seq_len)
+    outcome.notes[:0] = notes + cluster_notes(hw, training)
     return outcome
 
 
@@ -286,7 +287,7 @@ def make_configuration_plan(
     outcome = _outcome(req, choice.hardware, training, None, got, got.best.result, t0)
     outcome.step = choice.step
     outcome.cluster = config.configuration_record(choice, model, request)
-    notes = context_notes(req.model_arg, model, req.seq_len) + request_notes(hw, req)
+    notes = _hardware_notes(req) + context_notes(req.model_arg, model, req.seq_len) + request_notes(hw, req)
     outcome.notes[:0] = notes + cluster_notes(choice.hardware, training)
     return outcome
 
@@ -297,6 +298,12 @@ def _hardware(req: PlanRequest) -> HardwareProfile:
 
     hw = load_hardware(req.hardware_arg)
     return hw if req.hardware_overrides is None else apply_overrides(hw, req.hardware_overrides)
+
+
+def _hardware_notes(req: PlanRequest) -> list[str]:
+    from adaptis_plan.inputs.hardware import hardware_notes
+
+    return hardware_notes(req.hardware_arg)
 
 
 def request_notes(hw: HardwareProfile, req: PlanRequest) -> list[str]:

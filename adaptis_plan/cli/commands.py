@@ -131,15 +131,17 @@ def hardware_group(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def hardware_show(name: str, as_json: bool) -> None:
     """Show one hardware profile (built-in name or file)."""
-    from adaptis_plan.inputs.hardware import load_hardware
+    from adaptis_plan.inputs.hardware import hardware_notes, load_hardware
     from adaptis_plan.spec.hardware import HardwareProfileFile
 
     hw = load_hardware(name)
-    data = HardwareProfileFile.shown(hw)  # loads back as --hardware FILE (the derived keys are checked)
+    data = HardwareProfileFile.shown(hw)  # loads back as --hardware FILE (the derived keys recomputed)
     if as_json:
         emit_json(data)
-        return
-    print_hardware(hw)
+    else:
+        print_hardware(hw)
+    for line in hardware_notes(name):
+        note(line)
 
 
 # ----------------------------------------------------------------------------- plan

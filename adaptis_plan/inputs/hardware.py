@@ -90,8 +90,19 @@ def load_hardware(arg: str) -> HardwareProfile:
 
 
 def _read(path: Path) -> HardwareProfile:
-    """A profile file; the read-only keys `hardware show --json` adds are checked, then dropped."""
+    """A profile file; the read-only keys `hardware show --json` adds are dropped (`hardware_notes`)."""
     return read_boundary_file(path, HardwareProfileFile, "hardware profile", fix=_FIX).profile()
+
+
+def hardware_notes(arg: str) -> list[str]:
+    """Notes on a profile file `load_hardware(arg)` reads: its read-only keys (`hardware show --json`'s) that
+    disagree with the fields they derive from, so were ignored (`HardwareProfileFile.stale`). None for a
+    built-in name."""
+    if arg in _builtin_files():
+        return []
+    path = Path(arg)
+    lines = read_boundary_file(path, HardwareProfileFile, "hardware profile", fix=_FIX).stale()
+    return [f"{path}: {line}" for line in lines]
 
 
 # ----------------------------------------------------------------------------- command-line overrides
@@ -236,6 +247,7 @@ __all__ = [
     "apply_overrides",
     "builtin_hardware_names",
     "check_overrides",
+    "hardware_notes",
     "list_hardware",
     "load_hardware",
     "parse_nic_gbit",

@@ -312,33 +312,47 @@ DERIVED_KEYS = ("num_devices", "usable_memory_bytes", "nic_gbit_per_node")
 
 class HardwareProfileFile(HardwareProfile):
     """A hardware profile file: the profile, and optionally the read-only figures `adaptis hardware show
-    --json` derives from it, so its output loads back as `--hardware FILE`. A derived key that is present
-    must agree with the fields it is derived from (it sets nothing: change those fields instead)."""
+    --json` derives from it, so its output loads back as `--hardware FILE`. A derived key sets nothing: it is
+    recomputed from the fields it comes from, so a profile edited from `show --json` output (its hbm_bytes,
+    its groups) plans as edited; one that disagrees with them is named in a note (`stale`)."""
 
     shown_num_devices: int | None = Field(
-        None, alias="num_devices", ge=1, description="read-only: GPUs in all groups (num_nodes x devices_per_node)"
+        None,
+        alias="num_devices",
+        ge=1,
+        description="read-only, recomputed on load: GPUs in all groups (num_nodes x devices_per_node)",
     )
     shown_usable_memory_bytes: dict[str, int] | None = Field(
         None,
         alias="usable_memory_bytes",
-        description="read-only: per device type, the bytes of one GPU the planner may fill (hbm_bytes x"
-        " memory_fraction)",
+        description="read-only, recomputed on load: per device type, the bytes of one GPU the planner may fill"
+        " (hbm_bytes x memory_fraction); set memory_fraction to change it",
     )
     shown_nic_gbit_per_node: list[float] | None = Field(
         None,
         alias="nic_gbit_per_node",
-        description="read-only: per group, one node's network bandwidth per direction in Gb/s (gigabits, as NICs are"
-        " sold): inter_node.bandwidth_gbps x 8 x devices_per_node",
+        description="read-only, recomputed on load: per group, one node's network bandwidth per direction in Gb/s"
+        " (gigabits, as NICs are sold): inter_node.bandwidth_gbps x 8 x devices_per_node; set"
+        " inter_node.bandwidth_gbps to change it",
     )
 
-    @model_validator(mode="after")
-    def _check_derived(self) -> HardwareProfileFile:
+    def stale(self) -> list[str]:
+        """A line for each derived key present that disagrees with the fields it is derived from."""
         plain = self.profile()
         got = {
             "num_devices": (self.shown_num_devices, plain.num_devices, "groups"),
-            "usable_memory_bytes": (self.shown_usable_memory_bytes, usable_memory_bytes(plain), "memory_fraction"),
-            "nic_gbit_per_node": (self.shown_nic_gbit_per_node, nic_gbit_per_node(plain), "inter_node.bandwidth_gbps"),
+            "usable_memory_bytes": (
+                self.shown_usable_memory_bytes,
+                usable_memory_bytes(plain),
+                "hbm_bytes x memory_fraction",
+            ),
+            "nic_gbit_per_node": (
+                self.shown_nic_gbit_per_node,
+                nic_gbit_per_node(plain),
+                "inter_node.bandwidth_gbps x 8 x devices_per_node",
+            ),
         }
+        out = []
         for key, (given, derived, source) in got.items():
             if given is None:
                 continue
@@ -346,11 +360,13 @@ class HardwareProfileFile(HardwareProfile):
             if isinstance(derived, list) and len(given) == len(derived):
                 same = all(abs(a - b) <= 1e-6 * max(1.0, b) for a, b in zip(given, derived, strict=True))
             if not same:
-                raise ValueError(
-                    f"{key} = {json.dumps(given)} is read-only, derived from {source} ({json.dumps(derived)});"
-                    f" remove {key} or change {source}"
+                field = {"usable_memory_bytes": "memory_fraction", "nic_gbit_per_node": "inter_node.bandwidth_gbps"}
+                out.append(
+                    f"{key} = {json.dumps(given)} is read-only and ignored: {source} give {json.dumps(derived)};"
+                    f" change {field.get(key, source)} to change it, and delete {key} (`adaptis hardware show FILE"
+                    " --json` writes it afresh)"
                 )
-        return self
+        return out
 
     def profile(self) -> HardwareProfile:
         """The hardware profile itself, without the derived keys."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from pydantic import ValidationError
 
 from adaptis_plan.inputs.hardware import builtin_hardware_names, load_hardware
 from adaptis_plan.spec.hardware import HardwareProfile, HardwareProfileFile, LinkSpec, nic_gbit_per_node
@@ -27,17 +26,29 @@ def test_shown_profile_loads_back_as_the_same_profile(name: str) -> None:
 @pytest.mark.parametrize(
     ("key", "value", "source"),
     [
-        ("num_devices", 64, "groups (128)"),
-        ("usable_memory_bytes", {"h100-sxm5-80gb": 1}, "memory_fraction"),
-        ("nic_gbit_per_node", [1600.0], "inter_node.bandwidth_gbps ([3200.0])"),
+        ("num_devices", 64, "groups give 128; change groups"),
+        ("usable_memory_bytes", {"h100-sxm5-80gb": 1}, 'give {"h100-sxm5-80gb": 72000000000}; change memory_fraction'),
+        ("nic_gbit_per_node", [1600.0], "give [3200.0]; change inter_node.bandwidth_gbps"),
     ],
 )
-def test_a_stale_derived_key_is_refused_naming_its_source(key: str, value: object, source: str) -> None:
-    data = HardwareProfileFile.shown(load_hardware("h100")) | {key: value}
-    with pytest.raises(ValidationError) as e:
-        HardwareProfileFile.model_validate(data)
-    text = str(e.value)
-    assert f"{key} = " in text and "read-only" in text and source in text and f"remove {key}" in text
+def test_a_stale_derived_key_is_ignored_and_named(key: str, value: object, source: str) -> None:
+    hw = load_hardware("h100")
+    data = HardwareProfileFile.shown(hw) | {key: value}
+    got = HardwareProfileFile.model_validate(data)
+    assert got.profile() == hw  # recomputed, never read
+    (line,) = got.stale()
+    assert line.startswith(f"{key} = ") and "is read-only and ignored" in line and source in line, line
+    assert f"delete {key}" in line
+
+
+def test_an_edited_profile_plans_as_edited() -> None:
+    data = HardwareProfileFile.shown(load_hardware("h100"))
+    data["groups"][0]["num_nodes"] = 4
+    data["device_types"]["h100-sxm5-80gb"]["hbm_bytes"] = 40_000_000_000
+    got = HardwareProfileFile.model_validate(data)
+    assert got.profile().num_devices == 32
+    assert got.profile().device_types["h100-sxm5-80gb"].hbm_bytes == 40_000_000_000
+    assert [line.split(" = ")[0] for line in got.stale()] == ["num_devices", "usable_memory_bytes"]
 
 
 def test_nic_per_node_is_gigabits() -> None:
