@@ -6,7 +6,12 @@ Imports only `spec.limits` (the physical-sense bounds).
 
 Pipeline rank r is mapped to a physical slot by filling the groups in order: group 0's
 nodes first (`devices_per_node` pipeline ranks per node), then group 1, and so on. With
-tensor parallelism of degree T a pipeline rank occupies T devices of one node.
+tensor parallelism of degree T a pipeline rank occupies T devices of one node, or T / devices_per_node
+whole nodes when T is a multiple of it (a tp given on the command line that spans nodes).
+
+Units: bandwidths are GB/s (gigabytes) per GPU and per direction; NICs are sold in Gb/s (gigabits), so
+`nic_gbit_per_node` converts (x 8 x GPUs per node). A profile file may carry the read-only keys
+`adaptis hardware show --json` adds (`HardwareProfileFile`); they are recomputed, never read.
 """
 
 from __future__ import annotations

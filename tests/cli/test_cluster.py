@@ -67,6 +67,16 @@ def test_a_stale_derived_key_in_a_profile_file_is_ignored_with_a_note(adaptis, t
     assert shown.json()["num_devices"] == 32 and "num_devices = 128 is read-only and ignored" in shown.stderr
 
 
+def test_a_derived_key_of_the_wrong_type_is_one_line(adaptis, tmp_path: Path) -> None:
+    data = adaptis("hardware", "show", "h100", "--json").json()
+    data["num_devices"] = "many"
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps(data))
+    r = adaptis("plan", *TINY, "--hardware", mine, "-o", tmp_path / "plan.json")
+    one_line_error(r, 2, str(mine), "num_devices", '"many"')
+    assert leftovers(tmp_path) == ["mine.json"]
+
+
 @pytest.mark.parametrize(
     ("flags", "needles"),
     [
