@@ -32,7 +32,7 @@ from adaptis_plan.planfile.io import (
     read_plan,
 )
 from adaptis_plan.spec.cost_profile import CostProfile
-from adaptis_plan.spec.hardware import HardwareProfile
+from adaptis_plan.spec.hardware import HardwareProfile, usable_memory_bytes, usable_memory_text
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.training import TrainingConfig
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or
     from adaptis_plan.executor.profile_estimate import ProfileEstimate
 
 if TYPE_CHECKING:
+    from adaptis_plan.inputs.hardware import HardwareOverrides
     from adaptis_plan.search.budget import Deadline, SearchBudget
 
 #: Seconds per planned action kept back from `--time-limit` for assembling and writing the plan file,
@@ -86,6 +87,8 @@ class PlanRequest:
     dp_overlap: bool = True  # gradient sync / parameter gather overlap compute (`judge.training_step`)
     attention: str = "flash"  # the attention core the runtime uses (`TrainingConfig.attention`)
     tp_comm_overlap: bool = False  # TP collectives overlap their GEMMs (`TrainingConfig.tp_comm_overlap`)
+    # what differs from the profile's cluster (GPUs per node, NIC bandwidth, usable memory): `inputs.hardware`
+    hardware_overrides: HardwareOverrides | None = None
 
 
 @dataclass
@@ -112,6 +115,7 @@ class PlanOutcome:
         if self.cluster is not None:
             out.update(self.cluster)
         out["target"] = self.plan.target
+        out["usable_memory_bytes"] = usable_memory_bytes(self.plan.hardware.profile)
         if self.unrestricted is not None:
             u = self.unrestricted
             out["unrestricted"] = {
@@ -178,7 +182,6 @@ def make_plan_for(
 
     `started_at` (a `time.perf_counter()` value, default now) is when the command started:
     `--time-limit` counts from there."""
-    from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.search import driver
     from adaptis_plan.search.workers import workers
@@ -193,7 +196,7 @@ def make_plan_for(
     if classic is None and req.time_limit_s <= 0:
         raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
     model = load_model(req.model_arg)
-    hw = load_hardware(req.hardware_arg)
+    hw = _hardware(req)
     try:
         training = _training(req, recompute)
     except ValueError as e:
@@ -224,7 +227,10 @@ def make_plan_for(
     )
     if not result.fits_memory:
         raise InfeasibleError(_memory_message(result, got.model, training, got.strategy, got.costs, got.recompute_info))
-    return _outcome(req, hw, training, profile, got, result, t0)
+    outcome = _outcome(req, hw, training, profile, got, result, t0)
+    notes = _hardware_notes(req) + context_notes(req.model_arg, model, req.seq_len)
+    outcome.notes[:0] = notes + cluster_notes(hw, training)
+    return outcome
 
 
 def _first_error(e: ValueError) -> str:
@@ -240,7 +246,6 @@ def make_configuration_plan(
     req: PlanRequest, progress: ProgressFn | None = None, *, started_at: float | None = None
 ) -> PlanOutcome:
     """`adaptis plan --gpus N --global-batch-size B`: the whole configuration (`search.configuration`)."""
-    from adaptis_plan.inputs.hardware import load_hardware
     from adaptis_plan.inputs.models.load import load_model
     from adaptis_plan.search import configuration as config
 
@@ -256,7 +261,7 @@ def make_configuration_plan(
     classic = _classic_strategy(req.strategy)
     _classic_layout_options(req, classic)
     model = load_model(req.model_arg)
-    hw = load_hardware(req.hardware_arg)
+    hw = _hardware(req)
     request = config.Request(
         gpus=req.gpus,
         global_batch_size=req.global_batch_size,
@@ -282,7 +287,101 @@ def make_configuration_plan(
     outcome = _outcome(req, choice.hardware, training, None, got, got.best.result, t0)
     outcome.step = choice.step
     outcome.cluster = config.configuration_record(choice, model, request)
+    notes = _hardware_notes(req) + context_notes(req.model_arg, model, req.seq_len) + request_notes(hw, req)
+    outcome.notes[:0] = notes + cluster_notes(choice.hardware, training)
     return outcome
+
+
+def _hardware(req: PlanRequest) -> HardwareProfile:
+    """The profile `--hardware` names, with the command line's overrides (`inputs.hardware.apply_overrides`)."""
+    from adaptis_plan.inputs.hardware import apply_overrides, load_hardware
+
+    hw = load_hardware(req.hardware_arg)
+    return hw if req.hardware_overrides is None else apply_overrides(hw, req.hardware_overrides)
+
+
+def _hardware_notes(req: PlanRequest) -> list[str]:
+    from adaptis_plan.inputs.hardware import hardware_notes
+
+    return hardware_notes(req.hardware_arg)
+
+
+def request_notes(hw: HardwareProfile, req: PlanRequest) -> list[str]:
+    """What `plan --gpus` does that the user may not expect: a cluster larger than the profile's, and a
+    global batch that leaves data parallelism no degree but 1."""
+    out = []
+    n, batch = req.gpus or 0, req.global_batch_size or 0
+    if len(hw.groups) == 1 and n > hw.num_devices:
+        g = hw.groups[0]
+        out.append(
+            f"--gpus {n}: hardware '{hw.name}' holds {hw.num_devices:,} GPUs ({g.num_nodes:,} node"
+            f"{'' if g.num_nodes == 1 else 's'} of"
+            f" {g.devices_per_node}); planned on {n // g.devices_per_node:,} such nodes (its GPUs and links, more"
+            " of them)"
+        )
+    if n > 1 and batch > 0 and math.gcd(batch, n) == 1 and (req.fixed or {}).get("dp") is None:
+        small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+        divisors = sorted({*small, *(n // k for k in small)} - {1})
+        # the largest dp the GPUs allow at or below the batch (at least their smallest factor): its nearest multiple
+        d = max((k for k in divisors if k <= batch), default=divisors[0])
+        lower, upper = batch // d * d, -(-batch // d) * d
+        near = upper if lower == 0 or upper - batch <= batch - lower else lower
+        out.append(
+            f"--global-batch-size {batch} shares no factor with --gpus {n}: dp divides both, so every configuration"
+            f" searched is dp 1 (the {n} GPUs split one model replica); --global-batch-size {near} opens dp up to"
+            f" {math.gcd(near, n)}"
+        )
+    return out
+
+
+def context_notes(model_arg: str, model: ModelSpec, seq_len: int) -> list[str]:
+    """A warning when --seq-len passes the context a rotary model's config.json says it was trained for
+    (`max_position_embeddings`): it plans (the cost is the same), but the run extrapolates positions. The
+    spec keeps no such field for rotary models, so only a config file given by path is checked; a learned
+    table is refused elsewhere (`cost.table.check_sequence_length`), ALiBi extrapolates by design."""
+    if model.position_encoding is not None:
+        return []
+    from adaptis_plan.inputs.models import zoo
+    from adaptis_plan.spec.read import path_kind, read_data
+
+    path = Path(model_arg).expanduser()
+    if model_arg in zoo.names() or path_kind(path) is None:
+        return []
+    if path_kind(path) == "a folder":
+        path = path / "config.json"
+    try:
+        data = read_data(path, "model file")
+    except InputError:
+        return []
+    configs = [data, data.get("text_config")] if isinstance(data, dict) else []
+    trained = next((c["max_position_embeddings"] for c in configs if isinstance(c, dict)
+                    and isinstance(c.get("max_position_embeddings"), int)), None)  # fmt: skip
+    if trained is None or seq_len <= trained:
+        return []
+    return [
+        f"--seq-len {seq_len} is beyond {model.name}'s max_position_embeddings {trained} ({path}): its rotary"
+        f" positions past {trained} were never trained and the run extrapolates them; planned as asked, but use"
+        f" --seq-len {trained} or less unless the model's context was extended (rope_scaling)"
+    ]
+
+
+def cluster_notes(hw: HardwareProfile, training: TrainingConfig) -> list[str]:
+    """What the user should know about where the plan's groups sit: a tensor-parallel group across nodes."""
+    from adaptis_plan.cost.comm import devices_per_node, placement
+
+    dpn = devices_per_node(hw)
+    if training.tp <= dpn:
+        return []
+    link = placement(hw, training).tp
+    nvlink = hw.intra_node.bandwidth_gbps
+    slow = link.bus_bps / 1e9 < nvlink
+    return [
+        f"tp {training.tp} spans {training.tp // dpn} nodes of {dpn} GPUs: its collectives run on the network at"
+        f" {link.bus_bps / 1e9:g} GB/s bus bandwidth ({link.per_node} GPUs of a node x {hw.inter_node.bandwidth_gbps:g} GB/s"
+        " network each)"
+        f" with {hw.inter_node.latency_s * 1e6:g} us latency"
+        + (f", against NVLink's {nvlink:g} GB/s inside a node: expect them to be slow" if slow else "")
+    ]
 
 
 def _outcome(req: PlanRequest, hw, training, profile, got, result: SimResult, t0: float) -> PlanOutcome:  # noqa: ANN001
@@ -405,9 +504,9 @@ class PlanInputs:
         what = {None: "analytic cost model", "paper": "the paper's profiled costs"}.get(
             self.profile if isinstance(self.profile, str) or self.profile is None else "", "measured profile"
         )
-        frac = self.hardware.memory_fraction
         runtime = "".join(f", {s}" for s in tr.runtime_settings())
-        return f"{what}, {self.hardware.name}, tp {tr.tp}, memory limit {frac:.0%} of HBM{runtime}"
+        usable = usable_memory_text(self.hardware)
+        return f"{what}, {self.hardware.name}, tp {tr.tp}, memory limit {usable}{runtime}"
 
 
 def plan_cost_table(

@@ -131,15 +131,17 @@ def hardware_group(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def hardware_show(name: str, as_json: bool) -> None:
     """Show one hardware profile (built-in name or file)."""
-    from adaptis_plan.inputs.hardware import load_hardware
+    from adaptis_plan.inputs.hardware import hardware_notes, load_hardware
+    from adaptis_plan.spec.hardware import HardwareProfileFile
 
     hw = load_hardware(name)
-    data = hw.model_dump(mode="json")
-    data["num_devices"] = hw.num_devices
+    data = HardwareProfileFile.shown(hw)  # loads back as --hardware FILE (the derived keys recomputed)
     if as_json:
         emit_json(data)
-        return
-    print_hardware(hw)
+    else:
+        print_hardware(hw)
+    for line in hardware_notes(name):
+        note(line)
 
 
 # ----------------------------------------------------------------------------- plan
@@ -157,6 +159,28 @@ def hardware_show(name: str, as_json: bool) -> None:
     "--gpus", type=int, default=None, help="plan the whole configuration for this many GPUs of the profile's type"
 )
 @click.option("--global-batch-size", type=int, default=None, help="sequences per optimizer step (with --gpus)")
+@click.option(
+    "--gpus-per-node", type=int, default=None, help="GPUs per node, overriding the profile's (docs/clusters.md)"
+)
+@click.option(
+    "--nic-gbit-per-node",
+    default=None,
+    help="network bandwidth of one node, Gb/s per direction as NICs are sold: 3200 or 8x400 (NICs x Gb/s each);"
+    " each GPU gets its share (overrides the profile's inter_node.bandwidth_gbps, GB/s per GPU)",
+)
+@click.option(
+    "--nic-gbit-per-gpu",
+    type=float,
+    default=None,
+    help="network bandwidth of one GPU, Gb/s per direction (400: one NDR NIC per GPU)",
+)
+@click.option(
+    "--memory-fraction",
+    type=float,
+    default=None,
+    help="share of each GPU's memory the plan may fill, in (0, 1] [default: the profile's, 0.9 for the built-ins]",
+)
+@click.option("--usable-memory-gib", type=float, default=None, help="GiB of each GPU's memory the plan may fill")
 @click.option("--dp", type=int, default=None, help="data-parallel degree [default: 1; --gpus: searched]")
 @click.option("--cp", type=int, default=None, help="context-parallel degree [default: 1; --gpus: searched]")
 @click.option("--ep", type=int, default=None, help="expert-parallel degree [default: 1; --gpus: searched]")
@@ -262,6 +286,11 @@ def plan_cmd(
     tp,
     gpus,
     global_batch_size,
+    gpus_per_node,
+    nic_gbit_per_node,
+    nic_gbit_per_gpu,
+    memory_fraction,
+    usable_memory_gib,
     dp,
     cp,
     ep,
@@ -299,6 +328,12 @@ def plan_cmd(
     _check_positive(stages_per_device=stages_per_device)
     _check_at_most(stages_per_device=(stages_per_device, MAX_STAGES_PER_DEVICE))
     chunks = _head_chunks_option(head_chunks)
+    from adaptis_plan.inputs.hardware import HardwareOverrides, check_overrides
+
+    overrides = HardwareOverrides(
+        gpus_per_node, nic_gbit_per_node, nic_gbit_per_gpu, memory_fraction, usable_memory_gib
+    )
+    check_overrides(overrides)
     _check_output(output, "-o", model_arg, hardware_arg, costs_arg)
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
@@ -331,6 +366,7 @@ def plan_cmd(
         hard_stop=hard_stop,
         seed=seed,
         target=target.lower(),
+        hardware_overrides=overrides if overrides.given else None,
     )
     if not as_json and console().is_terminal:
         from adaptis_plan.render.progress import progress_bar

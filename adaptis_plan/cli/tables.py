@@ -62,11 +62,14 @@ def print_model(spec: ModelSpec, rows: list[dict], total: ParamCount, timed: boo
 
 
 def print_hardware(hw: HardwareProfile) -> None:
-    """`hardware show`: the device types, the groups and the links of one profile."""
+    """`hardware show`: the device types, the groups and the links of one profile, each figure with its
+    unit and scope (per GPU, per node, per direction; GB/s are gigabytes, Gb/s gigabits per second)."""
     from rich.table import Table
 
+    from adaptis_plan.spec.hardware import nic_gbit_per_node, usable_memory_text
+
     t = Table(title=f"{shown(hw.name)}: {shown(hw.description, 4 * MAX_SHOWN)}")
-    for c in ("device type", "bf16 TFLOP/s", "matmul eff.", "HBM", "HBM GB/s"):
+    for c in ("device type", "bf16 TFLOP/s per GPU", "matmul eff.", "HBM per GPU", "HBM GB/s per GPU"):
         t.add_column(c)
     for n, d in hw.device_types.items():
         t.add_row(
@@ -77,11 +80,20 @@ def print_hardware(hw: HardwareProfile) -> None:
             f"{d.hbm_bandwidth_gbps:g}",
         )
     console().print(t)
-    for g in hw.groups:
-        console().print(f"group: {g.num_nodes} node(s) x {g.devices_per_node} {shown(g.device_type)}")
-    for label, link in (("intra-node", hw.intra_node), ("inter-node", hw.inter_node)):
+    for g, node_gbit in zip(hw.groups, nic_gbit_per_node(hw), strict=True):
         console().print(
-            f"{label} link: {link.bandwidth_gbps:g} GB/s, {link.latency_s * 1e6:g} us ({shown(link.source, 4 * MAX_SHOWN)})"
+            f"group: {g.num_nodes} node(s) x {g.devices_per_node} {shown(g.device_type)}"
+            f" = {g.num_nodes * g.devices_per_node:,} GPUs; network {node_gbit:,g} Gb/s per node per direction"
+        )
+    console().print(
+        f"usable memory: {usable_memory_text(hw)}; memory_fraction {hw.memory_fraction:g} (plan --memory-fraction"
+        " / --usable-memory-gib override it)"
+    )
+    for label, link in (("intra-node", hw.intra_node), ("inter-node", hw.inter_node)):
+        gbit = f" = {link.bandwidth_gbps * 8:,g} Gb/s" if link is hw.inter_node else ""
+        console().print(
+            f"{label} link: {link.bandwidth_gbps:g} GB/s per GPU per direction{gbit}, {link.latency_s * 1e6:g} us"
+            f" ({shown(link.source, 4 * MAX_SHOWN)})"
         )
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from adaptis_plan.core import ALL_COMPONENTS, Layout
+from adaptis_plan.spec.hardware import usable_memory_text
 from adaptis_plan.text import MAX_SHOWN, shown
 from adaptis_plan.units import fmt_bytes, fmt_time
 
@@ -115,6 +116,7 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
     )
     if (line := expected_line(r)) is not None:
         console.print(line)
+    console.print(f"planned with usable memory {usable_memory_text(plan.hardware.profile)}.")
     if outcome.unrestricted is not None:
         u = outcome.unrestricted
         console.print(

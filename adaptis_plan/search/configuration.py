@@ -7,7 +7,9 @@ row per legal configuration saying what happened to it. Same inputs and budget, 
 every order is a sort on numbers and labels, every search runs on a deterministic budget.
 
 Legal points (`legal_points`): tp divides every head count and inner size (`check_tensor_parallel`)
-and the GPUs of a node (a tensor-parallel group never straddles nodes), tp x cp divides a node or
+and, when searched, the GPUs of a node (the free search keeps a tensor-parallel group in a node); a tp
+given on the command line is planned where it runs at all: across nodes when it fills whole ones (Megatron-LM
+runs it so, its collectives priced on the network, `cost.comm.GroupLink`); tp x cp divides a node or
 fills whole nodes; cp divides the sequence into 2 x cp load-balanced chunks of at least
 `MIN_CP_TOKENS` tokens per rank, and only attention models take it (no Mamba); pp <= layers; dp = gpus / (tp x cp x pp) divides the global
 batch; ep divides the experts and dp x cp (MoE models only); micro-batch size b divides
@@ -576,14 +578,7 @@ def search_configuration(
     hw = cluster(hardware, req.gpus)
     points = legal_points(model, hw, req)
     if not points:
-        given = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in req.fixed.items() if v is not None)
-        raise InputError(
-            f"--gpus {req.gpus} --global-batch-size {req.global_batch_size} --seq-len {req.seq_len}"
-            + (f" with {given}" if given else "")
-            + f": no legal configuration of {model.name} (tp must divide the heads and stay in a node, cp the"
-            " sequence, ep the experts of a MoE model and dp x cp; dp x micro-batch size x micro-batches must equal"
-            " the global batch); change the fixed sizes"
-        )
+        raise InputError(_no_legal_point(model, hw, req))
     rows = pmap(functools.partial(_screen_bound, model, hw, req), points)
     order = sorted(
         (r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.estimate_s, r.bound_s, r.point.preference)
@@ -643,10 +638,7 @@ def search_configuration(
                     _prune(row, best)
                     continue
                 if why == "margin":
-                    row.reason = (
-                        f"estimate {row.estimate_s:.4g} s is more than {SCREEN_MARGIN:.0%} above the"
-                        f" {PLAN_LIMIT} best screened steps: it would not be planned"
-                    )
+                    row.reason = _margin_reason(model, hw, req, row)
                 if why == "deadline":
                     deadline.abort("configuration screening")  # --time-limit's hard stop
                 if why is not None:
@@ -677,10 +669,10 @@ def search_configuration(
             why = next((r.reason for r in rows if r.status == "inapplicable"), "")
             raise InputError(f"--strategy {req.strategy} applies to no legal configuration: {why}")
         worst = min(oom, key=lambda r: (r.overflow_bytes, r.point.preference))
-        raise InfeasibleError(
-            f"no configuration of {model.name} on {req.gpus} GPUs fits in memory; the closest, {worst.point.label},"
-            f" {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch"
-        )
+        head = f"no configuration of {model.name} on {req.gpus} GPUs fits in memory; the closest, {worst.point.label},"
+        if all(r.reason.startswith(_STATIC_REASON) for r in oom):
+            raise InfeasibleError(f"{head} {worst.reason}; {_least_gpus(oom, hw)}")
+        raise InfeasibleError(f"{head} {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch")
     screened.sort(key=lambda s: (s.step.step_time_s, s.considered.point.preference))
     top = screened[0].considered.point
     chosen = screened[: 1 if top.pp * top.num_microbatches >= BIG_PIPELINE else PLAN_LIMIT]
@@ -701,6 +693,106 @@ def search_configuration(
     win.considered = rows
     win.lower_bound_s = lower
     return win
+
+
+#: how `_screen_bound` begins the reason of a point whose weights, gradients and optimizer state alone overflow
+_STATIC_REASON = "weights, gradients and optimizer state alone"
+#: the command-line flag of each dimension
+_FLAGS = {"num_microbatches": "--microbatches"}
+
+
+def _flag(dim: str) -> str:
+    return _FLAGS.get(dim, "--" + dim.replace("_", "-"))
+
+
+def _least_gpus(oom: list[Considered], hw: HardwareProfile) -> str:
+    """What to do when no point holds even its weights, gradients and optimizer state: the fewest GPUs
+    that could, from the least state any point's sharding leaves (each GPU of a point holds at least
+    its mean, `_screen_bound`), over the smallest usable memory, in whole nodes."""
+    limit = min(d.hbm_bytes for d in hw.device_types.values()) * hw.memory_fraction
+    total = min((r.overflow_bytes + limit) * r.point.tp * r.point.cp * r.point.pp * r.point.dp for r in oom)
+    need = max(1, math.ceil(total / limit))
+    dpn = devices_per_node(hw)
+    nodes = -(-need // dpn)
+    return (
+        f"its weights, gradients and optimizer state ({total / 2**40:,.2f} TiB sharded as far as any point here"
+        f" shards them) need at least {need:,} GPUs of {_gib(limit)} usable; a shorter sequence or a smaller"
+        f" batch cannot help: use --gpus {nodes * dpn:,} ({nodes:,} nodes of {dpn}) or more"
+    )
+
+
+def _margin_reason(model: ModelSpec, hw: HardwareProfile, req: Request, row: Considered) -> str:
+    """Why a point past the screening margin is not screened; one whose estimate found no classic schedule
+    that fits says by how much it does not (`_closed_form_overflow`)."""
+    if math.isfinite(row.estimate_s):
+        return (
+            f"estimate {row.estimate_s:.4g} s is more than {SCREEN_MARGIN:.0%} above the"
+            f" {PLAN_LIMIT} best screened steps: it would not be planned"
+        )
+    most = _most_stages(model, req)
+    if row.point.pp > most:
+        return f"pp {row.point.pp}: more pipeline stages than the {most} layers its partition can give a stage each"
+    mode = RECOMPUTE_LADDER[-1] if req.recompute == "auto" else req.recompute
+    over = _closed_form_overflow(model, hw, req, row.point, mode)
+    return f"does not fit: {_gib(over)} over the memory limit (1F1B with {mode} recomputation, uniform partition)"
+
+
+def _closed_form_overflow(model: ModelSpec, hw: HardwareProfile, req: Request, point: Point, mode: str) -> float:
+    """The most any device holds over its limit under 1F1B on the uniform partition, when its first backward
+    starts (static bytes + min(pp - s, M) micro-batches of activations): a lower bound on its overflow."""
+    costs = CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
+    pp, dev = point.pp, np.arange(point.pp)
+    cuts = classic_bounds(costs, placement("sequential", pp, 1), _split(model, req, pp))[:-1]
+    static = np.add.reduceat(costs.static_bytes, cuts)
+    held = np.add.reduceat(costs.act_bytes, cuts) * np.minimum(pp - dev, point.num_microbatches)
+    return float(max(0.0, (static + held - costs.mem_limit_bytes[:pp]).max()))
+
+
+def _no_legal_point(model: ModelSpec, hw: HardwareProfile, req: Request) -> str:
+    """Why `legal_points` found nothing: the request and the first rule its fixed sizes break."""
+    n, B, S, f = req.gpus, req.global_batch_size, req.seq_len, req.fixed
+    given = ", ".join(f"{_flag(k)} {v}" for k, v in f.items() if v is not None)
+    head = f"--gpus {n} --global-batch-size {B} --seq-len {S}" + (f" with {given}" if given else "")
+    head += f": no legal configuration of {model.name}"
+    dpn = devices_per_node(hw)
+    tp, cp, pp = f.get("tp"), f.get("cp"), f.get("pp")
+    if tp is not None:
+        try:
+            check_tensor_parallel(model, tp)
+        except InputError as e:
+            return f"{head}: {e}"
+        if n % tp:
+            return f"{head}: --tp {tp} does not divide --gpus {n} (tp x cp x pp x dp = GPUs); use a --tp that does"
+    width = (tp or 1) * (cp or 1)
+    if tp is not None and dpn % width and width % dpn:
+        fits = [d for d in _divisors(dpn) if d % (cp or 1) == 0]
+        return (
+            f"{head}: tp x cp = {width} neither divides a node's {dpn} GPUs nor fills whole nodes (a tensor-parallel"
+            f" group runs on part of one node or on whole ones); use a tp x cp of {', '.join(map(str, fits))} or a"
+            f" multiple of {dpn}"
+        )
+    if cp is not None and cp > 1 and S % (2 * cp):
+        return f"{head}: --cp {cp} splits --seq-len {S} into 2 x cp chunks, which must divide it; use a --cp that does"
+    if pp is not None and pp > model.num_layers:
+        return f"{head}: --pp {pp} is more than the {model.num_layers} layers of {model.name}; lower --pp"
+    fixed_width = (tp or 1) * (cp or 1) * (pp or 1)
+    if n % fixed_width:
+        return f"{head}: tp x cp x pp = {fixed_width} does not divide --gpus {n}; change the fixed sizes"
+    dps = [n // (fixed_width * k) for k in _divisors(n // fixed_width)]
+    if f.get("dp") is not None and f["dp"] not in dps:
+        return f"{head}: --dp {f['dp']} is not --gpus / (tp x cp x pp) for any tp, cp and pp here; change --dp"
+    if not any(B % d == 0 for d in ([f["dp"]] if f.get("dp") else dps)):
+        return f"{head}: dp must divide the global batch and no dp here does; use a --global-batch-size divisible by dp"
+    if f.get("micro_batch_size") is not None or f.get("num_microbatches") is not None:
+        return (
+            f"{head}: dp x micro-batch size x micro-batches must equal --global-batch-size {B}, for a dp that divides"
+            f" --gpus {n}; change --micro-batch-size / --microbatches or drop them (they are searched)"
+        )
+    return (
+        f"{head} (tp must divide the heads and fit in a node or fill whole ones, cp the sequence, ep the experts of"
+        " a MoE model and dp x cp; dp x micro-batch size x micro-batches must equal the global batch); change the"
+        " fixed sizes"
+    )
 
 
 def _check_options(model: ModelSpec, req: Request) -> None:

@@ -433,7 +433,9 @@ def validation_message(where: object, exc: ValidationError, root: type[BaseModel
     if kind == "missing":
         line = f"{where}: {field}: field required; add it"
     elif kind == "extra_forbidden":
-        allowed = sorted(owner.model_fields) if owner else []
+        allowed = (
+            sorted(f.alias or name for name, f in owner.model_fields.items()) if owner else []
+        )  # as files spell them
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         fix = f"did you mean '{close[0]}'?" if close else f"remove it (allowed: {', '.join(allowed)})"
         if close:

@@ -10,13 +10,13 @@ import json
 from pathlib import Path
 
 from adaptis_plan.spec.cost_profile import CostProfile
-from adaptis_plan.spec.hardware import HardwareProfile
+from adaptis_plan.spec.hardware import HardwareProfileFile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 
 SCHEMAS = {
     "model": ModelSpec,
-    "hardware": HardwareProfile,
+    "hardware": HardwareProfileFile,  # a profile file: the profile and the keys `hardware show --json` adds
     "plan": PlanFile,
     "costs": CostProfile,
 }
