@@ -15,7 +15,8 @@ from helpers_cli import leftovers, one_line_error
 
 from adaptis_plan.core import Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.planfile.export import TrainingShape, torchtitan_base, torchtitan_config_module
+from adaptis_plan.planfile.export import TrainingShape
+from adaptis_plan.planfile.export_torchtitan import torchtitan_base, torchtitan_config_module
 from adaptis_plan.planfile.io import read_plan
 from tests.conftest import run_adaptis
 
