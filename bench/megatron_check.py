@@ -86,13 +86,19 @@ def model_args(plan: dict) -> list[str]:
     return out
 
 
-def check_plan(plan_path: str, megatron: Path, arch: float, model: str | None) -> tuple[bool, str]:
-    """(passed, one line): the plan's launch script through Megatron-LM's parse_args and validate_args."""
+def check_plan(
+    plan_path: str, megatron: Path, arch: float, model: str | None, env_override: dict[str, str | None]
+) -> tuple[bool, str]:
+    """(passed, one line): the plan's launch script through Megatron-LM's parse_args and validate_args,
+    then every switch the script passes still on after validate_args (it turns some off silently,
+    e.g. --sequence-parallel at tp 1). `env_override` replaces what the script sets (a negative
+    control: `--env CUDA_DEVICE_MAX_CONNECTIONS=1` on a Megatron-FSDP plan must fail)."""
     from adaptis_plan.usecases import export_plan_file
 
     plan = json.loads(Path(plan_path).read_text())
     ((_, script),) = export_plan_file(plan_path, "megatron-launch", model_arg=model, output=None)
     env, args, script_name = launch_parts(script)
+    env = {**env, **env_override}
     t = plan["training"]
     world = t["tp"] * t["pp"] * t["cp"] * t["dp"]
     argv = [*args, *model_args(plan)]
@@ -117,6 +123,10 @@ def check_plan(plan_path: str, megatron: Path, arch: float, model: str | None) -
         os.environ.clear()
         os.environ.update(saved_env)
         sys.argv = saved_argv
+    dropped = [a for a, b in zip(args, [*args[1:], "--"], strict=True) if a.startswith("--") and b.startswith("--")]
+    dropped = [flag for flag in dropped if getattr(ns, flag[2:].replace("-", "_"), None) is not True]
+    if dropped:
+        return False, f"{plan_path}: validate_args turned off {', '.join(dropped)}"
     shown_env = " ".join(f"{k}={v}" if v is not None else f"unset {k}" for k, v in env.items()) or "(none)"
     return True, (
         f"{plan_path}: ok: world {world} = dp {ns.data_parallel_size} x tp {ns.tensor_model_parallel_size} x pp"
@@ -136,28 +146,58 @@ def _arch(arguments, arch: float):  # noqa: ANN001
         arguments.get_device_arch_version = saved
 
 
+def _python_shims() -> list[str]:
+    """Python 3.12's `typing.override` on an older Python (Megatron-LM's training code imports it;
+    PEP 698: at runtime it sets `__override__` and returns its argument, nothing else): what was added."""
+    import typing
+
+    if hasattr(typing, "override"):
+        return []
+
+    def override(method):  # noqa: ANN001, ANN202
+        with contextlib.suppress(AttributeError, TypeError):
+            method.__override__ = True
+        return method
+
+    typing.override = override
+    return [f"typing.override (Python 3.12, PEP 698) added to Python {sys.version.split()[0]}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.megatron_check", description=__doc__.splitlines()[0])
     parser.add_argument("--megatron", required=True, type=Path, help="a Megatron-LM checkout (holds megatron/training)")
     parser.add_argument("plans", nargs="+", help="plan files made with adaptis plan ... --target megatron")
     parser.add_argument("--arch", type=float, default=9.0, help="GPU architecture validate_args is told (9.0 Hopper)")
     parser.add_argument("--model", default=None, help="model (default: the one embedded in each plan)")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="replace what the launch script sets (NAME= unsets it): a negative control",
+    )
     opts = parser.parse_args(argv)
     if not (opts.megatron / "megatron" / "training" / "arguments.py").is_file():
         print(f"error: --megatron {opts.megatron}: no megatron/training/arguments.py there", file=sys.stderr)
         return 2
+    shims = _python_shims()
     sys.path.insert(0, str(opts.megatron.resolve()))
     for name in [m for m in sys.modules if m == "megatron" or m.startswith("megatron.")]:
         del sys.modules[name]  # the checkout's megatron (and its megatron.core), not an installed one
     print(f"Megatron-LM checkout: {opts.megatron}")
     print(
-        f"mocked: megatron.core.utils.get_device_arch_version() -> {opts.arch} (no GPU here); nothing else."
+        f"mocked: megatron.core.utils.get_device_arch_version() -> {opts.arch} (no GPU here)"
+        + "".join(f"; {shim}" for shim in shims)
+        + "; nothing else."
         " Added after the launch script's arguments: the plan's model size, --tokenizer-type NullTokenizer"
         " --mock-data --lr 1e-4 --train-iters 10"
     )
+    override = {name: value or None for name, _, value in (item.partition("=") for item in opts.env)}
+    if override:
+        print(f"environment replaced: {override}")
     failed = 0
     for plan in opts.plans:
-        ok, line = check_plan(plan, opts.megatron, opts.arch, opts.model)
+        ok, line = check_plan(plan, opts.megatron, opts.arch, opts.model, override)
         failed += not ok
         print(("PASS " if ok else "FAIL ") + line)
     return 1 if failed else 0

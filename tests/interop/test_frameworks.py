@@ -118,7 +118,7 @@ def test_megatron_core_config_takes_our_arguments(tmp_path: Path, name, edits, r
         recompute_granularity=ns.recompute_granularity,
         recompute_method=ns.recompute_method,
         recompute_num_layers=ns.recompute_num_layers,
-        attention_backend=AttnBackend[ns.attention_backend or "auto"],
+        attention_backend=AttnBackend[ns.attention_backend],
     )
     t = plan["training"]
     assert (config.tensor_model_parallel_size, config.context_parallel_size) == (t["tp"], t["cp"])
@@ -126,7 +126,7 @@ def test_megatron_core_config_takes_our_arguments(tmp_path: Path, name, edits, r
     assert config.virtual_pipeline_model_parallel_size == len(plan["stages"]) // t["pp"]
     assert config.recompute_granularity == (None if recompute is None else recompute)
     assert ns.global_batch_size == t["dp"] * t["micro_batch_size"] * t["num_microbatches"]
-    want = {"cudnn": AttnBackend.fused, "unfused": AttnBackend.unfused}.get(t.get("attention"), AttnBackend.auto)
+    want = {"cudnn": AttnBackend.fused, "unfused": AttnBackend.unfused}.get(t.get("attention"), AttnBackend.flash)
     assert config.attention_backend == want
 
 

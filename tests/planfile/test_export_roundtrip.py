@@ -89,3 +89,32 @@ def test_the_args_and_the_launch_script_carry_the_same_arguments(plans, tmp_path
     assert vars(parse_megatron_args(args.stdout)) == vars(
         megatron_parser().parse_args(launch_argv(script.read_text())[2][1:])
     )
+
+
+@pytest.mark.parametrize(("seeded", "want"), [("InterleavedZeroBubble x3", "Interleaved1F1B x3"),
+                                              ("InterleavedZeroBubble/balanced", "Interleaved1F1B/balanced")])  # fmt: skip
+def test_a_megatron_plan_is_labelled_by_the_order_it_runs(seeded, want) -> None:
+    """--target megatron keeps a seeded classic layout but runs Megatron's order on it: the plan (and
+    the report, which shows `search.source`) names that order, not the seed's schedule."""
+    from adaptis_plan.core import Layout
+    from adaptis_plan.cost.table import build_cost_table
+    from adaptis_plan.inputs.hardware import load_hardware
+    from adaptis_plan.inputs.models.load import load_model
+    from adaptis_plan.schedules import get_spec, placement, uniform_bounds
+    from adaptis_plan.schedules.targets import get_target
+    from adaptis_plan.search.driver import _with_runtime_order
+    from adaptis_plan.search.generator import Candidate
+    from adaptis_plan.spec.training import TrainingConfig
+
+    k = 3 if "x3" in seeded else 2
+    model = load_model("tiny-llama")
+    training = TrainingConfig(num_microbatches=4, seq_len=64, pp=2, dtype="fp32")
+    costs = build_cost_table(model, load_hardware("cpu"), training)
+    layout = Layout(uniform_bounds(model.num_layers, 2 * k), placement("loop", 2, k), 2)
+    programs = get_spec("InterleavedZeroBubble").build(layout.stage_device, 2, 4)
+    partition = "balanced" if "balanced" in seeded else "uniform"
+    seed = Candidate(layout, programs, 1.0, placement="loop", partition=partition, policy="InterleavedZeroBubble",
+                     source=seeded)  # fmt: skip
+    chosen = _with_runtime_order(get_target("megatron"), seed, costs, {}, 4)
+    assert chosen.programs == get_spec("Interleaved1F1B").build(layout.stage_device, 2, 4)
+    assert chosen.label == want
