@@ -2,7 +2,7 @@
 Megatron-LM checkout the user points at (Megatron-LM is not on PyPI; megatron-core does not ship
 `megatron.training`).
 
-Run: `python -m bench.megatron_check --megatron /path/to/Megatron-LM PLAN.json [PLAN.json ...]
+Run: `python -m bench.megatron_check --megatron /path/to/Megatron-LM [PLAN.json ...] [--six DIR]
 [--arch 9.0] [--model MODEL]`. For each plan it writes the launch script (`adaptis export
 --format megatron-launch`), reads back the environment it exports and the arguments it passes to
 the training script, adds the model's size from the plan (the arguments a user passes after the
@@ -31,6 +31,22 @@ import os
 import shlex
 import sys
 from pathlib import Path
+
+# (name, `adaptis plan` options): small zoo models at fixed degrees, classic Megatron schedules (no
+# search: seconds) but one plan that the search lays out for Megatron (`--target megatron`);
+# every plan built with --no-hard-stop, so the same plan every time.
+_LLAMA = "--model llama-2-7b --hardware h100 --seq-len 4096"
+SIX_PLANS = (
+    ("dense-tp-pp-dp", f"{_LLAMA} --pp 2 --tp 2 --dp 4 --zero 1 --microbatches 16 --strategy 1F1B --tp-comm-overlap"),
+    ("zero3-fsdp", f"{_LLAMA} --pp 2 --tp 2 --dp 4 --zero 3 --microbatches 8 --strategy Interleaved1F1B"
+     " --recompute selective"),
+    ("cp", "--model llama-2-7b --hardware h100 --seq-len 8192 --pp 2 --tp 2 --cp 2 --dp 2 --zero 1 --microbatches 8"
+     " --strategy 1F1B --attention cudnn"),
+    ("moe-ep", "--model deepseek-v2-lite --hardware h100 --seq-len 4096 --pp 2 --dp 8 --ep 4 --zero 1 --microbatches 8"
+     " --strategy 1F1B"),
+    ("pp1", f"{_LLAMA} --pp 1 --tp 4 --dp 4 --zero 1 --microbatches 4 --strategy 1F1B --recompute full"),
+    ("interleaved-layout", f"{_LLAMA} --pp 4 --microbatches 8 --recompute none --target megatron"),
+)  # fmt: skip
 
 
 def launch_parts(script: str) -> tuple[dict[str, str | None], list[str], str]:
@@ -163,10 +179,37 @@ def _python_shims() -> list[str]:
     return [f"typing.override (Python 3.12, PEP 698) added to Python {sys.version.split()[0]}"]
 
 
+def plan_six(folder: Path) -> list[Path]:
+    """`SIX_PLANS` planned into `folder` with `adaptis plan` (in this process), in order."""
+    from adaptis_plan.cli import main as adaptis
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name, options in SIX_PLANS:
+        path = folder / f"{name}.json"
+        argv = ["plan", *options.split(), "--time-limit", "1", "--no-hard-stop", "-o", str(path)]
+        print("adaptis " + " ".join(argv))
+        saved = sys.argv
+        sys.argv = ["adaptis", *argv]
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                adaptis()
+        except SystemExit as e:
+            if e.code not in (0, None):
+                raise
+        finally:
+            sys.argv = saved
+        out.append(path)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.megatron_check", description=__doc__.splitlines()[0])
     parser.add_argument("--megatron", required=True, type=Path, help="a Megatron-LM checkout (holds megatron/training)")
-    parser.add_argument("plans", nargs="+", help="plan files made with adaptis plan ... --target megatron")
+    parser.add_argument("plans", nargs="*", help="plan files made with adaptis plan ... --target megatron")
+    parser.add_argument(
+        "--six", type=Path, default=None, metavar="DIR", help="plan `SIX_PLANS` into DIR first and check them too"
+    )
     parser.add_argument("--arch", type=float, default=9.0, help="GPU architecture validate_args is told (9.0 Hopper)")
     parser.add_argument("--model", default=None, help="model (default: the one embedded in each plan)")
     parser.add_argument(
@@ -192,11 +235,17 @@ def main(argv: list[str] | None = None) -> int:
         " Added after the launch script's arguments: the plan's model size, --tokenizer-type NullTokenizer"
         " --mock-data --lr 1e-4 --train-iters 10"
     )
+    plans = list(opts.plans)
+    if opts.six is not None:
+        plans += [str(path) for path in plan_six(opts.six)]
+    if not plans:
+        print("error: no plan: pass PLAN.json files or --six DIR", file=sys.stderr)
+        return 2
     override = {name: value or None for name, _, value in (item.partition("=") for item in opts.env)}
     if override:
         print(f"environment replaced: {override}")
     failed = 0
-    for plan in opts.plans:
+    for plan in plans:
         ok, line = check_plan(plan, opts.megatron, opts.arch, opts.model, override)
         failed += not ok
         print(("PASS " if ok else "FAIL ") + line)

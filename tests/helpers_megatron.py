@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from bench.megatron_check import SIX_PLANS  # the checker's reference plans, also this suite's
+
 # flag -> (dest, kind, type, choices); kind "true" = store_true, "value" = one value
 MEGATRON_FLAGS: dict[str, tuple[str, str, type | None, tuple[str, ...] | None]] = {
     "--tensor-model-parallel-size": ("tensor_model_parallel_size", "value", int, None),
@@ -205,23 +207,6 @@ def settings_of_plan(plan: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------- the six plans
-# (name, `adaptis plan` options): small zoo models at fixed degrees, classic Megatron schedules (no
-# search: seconds) but one plan that the search lays out for Megatron (`--target megatron`);
-# every plan built with --no-hard-stop, so the same plan every time.
-_LLAMA = "--model llama-2-7b --hardware h100 --seq-len 4096"
-SIX_PLANS = (
-    ("dense-tp-pp-dp", f"{_LLAMA} --pp 2 --tp 2 --dp 4 --zero 1 --microbatches 16 --strategy 1F1B --tp-comm-overlap"),
-    ("zero3-fsdp", f"{_LLAMA} --pp 2 --tp 2 --dp 4 --zero 3 --microbatches 8 --strategy Interleaved1F1B"
-     " --recompute selective"),
-    ("cp", "--model llama-2-7b --hardware h100 --seq-len 8192 --pp 2 --tp 2 --cp 2 --dp 2 --zero 1 --microbatches 8"
-     " --strategy 1F1B --attention cudnn"),
-    ("moe-ep", "--model deepseek-v2-lite --hardware h100 --seq-len 4096 --pp 2 --dp 8 --ep 4 --zero 1 --microbatches 8"
-     " --strategy 1F1B"),
-    ("pp1", f"{_LLAMA} --pp 1 --tp 4 --dp 4 --zero 1 --microbatches 4 --strategy 1F1B --recompute full"),
-    ("interleaved-layout", f"{_LLAMA} --pp 4 --microbatches 8 --recompute none --target megatron"),
-)  # fmt: skip
-
-
 def build_six_plans(folder, run) -> dict:  # noqa: ANN001
     """name -> (plan path, plan dict) for `SIX_PLANS`, planned with `run` (`tests.conftest.run_adaptis`)."""
     import json
