@@ -645,7 +645,7 @@ def simulate_plan_file(
     return SimOutcome(plan, layout, programs, result, title, differs, inputs.cost_source, notes, step)
 
 
-EXPORT_FORMATS = ("torch-csv", "megatron-layout", "megatron-args", "torchtitan")
+EXPORT_FORMATS = ("torch-csv", "megatron-layout", "megatron-args", "megatron-launch", "torchtitan")
 
 
 def export_plan_file(
@@ -655,25 +655,31 @@ def export_plan_file(
     model_arg: str | None = None,
     output: str | None = None,
     torchtitan_config: str | None = None,
+    torchtitan_version: str | None = None,
 ) -> list[tuple[str | None, str]]:
     """The files an export writes, as (path, text) in writing order; path None = stdout.
+
+    torchtitan: the config's field names are `torchtitan_version`'s, or the installed
+    torchtitan's (`export_torchtitan.torchtitan_field_set`).
 
     The plan is judged first (a plan whose programs deadlock or miss actions is refused), then
     checked against what the format's runtime can run (`schedules.targets`): nothing is
     written that the runtime would reject later.
     """
-    from adaptis_plan.planfile.export import (
-        TrainingShape,
-        megatron_args,
-        megatron_layout,
-        to_torch_csv,
+    from adaptis_plan.planfile.export import TrainingShape, megatron_layout, to_torch_csv
+    from adaptis_plan.planfile.export_megatron import megatron_args, megatron_launch
+    from adaptis_plan.planfile.export_torchtitan import (
         torchtitan_base,
         torchtitan_config_module,
+        torchtitan_field_set,
     )
     from adaptis_plan.schedules.targets import check_exportable
 
     if fmt not in EXPORT_FORMATS:
         raise InputError(f"--format = {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
+    if torchtitan_version is not None and fmt != "torchtitan":
+        raise InputError(f"--torchtitan-version is an option of --format torchtitan, not of --format {fmt}")
+    version = "0.3"
     if fmt == "torchtitan":  # its options first: they cost nothing to check, the plan a simulation
         if output is None:
             raise InputError(
@@ -690,6 +696,7 @@ def export_plan_file(
                 " name the output like adaptis_pipeline.py"
             )
         torchtitan_base(torchtitan_config)
+        version = torchtitan_field_set(torchtitan_version, _installed_version("torchtitan"))
     inputs = load_plan_inputs(plan_path, model_arg=model_arg)
     plan, model = inputs.plan, inputs.model
     judge_plan(inputs)
@@ -714,6 +721,8 @@ def export_plan_file(
         dtype=t.dtype,
         stage_recompute=tuple(stage.recompute for stage in plan.stages),
         attention=t.attention,
+        dp_overlap=t.dp_overlap,
+        tp_comm_overlap=t.tp_comm_overlap,
     )
     title = f"{plan.model.name}, {plan.strategy} plan, pp {t.pp}, {t.num_microbatches} micro-batches"
     try:
@@ -724,12 +733,40 @@ def export_plan_file(
         if fmt == "megatron-args":
             experts = [layer.moe.num_experts for layer in model.layers if layer.moe is not None]
             return [(output, megatron_args(layout, kinds, training, num_experts=experts, title=title))]
+        if fmt == "megatron-launch":
+            experts = [layer.moe.num_experts for layer in model.layers if layer.moe is not None]
+            per_node = {group.devices_per_node for group in plan.hardware.profile.groups}
+            if len(per_node) != 1:
+                raise InputError(
+                    f"megatron-launch: the hardware's node groups have {sorted(per_node)} GPUs per node, and torchrun"
+                    " starts the same number on every node; use megatron-args with your own launcher"
+                )
+            script = megatron_launch(
+                layout, kinds, training, devices_per_node=per_node.pop(), num_experts=experts, title=title
+            )
+            return [(output, script)]
         module = torchtitan_config_module(
-            layout, kinds, csv_name=csv_path.name, base=str(torchtitan_config), training=training, title=title
+            layout,
+            kinds,
+            csv_name=csv_path.name,
+            base=str(torchtitan_config),
+            training=training,
+            title=title,
+            version=version,
         )
     except InputError as e:
         raise InputError(f"{plan_path}: {e}") from None
     return [(str(csv_path), to_torch_csv(programs)), (str(config_path), module)]
+
+
+def _installed_version(package: str) -> str | None:
+    """The installed distribution's version, or None when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 # ----------------------------------------------------------------------------- run and profile (the executor)

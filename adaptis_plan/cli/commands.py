@@ -452,7 +452,10 @@ def _write_text_atomic(path: str, text: str) -> None:
 @cli.command("export")
 @click.argument("plan_path", type=click.Path())
 @click.option(
-    "--format", "fmt", required=True, type=click.Choice(["torch-csv", "megatron-layout", "megatron-args", "torchtitan"])
+    "--format",
+    "fmt",
+    required=True,
+    type=click.Choice(["torch-csv", "megatron-layout", "megatron-args", "megatron-launch", "torchtitan"]),
 )
 @click.option("--model", "model_arg", default=None, help="model (default: the one embedded in the plan)")
 @click.option(
@@ -463,14 +466,26 @@ def _write_text_atomic(path: str, text: str) -> None:
     default=None,
     help="torchtitan: the planned model's torchtitan config, MODULE:CONFIG (e.g. llama3:llama3_8b)",
 )
+@click.option(
+    "--torchtitan-version",
+    default=None,
+    help="torchtitan: the config fields of this torchtitan, 0.3 or main (default: the installed torchtitan's)",
+)
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout: {format, output, text, files}")
-def export_cmd(plan_path, fmt, model_arg, output, torchtitan_config, as_json) -> None:
+def export_cmd(plan_path, fmt, model_arg, output, torchtitan_config, torchtitan_version, as_json) -> None:
     """Export PLAN to another framework's format (checked by the simulator and the runtime's rules first)."""
     from adaptis_plan.usecases import export_plan_file
 
     if output is not None:
         _check_output(output, "-o", plan_path, model_arg)
-    files = export_plan_file(plan_path, fmt, model_arg=model_arg, output=output, torchtitan_config=torchtitan_config)
+    files = export_plan_file(
+        plan_path,
+        fmt,
+        model_arg=model_arg,
+        output=output,
+        torchtitan_config=torchtitan_config,
+        torchtitan_version=torchtitan_version,
+    )
     for path, _ in files:  # every file is checked before any is written
         if path:
             _check_output(path, "-o", plan_path, model_arg)

@@ -39,6 +39,7 @@ FORMAT_TARGET = {
     "torchtitan": "torchtitan",
     "megatron-layout": "megatron",
     "megatron-args": "megatron",
+    "megatron-launch": "megatron",
 }
 
 _RUNTIME = {

@@ -505,9 +505,19 @@ def _with_runtime_order(
     name = target.runtime_schedule(best.layout.num_stages // pp)
     programs = get_spec(name).build(best.layout.stage_device, pp, num_microbatches)
     result = simulate(best.layout, costs, programs, num_microbatches)
+    # a seeded classic layout (say InterleavedZeroBubble's) keeps its layout but not its order: the
+    # plan is labelled by the order it runs, as `classic_baselines` labels a classic plan
+    stages_per_device = best.layout.num_stages // pp
+    source = best.source
+    if source != "adaptive":
+        source = name + (
+            f" x{stages_per_device}" if stages_per_device != get_spec(name).default_stages_per_device else ""
+        )
+        source += "" if best.partition in ("", "uniform") else f"/{best.partition}"
     chosen = dataclasses.replace(
         best,
         programs=programs,
+        source=source,
         estimate_s=result.step_time_s,
         result=result,
         policy=f"{target.runtime}'s {name} order",

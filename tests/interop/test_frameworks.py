@@ -118,7 +118,7 @@ def test_megatron_core_config_takes_our_arguments(tmp_path: Path, name, edits, r
         recompute_granularity=ns.recompute_granularity,
         recompute_method=ns.recompute_method,
         recompute_num_layers=ns.recompute_num_layers,
-        attention_backend=AttnBackend[ns.attention_backend or "auto"],
+        attention_backend=AttnBackend[ns.attention_backend],
     )
     t = plan["training"]
     assert (config.tensor_model_parallel_size, config.context_parallel_size) == (t["tp"], t["cp"])
@@ -126,7 +126,7 @@ def test_megatron_core_config_takes_our_arguments(tmp_path: Path, name, edits, r
     assert config.virtual_pipeline_model_parallel_size == len(plan["stages"]) // t["pp"]
     assert config.recompute_granularity == (None if recompute is None else recompute)
     assert ns.global_batch_size == t["dp"] * t["micro_batch_size"] * t["num_microbatches"]
-    want = {"cudnn": AttnBackend.fused, "unfused": AttnBackend.unfused}.get(t.get("attention"), AttnBackend.auto)
+    want = {"cudnn": AttnBackend.fused, "unfused": AttnBackend.unfused}.get(t.get("attention"), AttnBackend.flash)
     assert config.attention_backend == want
 
 
@@ -255,3 +255,98 @@ def test_torchtitan_loads_and_splits_our_export(
             dist.destroy_process_group()
     assert seen == set(expected)
     sys.modules.pop(module, None)
+
+
+# ----------------------------------------------------------------------------- Megatron: the six plans
+SIX = ("dense-tp-pp-dp", "zero3-fsdp", "cp", "moe-ep", "pp1", "interleaved-layout")
+
+
+@pytest.fixture(scope="module")
+def six_plans(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from helpers_megatron import build_six_plans
+
+    return build_six_plans(tmp_path_factory.mktemp("six"), run_adaptis)
+
+
+@pytest.mark.parametrize("name", SIX)
+def test_megatron_core_configs_take_the_six_exports(six_plans, name) -> None:
+    """megatron-core's own config objects, built from the exported arguments as Megatron-LM's
+    training loop builds them (megatron/training/arguments.py `core_transformer_config_from_args`,
+    megatron/training/training.py `get_model` -> DistributedDataParallelConfig, the optimizer's
+    OptimizerConfig), accept them and hold the plan's settings: the parallel degrees and layout,
+    sequence parallelism, TP overlap, recomputation, the attention backend (TransformerConfig), the
+    overlaps and the sharding (DistributedDataParallelConfig), the distributed optimizer (OptimizerConfig)."""
+    import torch
+    from helpers_megatron import parse_megatron_args, settings_of_plan, world_size_of
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.enums import AttnBackend
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    path, plan = six_plans[name]
+    r = run_adaptis("export", path, "--format", "megatron-args")
+    assert r.exit_code == 0, r.stderr
+    ns = parse_megatron_args(r.stdout)
+    want = settings_of_plan(plan)
+    spec = plan["model"]["spec"]
+    attention = next(layer["attention"] for layer in spec["layers"] if layer.get("attention"))
+    moe = next((layer["moe"] for layer in spec["layers"] if layer.get("moe")), None)
+    dtype = torch.bfloat16 if ns.bf16 else torch.float16 if ns.fp16 else torch.float32
+    config = TransformerConfig(
+        num_layers=ns.num_layers,
+        hidden_size=spec["hidden_size"],
+        num_attention_heads=attention["num_heads"],
+        num_query_groups=attention.get("num_kv_heads"),
+        tensor_model_parallel_size=ns.tensor_model_parallel_size,
+        sequence_parallel=ns.sequence_parallel,
+        tp_comm_overlap=ns.tp_comm_overlap,
+        pipeline_model_parallel_size=ns.pipeline_model_parallel_size,
+        pipeline_dtype=dtype,
+        pipeline_model_parallel_layout=ns.pipeline_model_parallel_layout,
+        context_parallel_size=ns.context_parallel_size,
+        expert_model_parallel_size=ns.expert_model_parallel_size,
+        num_moe_experts=moe["num_experts"] if moe else None,
+        moe_router_topk=moe["top_k"] if moe else 2,
+        bf16=ns.bf16,
+        fp16=ns.fp16,
+        params_dtype=dtype,
+        recompute_granularity=ns.recompute_granularity,
+        recompute_method=ns.recompute_method,
+        recompute_num_layers=ns.recompute_num_layers,
+        attention_backend=AttnBackend[ns.attention_backend],
+    )
+    ddp = DistributedDataParallelConfig(
+        overlap_grad_reduce=ns.overlap_grad_reduce,
+        overlap_param_gather=ns.overlap_param_gather,
+        use_distributed_optimizer=ns.use_distributed_optimizer,
+        use_megatron_fsdp=ns.use_megatron_fsdp,
+        data_parallel_sharding_strategy=ns.data_parallel_sharding_strategy or "no_shard",
+    )
+    opt = OptimizerConfig(
+        optimizer="adam",
+        lr=1e-4,
+        bf16=ns.bf16,
+        fp16=ns.fp16,
+        params_dtype=dtype,
+        use_distributed_optimizer=ns.use_distributed_optimizer,
+    )
+    assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size) == (want["tp"], want["pp"])
+    assert (config.context_parallel_size, config.expert_model_parallel_size) == (want["cp"], want["ep"])
+    assert config.sequence_parallel == want["sequence_parallel"] and config.tp_comm_overlap == want["tp_comm_overlap"]
+    vpp = len(plan["stages"]) // want["pp"]
+    assert (config.virtual_pipeline_model_parallel_size or 1) == vpp
+    assert (config.recompute_granularity or "none") == want["block_recompute"][0]
+    assert (
+        config.attention_backend
+        == AttnBackend[{"flash": "flash", "cudnn": "fused", "unfused": "unfused"}[want["attention"]]]
+    )
+    assert (ddp.overlap_grad_reduce, ddp.overlap_param_gather) == (want["grad_overlap"], want["param_overlap"])
+    assert ddp.use_megatron_fsdp == want["fsdp"]
+    assert (
+        ddp.data_parallel_sharding_strategy
+        == {0: "no_shard", 1: "no_shard", 2: "optim_grads", 3: "optim_grads_params"}[want["zero"]]
+    )
+    assert opt.use_distributed_optimizer == (want["zero"] >= 1)
+    world = world_size_of(r.stdout)
+    assert world // (want["tp"] * want["pp"] * want["cp"]) == want["dp"]
+    assert ns.global_batch_size == want["dp"] * want["micro_batch_size"] * want["num_microbatches"]

@@ -10,11 +10,12 @@ import pytest
 
 from adaptis_plan.core import Action, Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.planfile.export import (
-    TrainingShape,
-    megatron_layout,
-    to_torch_csv,
+from adaptis_plan.planfile.export import TrainingShape, megatron_layout, to_torch_csv
+from adaptis_plan.planfile.export_torchtitan import (
+    TORCHTITAN_MAIN_COMMIT,
+    TORCHTITAN_VERSIONS,
     torchtitan_config_module,
+    torchtitan_field_set,
     torchtitan_fqns,
     torchtitan_parallelism,
 )
@@ -213,6 +214,87 @@ def test_torchtitan_module_values() -> None:
     exec(compile(source, "adaptis_pipeline.py", "exec"), space)  # defines names only; torchtitan is not imported
     assert space["PARALLELISM"]["tensor_parallel_degree"] == 2
     assert space["PARALLELISM"]["data_parallel_shard_degree"] == 4
-    assert (space["LOCAL_BATCH_SIZE"], space["GLOBAL_BATCH_SIZE"], space["SEQ_LEN"]) == (16, 64, 512)
-    assert (space["ACTIVATION_CHECKPOINT"], space["MIXED_PRECISION_PARAM"]) == ("full", "bfloat16")
+    training_fields = space["TRAINING"]
+    assert (training_fields["local_batch_size"], training_fields["global_batch_size"]) == (16, 64)
+    assert training_fields["seq_len"] == 512 and space["PIPELINE"]["pipeline_parallel_microbatch_size"] == 2
+    assert (space["ACTIVATION_CHECKPOINT"], training_fields["mixed_precision_param"]) == ("full", "bfloat16")
     assert "tp x pp x cp x dp = 16 ranks" in source
+    assert space["TORCHTITAN_VERSION"] == "0.3"
+
+
+# torchtitan's config fields at pytorch/torchtitan b5bcd76c66d0acb1a08b176d9639425bc55e0b2a (main,
+# 2026-08-21), read from torchtitan/config/configs.py: the batch fields after "fold batch dim"
+# (73aed7f, #4121), and the 0.3.0 release's, which that commit removed.
+MAIN_TRAINING_BATCH = ("num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step", "max_context_length")
+MAIN_PIPELINE_MICROBATCHES = "num_pp_microbatches"
+RELEASE_03_BATCH = ("local_batch_size", "global_batch_size", "seq_len")
+
+
+def test_torchtitan_field_sets_are_the_named_commits() -> None:
+    assert TORCHTITAN_MAIN_COMMIT == "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
+    assert TORCHTITAN_VERSIONS["main"] == (MAIN_TRAINING_BATCH, MAIN_PIPELINE_MICROBATCHES)
+    assert TORCHTITAN_VERSIONS["0.3"] == (RELEASE_03_BATCH, "pipeline_parallel_microbatch_size")
+
+
+@pytest.mark.parametrize("pp", [2, 1])
+def test_torchtitan_module_for_main_counts_tokens(pp) -> None:
+    layout = Layout(uniform_bounds(10, 2 * pp), placement("loop", pp, 2), pp) if pp > 1 else Layout((0, 10), (0,), 1)
+    training = TrainingShape(8, micro_batch_size=2, seq_len=512, dp=4, zero=1)
+    source = torchtitan_config_module(
+        layout, _kinds(10), csv_name="a.csv", base="llama3:llama3_8b", training=training, title="t", version="main"
+    )
+    space: dict = {"__file__": "/x/adaptis_pipeline.py"}
+    exec(compile(source, "adaptis_pipeline.py", "exec"), space)
+    assert space["TRAINING"] == {
+        "num_tokens_per_microbatch_per_dp_rank": 2 * 512,
+        "num_tokens_per_train_step": 4 * 8 * 2 * 512,  # dp x micro-batches x tokens per micro-batch
+        "max_context_length": 512,
+        "mixed_precision_param": "bfloat16",
+        "disable_cuda_graphs": True,
+    }
+    assert space["PIPELINE"]["num_pp_microbatches"] == 8
+    assert "local_batch_size" not in source and "pipeline_parallel_microbatch_size" not in source
+    assert space["TORCHTITAN_VERSION"] == "main"
+
+
+def test_torchtitan_03_without_pipeline_accumulates_micro_batches() -> None:
+    source = torchtitan_config_module(
+        Layout((0, 10), (0,), 1), _kinds(10), csv_name="a.csv", base="llama3:llama3_8b",
+        training=TrainingShape(8, micro_batch_size=2, seq_len=512, dp=4), title="t",
+    )  # fmt: skip
+    space: dict = {"__file__": "/x/adaptis_pipeline.py"}
+    exec(compile(source, "adaptis_pipeline.py", "exec"), space)
+    # torchtitan 0.3 runs global / (local x dp) gradient-accumulation steps of one local batch each
+    assert (space["TRAINING"]["local_batch_size"], space["TRAINING"]["global_batch_size"]) == (2, 64)
+
+
+@pytest.mark.parametrize(
+    ("requested", "installed", "want"),
+    [
+        (None, "0.3.0", "0.3"),
+        (None, "0.3.12", "0.3"),
+        ("main", "0.3.0", "main"),
+        ("0.3", None, "0.3"),
+        ("main", None, "main"),
+        ("main", "0.2.2", "main"),  # a source checkout of main reports a stale version
+        (None, None, "0.3"),  # not installed here: the PyPI release (the module checks its fields at load)
+    ],
+)
+def test_torchtitan_field_set_choice(requested, installed, want) -> None:
+    assert torchtitan_field_set(requested, installed) == want
+
+
+@pytest.mark.parametrize(
+    ("requested", "installed", "needle"),
+    [
+        (None, "0.2.2", "the installed torchtitan is '0.2.2'"),
+        (None, "0.4.0", "the installed torchtitan is '0.4.0'"),
+        (None, "0.3.0.dev20260801", "the installed torchtitan is '0.3.0.dev20260801'"),
+        ("0.4", "0.3.0", "--torchtitan-version = '0.4'"),
+        ("", None, "--torchtitan-version = ''"),
+    ],
+)
+def test_torchtitan_field_set_refusals_are_one_line(requested, installed, needle) -> None:
+    with pytest.raises(InputError, match=re.escape(needle)) as e:
+        torchtitan_field_set(requested, installed)
+    assert "\n" not in str(e.value) and "--torchtitan-version" in str(e.value)

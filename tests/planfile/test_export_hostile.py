@@ -15,7 +15,8 @@ from helpers_cli import leftovers, one_line_error
 
 from adaptis_plan.core import Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.planfile.export import TrainingShape, torchtitan_base, torchtitan_config_module
+from adaptis_plan.planfile.export import TrainingShape
+from adaptis_plan.planfile.export_torchtitan import torchtitan_base, torchtitan_config_module
 from adaptis_plan.planfile.io import read_plan
 from tests.conftest import run_adaptis
 
@@ -196,3 +197,61 @@ def test_yaml_schema_version_of_any_type_is_one_line(tmp_path: Path, tiny_plan: 
         out = tmp_path / "x.csv"
         one_line_error(run_adaptis("export", path, "--format", "torch-csv", "-o", out), 2, "schema_version")
         assert not out.exists()
+
+
+# ---------------------------------------------------------------- --torchtitan-version, megatron-launch
+@pytest.mark.parametrize("version", ["0.4", "", "main\n", "0.3; rm -rf /", "x" * 500])
+def test_export_refuses_an_unknown_torchtitan_version(tmp_path: Path, tiny_plan: Path, version: str) -> None:
+    out = tmp_path / "tt"
+    r = run_adaptis(
+        "export", tiny_plan, "--format", "torchtitan", "--torchtitan-config", _BASE,
+        "--torchtitan-version", version, "-o", out / "a.py",
+    )  # fmt: skip
+    one_line_error(r, 2, "--torchtitan-version", "0.3 and main")
+    assert not out.exists()
+
+
+def test_export_refuses_torchtitan_version_for_another_format(tmp_path: Path, tiny_plan: Path) -> None:
+    out = tmp_path / "out.txt"
+    r = run_adaptis("export", tiny_plan, "--format", "megatron-args", "--torchtitan-version", "0.3", "-o", out)
+    one_line_error(r, 2, "--torchtitan-version", "--format torchtitan")
+    assert leftovers(tmp_path) == []
+
+
+def test_export_refuses_an_installed_torchtitan_it_does_not_know(
+    tmp_path: Path, tiny_plan: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import adaptis_plan.usecases as usecases
+
+    monkeypatch.setattr(usecases, "_installed_version", lambda package: "0.2.2")
+    out = tmp_path / "tt"
+    r = run_adaptis("export", tiny_plan, "--format", "torchtitan", "--torchtitan-config", _BASE, "-o", out / "a.py")
+    one_line_error(r, 2, "the installed torchtitan is '0.2.2'", "--torchtitan-version")
+    assert not out.exists()
+    r = run_adaptis(
+        "export", tiny_plan, "--format", "torchtitan", "--torchtitan-config", _BASE,
+        "--torchtitan-version", "main", "-o", out / "a.py",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "'num_pp_microbatches'" in (out / "a.py").read_text()
+
+
+def test_export_launch_refusals_leave_no_file(tmp_path: Path, tiny_plan: Path) -> None:
+    """A plan Megatron cannot run as priced (here: stages with different recomputation) writes no script."""
+    data = json.loads(tiny_plan.read_text())
+    data["strategy"] = "1F1B"
+    plan = tmp_path / "plan.json"
+    r = run_adaptis(
+        "plan", "--model", "tiny-llama", "--hardware", "cpu", "--pp", "2", "--microbatches", "4", "--seq-len", "64",
+        "--strategy", "1F1B", "-o", plan,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(plan.read_text())
+    data["stages"][0]["recompute"], data["stages"][1]["recompute"] = "full", "none"
+    plan.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    out.mkdir()
+    for fmt in ("megatron-launch", "megatron-args"):
+        r = run_adaptis("export", plan, "--format", fmt, "-o", out / "launch.sh")
+        one_line_error(r, 2, "one recomputation mode", "stages", "--recompute")
+        assert leftovers(out) == []

@@ -9,7 +9,8 @@ from helpers_megatron import MEGATRON_FLAGS, argv_of, parse_megatron_args
 
 from adaptis_plan.core import Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.planfile.export import TrainingShape, megatron_args, megatron_layout, one_recompute
+from adaptis_plan.planfile.export import TrainingShape, megatron_layout, one_recompute
+from adaptis_plan.planfile.export_megatron import megatron_args, megatron_env, megatron_launch
 from adaptis_plan.schedules import placement, uniform_bounds
 
 pytestmark = pytest.mark.unit
@@ -40,6 +41,7 @@ def test_classic_interleaved_plan_exact_arguments() -> None:
         "--global-batch-size 8 \\",
         "--seq-length 2048 \\",
         "--bf16 \\",
+        "--attention-backend flash \\",
         "--use-distributed-optimizer \\",
     ]
     # comments last (a `#` line between continued lines would end the shell command early)
@@ -75,12 +77,12 @@ def test_degrees_batch_and_zero_round_trip(tp, dp, cp, mbs, nmb, zero) -> None:
         assert any(f"ZeRO {zero}: Megatron has no DeepSpeed ZeRO stages" in line for line in _comments(text))
 
 
-@pytest.mark.parametrize(("attention", "backend"), [("flash", None), ("cudnn", "fused"), ("unfused", "unfused")])
+@pytest.mark.parametrize(("attention", "backend"), [("flash", "flash"), ("cudnn", "fused"), ("unfused", "unfused")])
 def test_the_planned_attention_core_is_megatrons_backend(attention, backend) -> None:
     text = megatron_args(_INTERLEAVED, _kinds(12), TrainingShape(8, attention=attention))
     assert parse_megatron_args(text).attention_backend == backend
-    # flash leaves Megatron's auto, and says what that runs
-    assert any("auto" in line and "planned as flash" in line for line in _comments(text)) == (backend is None)
+    # flash is TransformerEngine's flash-attn backend, and the note says what it needs
+    assert any("flash-attn" in line and "planned as flash" in line for line in _comments(text)) == (backend == "flash")
 
 
 def test_every_flag_is_megatrons() -> None:
@@ -124,24 +126,66 @@ def test_recompute_uniform_modes() -> None:
     assert none.recompute_granularity is None
 
 
-def test_recompute_mixed_stages_take_the_most_and_say_what_is_lost() -> None:
+def test_recompute_mixed_stages_are_refused_naming_them() -> None:
+    """Megatron sets one recomputation mode for every block: a plan whose block-holding stages differ
+    cannot run as priced, so it is refused in one line naming each stage's mode."""
     # an adaptive plan: stage 0 holds only the embedding (no block to recompute), the rest differ
     layout = Layout((0, 1, 4, 7, 10, 12, 14), (0, 1, 0, 1, 0, 1), 2)
     modes = ("none", "full", "none", "selective", "full", "none")
-    text = megatron_args(layout, _kinds(14), TrainingShape(4, stage_recompute=modes))
-    ns = parse_megatron_args(text)
-    assert (ns.recompute_granularity, ns.recompute_method, ns.recompute_num_layers) == ("full", "uniform", 1)
-    lost = [line for line in _comments(text) if line.startswith("# recompute:")]
-    assert lost == [
-        "# recompute: Megatron sets one mode for every block, so every stage recomputes full; planned with less:"
-        " none: stages 2, 5; selective: stage 3 (they run slower than planned, in no more memory)"
-    ]
+    with pytest.raises(InputError) as e:
+        megatron_args(layout, _kinds(14), TrainingShape(4, stage_recompute=modes))
+    assert str(e.value) == (
+        "megatron-args: Megatron sets one recomputation mode for every block, and this plan's stages differ"
+        " (none: stages 2, 5; selective: stage 3; full: stages 1, 4); re-plan with --recompute none, selective or full"
+    )
     assert one_recompute(layout, _kinds(14), modes) == ("full", [2, 3, 5])
-    # only the embedding-only stage differs: nothing is lost
+    # only the embedding-only stage differs: Megatron runs the plan as priced
     same = ("none", "selective", "selective", "selective", "selective", "selective")
     text = megatron_args(layout, _kinds(14), TrainingShape(4, stage_recompute=same))
     assert parse_megatron_args(text).recompute_granularity == "selective"
-    assert not [line for line in _comments(text) if line.startswith("# recompute:")]
+
+
+# ---------------------------------------------------------------- overlap and environment
+@pytest.mark.parametrize(
+    ("dp", "cp", "zero", "dp_overlap", "grad", "param"),
+    [
+        (1, 1, 1, True, False, False),  # no data-parallel group: nothing to overlap
+        (4, 1, 0, True, True, False),  # ZeRO 0: an all-reduce, no parameter gather
+        (4, 1, 1, True, True, True),
+        (1, 2, 1, True, True, True),  # cp ranks share the gradient reduction
+        (4, 1, 3, True, True, True),
+        (4, 1, 1, False, False, False),  # priced without overlap: Megatron's default
+    ],
+)
+def test_dp_overlap_is_exported_as_priced(dp, cp, zero, dp_overlap, grad, param) -> None:
+    t = TrainingShape(4, seq_len=4096, dp=dp, cp=cp, zero=zero, dp_overlap=dp_overlap)
+    ns = parse_megatron_args(megatron_args(_INTERLEAVED, _kinds(12), t))
+    assert (ns.overlap_grad_reduce, ns.overlap_param_gather) == (grad, param)
+
+
+@pytest.mark.parametrize(("tp", "overlap", "want"), [(1, True, False), (2, False, False), (2, True, True)])
+def test_tp_comm_overlap_is_exported_as_priced(tp, overlap, want) -> None:
+    ns = parse_megatron_args(megatron_args(_INTERLEAVED, _kinds(12), TrainingShape(4, tp=tp, tp_comm_overlap=overlap)))
+    assert ns.tp_comm_overlap == want
+    assert ns.sequence_parallel == (tp > 1)  # Megatron's TP overlap needs sequence parallelism
+
+
+@pytest.mark.parametrize(
+    ("tp", "cp", "zero", "env"),
+    [
+        (1, 1, 1, ()),
+        (2, 1, 1, (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)),
+        (1, 2, 0, (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)),
+        (2, 1, 2, (("CUDA_DEVICE_MAX_CONNECTIONS", None),)),  # Megatron-FSDP asserts it is not 1
+        (1, 1, 3, (("CUDA_DEVICE_MAX_CONNECTIONS", None),)),
+    ],
+)
+def test_environment_follows_megatrons_asserts(tp, cp, zero, env) -> None:
+    t = TrainingShape(4, tp=tp, cp=cp, zero=zero, dp=2)
+    assert megatron_env(t) == env
+    text = megatron_args(_INTERLEAVED, _kinds(12), t)
+    notes = [line for line in _comments(text) if line.startswith("# environment:")]
+    assert len(notes) == len(env)
 
 
 # ---------------------------------------------------------------- hybrid models and refusals
@@ -180,3 +224,29 @@ def test_plan_text_stays_one_comment_line() -> None:
     text = megatron_args(_INTERLEAVED, _kinds(12), TrainingShape(4), title=title)
     assert "--use-torch-fsdp2" not in argv_of(text)
     assert all(line.startswith(("#", "--")) for line in text.splitlines())
+
+
+# ---------------------------------------------------------------- the launch script
+def test_launch_script_nodes_and_training_script() -> None:
+    text = megatron_launch(_INTERLEAVED, _kinds(12), TrainingShape(4, tp=2, dp=8), devices_per_node=8)
+    assert "    --nnodes 4 \\\n    --nproc-per-node 8 \\\n" in text  # tp 2 x pp 2 x dp 8 = 32 GPUs
+    assert '"${MEGATRON_LM}/pretrain_gpt.py"' in text and "export CUDA_DEVICE_MAX_CONNECTIONS=1\n" in text
+    small = megatron_launch(_INTERLEAVED, _kinds(12), TrainingShape(4), devices_per_node=8)
+    assert "    --nnodes 1 \\\n    --nproc-per-node 2 \\\n" in small  # fewer GPUs than a node
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in small.split("set -euo pipefail")[1]
+    hybrid = ["embedding", "mamba", "attention", "mamba", "mlp", "head"]
+    text = megatron_launch(Layout((0, 3, 6), (0, 1), 2), hybrid, TrainingShape(4), devices_per_node=8)
+    assert '"${MEGATRON_LM}/pretrain_hybrid.py"' in text  # pretrain_mamba.py is a deprecated wrapper of it
+
+
+def test_launch_refuses_a_world_that_is_not_whole_nodes() -> None:
+    with pytest.raises(InputError, match="world size 12 is not whole nodes of 8 GPUs") as e:
+        megatron_launch(_INTERLEAVED, _kinds(12), TrainingShape(4, dp=6), devices_per_node=8)
+    assert "\n" not in str(e.value)
+
+
+def test_launch_plan_text_stays_in_a_comment() -> None:
+    title = "evil\nrm -rf / \\\n$(touch x)"
+    text = megatron_launch(_INTERLEAVED, _kinds(12), TrainingShape(4), devices_per_node=8, title=title)
+    head = text.split("set -euo pipefail")[0]
+    assert all(line.startswith("#") for line in head.splitlines())
