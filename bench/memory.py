@@ -155,8 +155,17 @@ def check_runs(runs: Sequence[dict]) -> list[str]:
     return problems
 
 
+#: the fields an inline sweep base states (`bench.scale`'s request and model spec read them)
+BASE_RUN_KEYS = (
+    "id", "source_key", "model", "device", "gpus", "tp", "pp", "dp", "cp", "virtual_stages", "micro_batch_size",
+    "global_batch_size", "seq_len", "recompute", "sequence_parallel", "zero", "notes",
+)  # fmt: skip
+#: a configuration the source ran out of memory on
+OOM = "OOM"
+
+
 def check_sweeps(sweeps: Sequence[dict], runs: Sequence[dict]) -> list[str]:
-    """Every problem of the sweeps; a base must name a published run or a memory run."""
+    """Every problem of the sweeps; a base names a published run or a memory run, or states the run inline."""
     published = {r["id"] for r in load_published_runs()}
     memory = {r["id"] for r in runs}
     problems = []
@@ -170,29 +179,37 @@ def check_sweeps(sweeps: Sequence[dict], runs: Sequence[dict]) -> list[str]:
         if s["metric"] not in METRICS:
             problems.append(f"{name}: metric {s['metric']!r} is not one of {sorted(METRICS)}")
         base = s["base"]
-        if base not in ({"published_run": base.get("published_run")}, {"memory_run": base.get("memory_run")}):
-            problems.append(f"{name}: base must be {{'published_run': id}} or {{'memory_run': id}}")
+        if (
+            not isinstance(base, dict)
+            or len(base) != 1
+            or next(iter(base)) not in ("published_run", "memory_run", "run")
+        ):
+            problems.append(f"{name}: base must be {{'published_run': id}}, {{'memory_run': id}} or {{'run': {{...}}}}")
+        elif "run" in base:
+            if not isinstance(base["run"], dict) or set(base["run"]) != set(BASE_RUN_KEYS):
+                problems.append(f"{name}: an inline base run needs exactly the keys {list(BASE_RUN_KEYS)}")
         elif base.get("published_run", base.get("memory_run")) not in (
             published if "published_run" in base else memory
         ):
             problems.append(f"{name}: base {base} names no run")
         confs = s["configurations"]
-        if len(confs) < 2:
-            problems.append(f"{name}: a sweep needs at least 2 configurations")
+        if sum(1 for c in confs if c.get("measured") != OOM) < 2:
+            problems.append(f"{name}: a sweep needs at least 2 configurations with a measured figure")
         for c in confs:
-            if (
-                set(c) != {"label", "changes", "measured"}
-                or not isinstance(c["measured"], (int, float))
-                or c["measured"] <= 0
-            ):
+            m = c.get("measured")
+            good = m == OOM or (isinstance(m, (int, float)) and not isinstance(m, bool) and m > 0)
+            if set(c) != {"label", "changes", "measured"} or not good:
                 problems.append(
                     f"{name}: configuration {c.get('label')!r} needs label, changes and a positive measured"
+                    f" figure (or {OOM!r})"
                 )
     return problems
 
 
 def base_run(sweep: dict, runs: Sequence[dict]) -> dict:
     """The run a sweep's configurations change."""
+    if "run" in sweep["base"]:
+        return sweep["base"]["run"]
     if "published_run" in sweep["base"]:
         return next(r for r in load_published_runs() if r["id"] == sweep["base"]["published_run"])
     return next(r for r in runs if r["id"] == sweep["base"]["memory_run"])
@@ -338,34 +355,48 @@ class SweepRow:
     source_key: str
     metric: str
     labels: list[str]
-    measured: list[float]
-    predicted: list[float | None]  # tokens/s per GPU, None where the planner refuses
+    measured: list[float | None]  # None where the source ran out of memory
+    predicted: list[float | None]  # tokens/s per GPU, None where the planner refuses (out of memory)
     refused: list[str | None]
 
-    @property
-    def measured_speed(self) -> list[float]:
-        return [speed(m, self.metric) for m in self.measured]
+    def _both(self) -> list[tuple[float, float]]:
+        """(predicted, measured speed) of the configurations that have both."""
+        return [
+            (p, speed(m, self.metric))
+            for p, m in zip(self.predicted, self.measured, strict=True)
+            if p is not None and m is not None
+        ]
 
     @property
     def spearman(self) -> float | None:
-        pairs = [(p, m) for p, m in zip(self.predicted, self.measured_speed, strict=True) if p is not None]
+        pairs = self._both()
         return spearman([p for p, _ in pairs], [m for _, m in pairs])
 
     @property
     def regret(self) -> float | None:
-        return top1_regret(self.predicted, self.measured_speed)
+        """Top-1 regret over the configurations that ran: our first choice among those we predict to fit."""
+        ran = [i for i, m in enumerate(self.measured) if m is not None]
+        return top1_regret([self.predicted[i] for i in ran], [speed(self.measured[i], self.metric) for i in ran])
+
+    @property
+    def oom_agreement(self) -> tuple[int, int]:
+        """(configurations where our fit verdict matches the source's, configurations)."""
+        same = sum(1 for p, m in zip(self.predicted, self.measured, strict=True) if (p is None) == (m is None))
+        return same, len(self.measured)
 
     @property
     def measured_spread(self) -> float:
-        """Fastest / slowest configuration, measured."""
-        return max(self.measured_speed) / min(self.measured_speed)
+        """Fastest / slowest configuration that ran, measured."""
+        ran = [speed(m, self.metric) for m in self.measured if m is not None]
+        return max(ran) / min(ran)
 
     @property
     def predicted_spread(self) -> float | None:
-        """Fastest / slowest configuration, predicted (None unless every configuration is predicted)."""
-        if any(p is None for p in self.predicted):
+        """Fastest / slowest of the same configurations, predicted (None unless each of them is predicted)."""
+        both = [p for p, m in zip(self.predicted, self.measured, strict=True) if m is not None]
+        if any(p is None for p in both):
             return None
-        return max(self.predicted) / min(self.predicted)
+        return max(both) / min(both)
 
 
 def rank_sweep(sweep: dict, runs: Sequence[dict]) -> SweepRow:
@@ -376,7 +407,7 @@ def rank_sweep(sweep: dict, runs: Sequence[dict]) -> SweepRow:
     for c in sweep["configurations"]:
         run = {**base, **c["changes"]}
         row.labels.append(c["label"])
-        row.measured.append(float(c["measured"]))
+        row.measured.append(None if c["measured"] == OOM else float(c["measured"]))
         try:
             row.predicted.append(plan_forced(run, _device_hbm(run)).cluster["tokens_per_s_per_gpu"])
             row.refused.append(None)
@@ -468,6 +499,7 @@ def summary(rows: Sequence[MemoryRow], sweeps: Sequence[SweepRow]) -> dict:
         "mean_spearman": statistics.fmean(rhos) if rhos else None,
         "top1_hits": sum(1 for g in regrets if g == 0.0),
         "worst_regret": max(regrets) if regrets else None,
+        "oom_agree": tuple(map(sum, zip(*(w.oom_agreement for w in sweeps), strict=True))) if sweeps else (0, 0),
     }
 
 
@@ -527,18 +559,21 @@ def render(rec: Mapping) -> str:
         " forced as above on the device's whole memory, predicted tokens/s per GPU against the measured step time"
         " or throughput. Spearman: rank correlation of predicted and measured speed (with two configurations it is"
         " +1 or -1: the order is right or wrong). Top-1 regret: how much slower, measured, the configuration we rank"
-        " first is than the measured best (0% = we pick the best). Fastest / slowest: how far apart the configurations"
-        " are, measured and predicted."
+        " first is than the measured best (0% = we pick the best), over the configurations that ran. Fastest / slowest:"
+        " how far apart the configurations are, measured and predicted. A configuration the source ran out of memory"
+        f" on is marked {OOM}; the planner refusing it on the device's whole memory is the matching verdict."
     )
     lines.append("")
     if sweeps:
         rho = s["mean_spearman"]
         lines.append(f"- {s['sweeps']} sweeps: mean Spearman {'-' if rho is None else f'{rho:+.2f}'}, measured best"
-                     f" ranked first in {s['top1_hits']}, worst top-1 regret {_pct(s['worst_regret'])}.")  # fmt: skip
+                     f" ranked first in {s['top1_hits']}, worst top-1 regret {_pct(s['worst_regret'])}; our fit"
+                     f" verdict (refused on the device's whole memory, or not) matches the source's (ran, or"
+                     f" {OOM}) on {s['oom_agree'][0]} of {s['oom_agree'][1]} configurations.")  # fmt: skip
         lines.append("")
     body = []
     for w in sweeps:
-        confs = "; ".join(f"{lab}: {m:g} / {'refused' if p is None else f'{p:,.0f}'}"
+        confs = "; ".join(f"{lab}: {OOM if m is None else f'{m:g}'} / {'refused' if p is None else f'{p:,.0f}'}"
                           for lab, m, p in zip(w.labels, w.measured, w.predicted, strict=True))  # fmt: skip
         body.append(
             [
@@ -549,9 +584,10 @@ def render(rec: Mapping) -> str:
                 _pct(w.regret),
                 f"{w.measured_spread:.2f}x",
                 "-" if w.predicted_spread is None else f"{w.predicted_spread:.2f}x",
+                "{}/{}".format(*w.oom_agreement),
             ]
         )
     lines.append(table(["sweep", "measured", "configuration: measured / predicted tok/s/GPU", "Spearman",
-                        "top-1 regret", "fastest / slowest measured", "predicted"], body))  # fmt: skip
+                        "top-1 regret", "fastest / slowest measured", "predicted", "fit verdicts agree"], body))  # fmt: skip
     lines += ["", prov.line()]
     return "\n".join(lines)

@@ -77,7 +77,7 @@ def test_a_sweep_must_name_its_base_and_two_configurations(runs: list[dict]) -> 
     sweep["configurations"] = sweep["configurations"][:1]
     problems = mem.check_sweeps([sweep], runs)
     assert any("names no run" in p for p in problems)
-    assert any("at least 2" in p for p in problems)
+    assert any("at least 2 configurations" in p for p in problems)
 
 
 def test_ranks_share_ties_and_spearman_is_rank_pearson() -> None:
@@ -95,6 +95,27 @@ def test_top1_regret_is_measured_best_over_our_pick() -> None:
     assert mem.top1_regret([3.0, 2.0, 1.0], [80.0, 100.0, 50.0]) == pytest.approx(0.25)
     assert mem.top1_regret([1.0, 2.0, None], [80.0, 100.0, 120.0]) == pytest.approx(0.2)
     assert mem.top1_regret([None, None], [1.0, 2.0]) is None
+
+
+def test_an_out_of_memory_configuration_counts_in_the_fit_verdicts_only() -> None:
+    # the source ran out of memory on the first; we refuse it and the second, and predict the third
+    row = mem.SweepRow("s", "k", "tokens_per_s_per_gpu", ["a", "b", "c"], [None, 355.0, 353.0], [None, None, 370.0],
+                       ["no", "no", None])  # fmt: skip
+    assert row.oom_agreement == (2, 3)
+    assert row.spearman is None  # one configuration with both figures
+    assert row.regret == pytest.approx(355.0 / 353.0 - 1)  # we pick c; b ran faster
+    assert row.measured_spread == pytest.approx(355.0 / 353.0)
+    assert row.predicted_spread is None
+
+
+def test_a_sweep_may_state_its_base_inline_and_mark_oom(runs: list[dict]) -> None:
+    sweep = copy.deepcopy(next(s for s in mem.load_sweeps() if "run" in s["base"]))
+    assert mem.check_sweeps([sweep], runs) == []
+    del sweep["base"]["run"]["seq_len"]
+    sweep["configurations"][0]["measured"] = "oom"
+    problems = mem.check_sweeps([sweep], runs)
+    assert any("inline base run" in p for p in problems)
+    assert any("positive measured" in p for p in problems)
 
 
 def test_a_sweep_row_turns_step_times_into_speeds() -> None:
