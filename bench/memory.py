@@ -32,6 +32,13 @@ length, local batch size or activation-checkpointing mode is the value of the mo
 torchtitan at the commit the source names (or the last commit before the source's date); micro-batches
 under pipelining are torchtitan's default (one per pipeline rank); per-op selective checkpointing is
 predicted as our `selective` (Korthikanti's attention-core recomputation), the closest we have.
+
+Left out, because a figure that cannot be pinned down exactly is not guessed: the Ultra-Scale
+Playbook's nanotron sweeps (the playbook's interactive benchmark plot holds about 3,250 configurations
+of its 1B, 3B, 8B and 80B models on 1 to 64 nodes of 8 H100s, each with tokens/s per GPU and "GPU
+memory"): the playbook states neither those models' architectures nor whether its memory is nanotron's
+peak allocated or peak reserved. Korthikanti et al. 2022's activation memory per method (Figures 1 and
+7) is drawn, not printed, and is its own formula's estimate (Table 2), not a measurement.
 Imports `adaptis_plan` use cases and `bench.scale`'s helpers; no CLI, no rich.
 """
 
