@@ -30,8 +30,9 @@ the summary also gives the plain runs alone.
 Rule for unstated settings (written before any error was seen): a torchtitan run's unstated sequence
 length, local batch size or activation-checkpointing mode is the value of the model's train config in
 torchtitan at the commit the source names (or the last commit before the source's date); micro-batches
-under pipelining are torchtitan's default (one per pipeline rank); per-op selective checkpointing is
-predicted as our `selective` (Korthikanti's attention-core recomputation), the closest we have.
+under pipelining are torchtitan's default (one per pipeline rank). The recomputation is the one the
+source states: torchtitan's per-op selective checkpointing (`selective_ac_option = "op"`) is our `op`
+(`adaptis_plan.cost.recompute`), its full checkpointing our `full`.
 
 Left out, because a figure that cannot be pinned down exactly is not guessed: the Ultra-Scale
 Playbook's nanotron sweeps (the playbook's interactive benchmark plot holds about 3,250 configurations
@@ -82,7 +83,7 @@ RUN_KEYS = (
     "measures", "unit", "measured", "notes",
 )  # fmt: skip
 FEATURES = ("compile", "float8", "mxfp8", "async_tp")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "op", "full")
 SWEEP_KEYS = ("id", "source", "source_key", "table", "base", "metric", "unit", "configurations", "notes")
 #: metric -> True when larger is faster
 METRICS = {"iteration_time_s": False, "tokens_per_s_per_gpu": True}
