@@ -25,6 +25,8 @@ Megatron checkpoints; Korthikanti et al. 2022, Table 2: 2sbh at t = 1).
   negative amount; `core.CostTable`). With B (I and W fused) nothing outlives it. The working
   set inside I (one block's activations while it is rerun and back-propagated, blocks one at a
   time) is not charged, like every other transient inside an action.
+  Megatron's full recomputation by block (`--recompute-method block --recompute-num-layers N`: the
+  first N blocks of each stage in full, the others none) is per layer: `block_method_modes`.
 - selective (Korthikanti et al. Sec. 4.3: recompute the attention core -- QK^T, softmax, PV --
   whose activations are large and cheap to recompute): without flash attention the core saves
   5*a*s^2*b bytes per layer (Table 2), which selective recomputation drops, leaving 34*s*b*h.
@@ -261,6 +263,29 @@ def strongest_per_stage(bounds: Sequence[int], modes: Sequence[str], kinds: Sequ
     return out
 
 
+def block_method_modes(bounds: Sequence[int], kinds: Sequence[str], num_layers: Sequence[int]) -> list[str]:
+    """Per-layer modes of Megatron's full recomputation by block (`--recompute-granularity full
+    --recompute-method block --recompute-num-layers N`): in each stage (Megatron's model chunk: a
+    pipeline rank's, or with interleaving each virtual stage's) the first `num_layers[s]` decoder
+    blocks recompute in full, each from its own input, and the others keep everything
+    (NVIDIA/Megatron-LM at 767a8a81d, megatron/core/transformer/transformer_block.py
+    `_checkpointed_forward`: `if l < self.config.recompute_num_layers: tensor_parallel.checkpoint(custom(l,
+    l + 1), ...)`, l counting the chunk's layers). Memory and time follow per layer from `recompute_work`:
+    N blocks keep their input and rerun their forward, the rest none. The plan file records one mode
+    per stage, so such a list is for the cost table (`build_cost_table(..., recompute=...)`), not yet a
+    plan's stages (`stage_recompute` refuses a stage that mixes modes)."""
+    if len(num_layers) != len(bounds) - 1:
+        raise ValueError(f"num_layers: {len(num_layers)} counts for {len(bounds) - 1} stages")
+    out = ["none"] * len(kinds)
+    for (lo, hi), n in zip(zip(bounds, bounds[1:], strict=False), num_layers, strict=True):
+        if n < 0:
+            raise ValueError(f"num_layers: {n} < 0")
+        blocks = [j for j in range(lo, hi) if recomputes(kinds[j])]
+        for j in blocks[:n]:
+            out[j] = "full"
+    return out
+
+
 def layer_modes(bounds: Sequence[int], stage_modes: Sequence[str]) -> list[str]:
     """Per-layer modes from one mode per stage."""
     out: list[str] = []
@@ -279,6 +304,7 @@ def plan_layer_recompute(plan: PlanFile) -> list[str]:
 
 
 __all__ = [
+    "block_method_modes",
     "check_modes",
     "input_bytes",
     "layer_modes",
