@@ -10,7 +10,7 @@ from helpers_common import EMB, HEAD
 from helpers_common import train_config as _train
 
 from adaptis_plan.cost.analytic import layer_work, op_seconds
-from adaptis_plan.cost.recompute import recompute_work, strongest_per_stage
+from adaptis_plan.cost.recompute import measured_recompute, recompute_work, strongest_per_stage
 from adaptis_plan.inputs.hardware import load_hardware
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 
@@ -122,3 +122,14 @@ def test_op_ranks_between_selective_and_full_within_a_stage() -> None:
     for layer in (model.layers[0], model.layers[-1]):
         work = layer_work(model, layer, _train(S))
         assert recompute_work(work, layer, model, _train(S), "op") is work
+
+
+def test_a_measured_layer_drops_what_the_analytic_op_stops_keeping() -> None:
+    model, block = llama3_block()
+    plain, op = _work(model, block, "none"), _work(model, block, "op")
+    dropped = plain.act_bytes - op.act_bytes
+    i_s, act, act_w = measured_recompute(plain, op, 0.3, 1.0, 2.0, 2 * plain.act_bytes, 4e8)
+    assert (i_s, act, act_w) == (pytest.approx(2.3), pytest.approx(2 * plain.act_bytes - dropped), 4e8)
+    # a measurement below the analytic drop keeps at least what the analytic op keeps (or all it measured)
+    assert measured_recompute(plain, op, 0.3, 1.0, 2.0, dropped, 4e8)[1] == pytest.approx(op.act_bytes)
+    assert measured_recompute(plain, op, 0.3, 1.0, 2.0, 1e6, 4e8)[1] == 1e6
