@@ -67,7 +67,7 @@ class PlanRequest:
     partition: str | None = None
     stages_per_device: int | None = None
     search: tuple[str, ...] = ("partition", "placement", "schedule")
-    recompute: str = "none"  # none | selective | full | auto (the planner chooses per stage)
+    recompute: str = "none"  # none | selective | op | full | auto (the planner chooses per stage)
     costs_path: str | None = None
     head_chunks: int | None = None  # None = adaptive decides (classic: 1)
     time_limit_s: float = 5.0
@@ -158,7 +158,7 @@ def _training(req: PlanRequest, recompute: str) -> TrainingConfig:
     )
 
 
-RECOMPUTE_CHOICES = ("none", "selective", "full", "auto")
+RECOMPUTE_CHOICES = ("none", "selective", "op", "full", "auto")
 
 
 def _recompute_request(req: PlanRequest, classic: str | None) -> str:

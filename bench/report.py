@@ -26,7 +26,7 @@ from bench import charts, paper, records
 from bench.common import REPO
 
 #: the suites in document order: `bench.run` runs all but gpu_check (it needs a GPU)
-SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm", "gpu_check")
+SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm", "memory", "gpu_check")
 #: each suite's heading when it has no record yet
 TITLES = {
     "paper": "## Paper cases (simulated, h200)",
@@ -37,6 +37,7 @@ TITLES = {
     "zb": "## Against the zero-bubble schedulers",
     "scale": "## Published runs at scale: predicted against measured tokens/s per GPU",
     "comm": "## Communication per parallel dimension: measured against predicted (CPU, gloo)",
+    "memory": "## Memory against measured peaks",
     "gpu_check": "## GPU check",
 }
 MATCH_HEADING = "## Does the model match real runs?"
@@ -249,6 +250,7 @@ def sections(recs: Mapping[str, Mapping]) -> dict[str, str]:
     out["zb"] = _foreign("zb", recs["zb"]) if "zb" in recs else _missing("zb")
     out["scale"] = _foreign("scale", recs["scale"]) if "scale" in recs else _missing("scale")
     out["comm"] = _foreign("comm", recs["comm"]) if "comm" in recs else _missing("comm")
+    out["memory"] = _foreign("memory", recs["memory"]) if "memory" in recs else _missing("memory")
     if "gpu_check" in recs:
         out["gpu_check"] = _foreign("gpu_check", recs["gpu_check"])
     return out

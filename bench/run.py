@@ -1,6 +1,6 @@
 """Run benchmark suites, write one record per suite, then render the documents from the records.
 
-Run: `python -m bench.run [--suites paper,recompute,real,targets,torchcsv,zb] [--quick] [--workers 2]
+Run: `python -m bench.run [--suites paper,recompute,real,targets,torchcsv,zb,scale,comm,memory] [--quick] [--workers 2]
 [--allow-dirty] [--results DIR]` (`make bench` = the full run of every suite, which refuses a checkout
 with uncommitted changes; `make bench-report` re-renders only).
 
@@ -34,7 +34,7 @@ from bench import records, report  # noqa: E402
 from bench.common import REPO  # noqa: E402
 
 #: the suites `bench.run` runs by default, in order (gpu_check needs a GPU: `python -m bench.gpu_check`)
-SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm")
+SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm", "memory")
 QUICK_RESULTS = Path(tempfile.gettempdir()) / "adaptis-bench-quick"
 
 
@@ -52,7 +52,7 @@ def run_suite(name: str, quick: bool, workers: int, log: Callable[[str], None]) 
         from bench import interop
 
         return interop.run_suite(name, quick, workers)
-    mod = importlib.import_module(f"bench.{name}")  # real, zb, scale, comm: their own modules
+    mod = importlib.import_module(f"bench.{name}")  # real, zb, scale, comm, memory: their own modules
     return mod.run_suite(quick, workers)
 
 

@@ -232,7 +232,7 @@ def hardware_show(name: str, as_json: bool) -> None:
 )
 @click.option(
     "--recompute",
-    type=click.Choice(["none", "selective", "full", "auto"]),
+    type=click.Choice(["none", "selective", "op", "full", "auto"]),
     default="auto",
     show_default=True,
     is_flag=False,

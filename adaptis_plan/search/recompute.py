@@ -346,8 +346,11 @@ def recompute_report(
         lo, hi = layout.bounds[s], layout.bounds[s + 1]
         work += float(np.sum(costs.f_s[d, lo:hi] + costs.i_s[d, lo:hi] + costs.w_s[d, lo:hi]))
     work *= num_microbatches
+    # "op" (only ever requested, never chosen by auto) is listed where a stage runs it, so plans without
+    # it keep their record unchanged
+    shown = ("selective", "op", "full") if "op" in per_stage else ("selective", "full")
     return {
-        "stages": {mode: [s for s, m in enumerate(per_stage) if m == mode] for mode in ("selective", "full")},
+        "stages": {mode: [s for s, m in enumerate(per_stage) if m == mode] for mode in shown},
         "extra_compute_s": extra,
         "extra_compute_share": extra / work if work > 0 else 0.0,
     }

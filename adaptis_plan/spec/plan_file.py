@@ -82,7 +82,7 @@ class PlanHardwareRef(_Strict):
     profile: HardwareProfile = Field(description="the hardware profile the plan was made for")
 
 
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "op", "full"]
 
 
 class PlanStage(_Strict):
@@ -97,7 +97,9 @@ class PlanStage(_Strict):
         "none",
         description=(
             "activation recomputation of the stage's decoder blocks: none (keep every activation until the"
-            " backward), selective (keep all but the attention core's, recomputed in the backward) or full"
+            " backward), selective (keep all but the attention core's, recomputed in the backward), op"
+            " (torchtitan's per-op selective checkpointing: keep the block input, every other matmul's and the"
+            " attention kernel's outputs; the backward reruns the rest) or full"
             " (keep only each block's input; the backward reruns the block's forward first)"
         ),
     )

@@ -24,10 +24,12 @@ from adaptis_plan.spec.limits import (
 )
 
 # Activation recomputation of the decoder blocks (the embedding and the head never recompute):
-# "none", "selective" (the attention core), "full" (the whole block from its input), or "auto"
-# (the planner chooses per stage; a plan's `stages[].recompute` records the choice).
-RECOMPUTE_MODES = ("none", "selective", "full")
-RecomputeRequest = Literal["none", "selective", "full", "auto"]
+# "none", "selective" (the attention core), "op" (torchtitan's per-op selective checkpointing: every
+# other matmul's and the attention kernel's outputs kept, the rest rerun), "full" (the whole block from
+# its input), or "auto" (the planner chooses per stage among none, selective and full; a plan's
+# `stages[].recompute` records the choice). Ordered by the activation memory they keep, most first.
+RECOMPUTE_MODES = ("none", "selective", "op", "full")
+RecomputeRequest = Literal["none", "selective", "op", "full", "auto"]
 
 
 class TrainingConfig(StrictModel):
@@ -76,8 +78,10 @@ class TrainingConfig(StrictModel):
     recompute: RecomputeRequest = Field(
         "none",
         description=(
-            "activation recomputation of every decoder block: none, selective (the attention core) or full"
-            " (the whole block from its input); auto: the planner chooses per stage. A plan's"
+            "activation recomputation of every decoder block: none, selective (the attention core), op"
+            " (torchtitan's per-op selective checkpointing: every other matmul's and the attention kernel's"
+            " outputs kept, the rest rerun) or full (the whole block from its input); auto: the planner"
+            " chooses per stage among none, selective and full. A plan's"
             " stages[].recompute records what each stage does"
         ),
     )

@@ -194,14 +194,14 @@ def test_forced_modes_are_recorded_per_stage_and_classic_auto_is_none() -> None:
 def test_bad_recompute_request_is_one_clear_line() -> None:
     from adaptis_plan.errors import InputError
 
-    with pytest.raises(InputError, match=r"--recompute = 'always': use one of none, selective, full, auto"):
+    with pytest.raises(InputError, match=r"--recompute = 'always': use one of none, selective, op, full, auto"):
         make_plan_for(_tiny("always"))
 
 
 TINY = ("--model", "tiny-llama", "--hardware", "cpu", "--pp", "2", "--microbatches", "4", "--seq-len", "128")
 
 
-@pytest.mark.parametrize("mode", ["full", "selective"])
+@pytest.mark.parametrize("mode", ["full", "selective", "op"])
 def test_cli_recompute_plans_re_simulate_to_the_same_figures(adaptis, tmp_path, mode: str) -> None:  # noqa: ANN001
     path = tmp_path / "p.json"
     r = adaptis("plan", *TINY, "--time-limit", "1", "--recompute", mode, "-o", path, "--json")
