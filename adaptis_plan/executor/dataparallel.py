@@ -7,15 +7,14 @@ group of the ranks holding the same stages in the other replicas); the runtime c
 parameters there), the worker calls `sync_grads` once after the rank's last backward / W of
 the step and then `step`. Imports torch only.
 
-Rank layout (Megatron's order with cp = 1): global rank = tp_rank + tp * (dp_rank + dp * pp_rank),
-i.e. `init_device_mesh(device, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))` (`worker.mesh_groups`;
-with tp = 1: pp_rank * dp + dp_rank); the pipeline's point-to-point traffic stays inside a "pp"
-group (one dp and tp index), the collectives below inside a "dp" group (one pp and tp index: the
-replicas of the same tp slice, so every tensor here is that slice's, `tensorparallel`). Every replica runs the same program in the same order, so the dp
+Rank layout: `spec.ranks.RankLayout` (the groups built by `worker.mesh_groups`). The pipeline's
+point-to-point traffic stays inside a "pp" group (one dp and tp index), the collectives below inside
+a "dp" group (one pp and tp index: the replicas of the same tp slice, so every tensor here is that
+slice's, `tensorparallel`). Every replica runs the same program in the same order, so the dp
 collectives of the replicas meet in the same order and cannot interlock with the pipeline's
-transfers: replay the lowered global order in all replicas at once; each action's producers
-and its collective partners (the same action in the other replicas) all come earlier or at
-the same position.
+transfers: replay the lowered global order in all replicas at once; each action's producers and its
+collective partners (the same action in the other replicas) all come earlier or at the same
+position.
 
 Loss scaling: each replica's last stage scales its micro-batch losses by 1 / num_microbatches
 (the replica's mean loss); `sync_grads` sums over the dp group and divides by dp. The replicas

@@ -1,15 +1,14 @@
 """The expert-parallel dimension: MoE experts sharded over ep of the dp ranks, tokens exchanged all-to-all.
 
-Data flow: `worker.py` builds the rank's stages (`RankRuntime`, every layer whole), then
-`ExpertParallel.setup` creates the expert groups, replaces every `layers.Moe` of the rank's
+Data flow: `worker.py` builds the rank's stages (`RankRuntime`, every layer whole) and the expert
+groups (`worker.mesh_groups`), then `ExpertParallel.shard` replaces every `layers.Moe` of the rank's
 stages by an `ExpertParallelMoe` holding only this rank's experts, and `data_parallel` gives the
 worker one object with `DataParallel`'s interface (`ExpertDataParallel`) that syncs the dense
 parameters over the dp group and the expert parameters over the expert-data-parallel group.
 Imports torch, `layers` and `dataparallel` only.
 
-Semantics (Megatron-Core's, what the cost model prices; tp = cp = 1 here): within each group of
-`ep` consecutive dp ranks (global rank = pp_rank * dp + dp_rank, so the ep group of a rank is
-dp ranks [b * ep, (b + 1) * ep) at its pp rank), ep rank j holds experts
+Semantics (Megatron-Core's, what the cost model prices; tp = cp = 1 here): rank layout
+`spec.ranks.RankLayout` (an ep group is ep consecutive dp ranks); ep rank j holds experts
 [j * E / ep, (j + 1) * E / ep). The router and the shared experts are replicated, data-parallel
 like every dense parameter. Each rank routes its own tokens (top-k of the router's softmax),
 sends each (token, slot) row to the rank owning its expert (`_AllToAll`: dispatch), runs its
@@ -241,28 +240,13 @@ class ExpertDataParallel:
 class ExpertParallel:
     """This rank's expert groups and its sharded MoE layers (module docstring)."""
 
-    def __init__(self, *, pp: int, dp: int, ep: int, pp_rank: int, dp_rank: int, dp_group: object) -> None:
-        """Create the ep and edp groups (every rank must call this, in the same order: `new_group`)."""
-        if ep < 1 or dp % ep:
-            raise ValueError(f"ep = {ep} does not divide dp = {dp}")
-        self.ep, self.dp, self.dp_group = ep, dp, dp_group
-        self.ep_rank = dp_rank % ep
+    def __init__(self, *, ep: int, ep_rank: int, group: object, edp_group: object, dp_group: object) -> None:
+        """This rank's expert groups, created by `worker.mesh_groups` from `spec.ranks.RankLayout`: `group`
+        its ep group (ep rank `ep_rank`), `edp_group` its expert-data-parallel group (None: one rank),
+        `dp_group` the dense parameters' gradient group (None: one rank)."""
+        self.ep, self.ep_rank = ep, ep_rank
+        self.group, self.edp_group, self.dp_group = group, edp_group, dp_group
         self.timer = _Timer()
-        self.group: object = None
-        self.edp_group: object = None
-        for p in range(pp):
-            base = p * dp
-            for b in range(dp // ep):
-                ranks = [base + b * ep + j for j in range(ep)]
-                g = dist.new_group(ranks)
-                if p == pp_rank and b == dp_rank // ep:
-                    self.group = g
-            if dp // ep > 1:
-                for j in range(ep):
-                    ranks = [base + b * ep + j for b in range(dp // ep)]
-                    g = dist.new_group(ranks)
-                    if p == pp_rank and j == self.ep_rank:
-                        self.edp_group = g
 
     def shard(self, stages: dict[int, nn.Module]) -> int:
         """Replace every MoE of `stages` by this rank's `ExpertParallelMoe`; returns how many were replaced."""

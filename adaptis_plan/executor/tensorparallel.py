@@ -32,10 +32,10 @@ gradient is complete for the slice; None: replicated, the same gradient on every
 "partial": replicated, each rank's gradient covers only its heads, so `sync_grads` sums it over
 the tp group (once per step, after W, in one bucket).
 
-Rank layout: global rank = tp_rank + tp * (dp_rank + dp * pp_rank) (the worker's
-("pp", "dp", "tp") mesh): the tp ranks of one (pp, dp) position run the same program in the same
-order, so their collectives (inside F, I, B and recomputed forwards) meet in the same order,
-exactly as the dp replicas' do (`dataparallel` module docstring).
+Rank layout: `spec.ranks.RankLayout` (the groups built by `worker.mesh_groups`). The tp ranks of one
+(pp, dp) position run the same program in the same order, so their collectives (inside F, I, B and
+recomputed forwards) meet in the same order, exactly as the dp replicas' do (`dataparallel` module
+docstring).
 """
 
 from __future__ import annotations
