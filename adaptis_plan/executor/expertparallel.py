@@ -55,6 +55,8 @@ index (`{layer}.parts.{i}.mixer.experts.{e}.…`).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -62,6 +64,9 @@ from torch import nn
 
 from adaptis_plan.executor.dataparallel import DataParallel
 from adaptis_plan.executor.layers import Block, Moe, route
+
+if TYPE_CHECKING:
+    from adaptis_plan.executor.runtime import Stage
 
 
 class _Timer:
@@ -75,7 +80,7 @@ class _Timer:
 
 
 def _exchange(
-    x: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: object, timer: _Timer
+    x: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: dist.ProcessGroup | None, timer: _Timer
 ) -> torch.Tensor:
     out = x.new_empty((sum(recv_splits), *x.shape[1:]))
     t0 = time.perf_counter()
@@ -95,13 +100,21 @@ class _AllToAll(torch.autograd.Function):
     needs no gradient) still runs the backward exchange its peers wait for. Its gradient is None."""
 
     @staticmethod
-    def forward(ctx, x, anchor, send_splits, recv_splits, group, timer):  # noqa: ANN001, ANN205
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        anchor: torch.Tensor | None,
+        send_splits: list[int],
+        recv_splits: list[int],
+        group: dist.ProcessGroup | None,
+        timer: _Timer,
+    ) -> torch.Tensor:
         ctx.send_splits, ctx.recv_splits, ctx.group, ctx.timer = send_splits, recv_splits, group, timer
         ctx.x_requires_grad = x.requires_grad
         return _exchange(x, send_splits, recv_splits, group, timer)
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: ANN001, ANN205
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None, None, None]:
         g = _exchange(grad, ctx.recv_splits, ctx.send_splits, ctx.group, ctx.timer)
         return (g if ctx.x_requires_grad else None), None, None, None, None, None
 
@@ -113,7 +126,7 @@ class ExpertParallelMoe(nn.Module):
     `shared`); the same forward arithmetic per token, with each routed expert's rows gathered from the
     whole ep group (module docstring)."""
 
-    def __init__(self, moe: Moe, *, ep_rank: int, ep: int, group: object, timer: _Timer) -> None:
+    def __init__(self, moe: Moe, *, ep_rank: int, ep: int, group: dist.ProcessGroup | None, timer: _Timer) -> None:
         super().__init__()
         num_experts = len(moe.experts)
         if num_experts % ep:
@@ -175,7 +188,7 @@ class ExpertDataParallel:
     on the edp group with the 1 / ep scaling (module docstring). `comm_s` adds "ep", the step's seconds
     inside the expert exchanges; the expert sync's seconds are added to the dense sync's keys."""
 
-    def __init__(self, ep: ExpertParallel, stages: dict[int, nn.Module], *, zero: int, optimizer: str, lr: float):
+    def __init__(self, ep: ExpertParallel, stages: Mapping[int, Stage], *, zero: int, optimizer: str, lr: float):
         self.epx = ep
         self.zero = zero
         named = {s: st.named_layer_parameters() for s, st in stages.items()}
@@ -233,14 +246,22 @@ class ExpertDataParallel:
         """Every parameter's averaged gradient on every rank: the experts' gathered from their owners."""
         return {**self.dense.full_grads(), **self.epx.gather(self.expert.full_grads())}
 
-    def full_params(self) -> dict[str, torch.Tensor]:
+    def full_params(self) -> dict[str, torch.Tensor | None]:
         return {**self.dense.full_params(), **self.epx.gather(self.expert.full_params())}
 
 
 class ExpertParallel:
     """This rank's expert groups and its sharded MoE layers (module docstring)."""
 
-    def __init__(self, *, ep: int, ep_rank: int, group: object, edp_group: object, dp_group: object) -> None:
+    def __init__(
+        self,
+        *,
+        ep: int,
+        ep_rank: int,
+        group: dist.ProcessGroup | None,
+        edp_group: dist.ProcessGroup | None,
+        dp_group: dist.ProcessGroup | None,
+    ) -> None:
         """This rank's expert groups, created by `worker.mesh_groups` from `spec.ranks.RankLayout`: `group`
         its ep group (ep rank `ep_rank`), `edp_group` its expert-data-parallel group (None: one rank),
         `dp_group` the dense parameters' gradient group (None: one rank)."""
@@ -248,27 +269,26 @@ class ExpertParallel:
         self.group, self.edp_group, self.dp_group = group, edp_group, dp_group
         self.timer = _Timer()
 
-    def shard(self, stages: dict[int, nn.Module]) -> int:
+    def shard(self, stages: Mapping[int, Stage]) -> int:
         """Replace every MoE of `stages` by this rank's `ExpertParallelMoe`; returns how many were replaced."""
         n = 0
         for stage in stages.values():
             for layer in stage.layers.values():
                 if not isinstance(layer, Block):
                     continue
-                for part in layer.parts:
-                    if isinstance(part["mixer"], Moe):
+                for part in layer.sub_blocks():
+                    mixer = part["mixer"]
+                    if isinstance(mixer, Moe):
                         part["mixer"] = ExpertParallelMoe(
-                            part["mixer"], ep_rank=self.ep_rank, ep=self.ep, group=self.group, timer=self.timer
+                            mixer, ep_rank=self.ep_rank, ep=self.ep, group=self.group, timer=self.timer
                         )
                         n += 1
         return n
 
-    def data_parallel(
-        self, stages: dict[int, nn.Module], *, zero: int, optimizer: str, lr: float
-    ) -> ExpertDataParallel:
+    def data_parallel(self, stages: Mapping[int, Stage], *, zero: int, optimizer: str, lr: float) -> ExpertDataParallel:
         return ExpertDataParallel(self, stages, zero=zero, optimizer=optimizer, lr=lr)
 
-    def gather(self, tensors: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+    def gather(self, tensors: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
         """The union of the ep group's {name: tensor} (each rank's own experts), for verification dumps."""
         parts: list = [None] * self.ep
         dist.all_gather_object(parts, tensors, group=self.group)

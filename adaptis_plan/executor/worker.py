@@ -50,6 +50,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -67,6 +68,9 @@ from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.ranks import RankLayout
+
+if TYPE_CHECKING:
+    from adaptis_plan.executor.expertparallel import ExpertDataParallel
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -119,11 +123,11 @@ class MeshPlace:
     dp_rank: int
     tp_rank: int
     ep_rank: int = 0
-    pp_group: object = None
-    dp_group: object = None
-    tp_group: object = None
-    ep_group: object = None
-    edp_group: object = None
+    pp_group: dist.ProcessGroup | None = None
+    dp_group: dist.ProcessGroup | None = None
+    tp_group: dist.ProcessGroup | None = None
+    ep_group: dist.ProcessGroup | None = None
+    edp_group: dist.ProcessGroup | None = None
 
 
 # the process groups the executor creates, in creation order: `spec.ranks` dimensions
@@ -144,7 +148,7 @@ def mesh_groups(layout: RankLayout) -> MeshPlace:
     """This process's place in `layout`, creating the process groups of `group_ranks` (every rank
     calls this with the same layout: every rank creates every group, in the same order)."""
     rank = dist.get_rank()
-    mine: dict[str, object] = {}
+    mine: dict[str, dist.ProcessGroup | None] = {}
     for dim, ranks in group_ranks(layout).items():
         mine[dim], _ = dist.new_subgroups_by_enumeration(ranks)
     at = layout.coordinate(rank)
@@ -208,6 +212,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         if place.tp_group is not None
         else None
     )
+    dpx: DataParallel | ExpertDataParallel
     if tr.ep > 1:  # experts sharded over ep of the dp ranks (`expertparallel`)
         from adaptis_plan.executor.expertparallel import ExpertParallel
 
