@@ -134,9 +134,6 @@ class GroupLinks:
         return getattr(self, dim)
 
 
-Placement = GroupLinks  # the former name, until its users say GroupLinks
-
-
 def devices_per_node(hardware: HardwareProfile) -> int:
     """GPUs per node: the smallest group's (a placement spanning groups takes the tighter one)."""
     return min(g.devices_per_node for g in hardware.groups)
@@ -172,7 +169,7 @@ class StepExtras:
 
 
 def step_extras(
-    dense_params: float, expert_params: float, training: TrainingConfig, place: Placement, hbm_bps: float
+    dense_params: float, expert_params: float, training: TrainingConfig, place: GroupLinks, hbm_bps: float
 ) -> StepExtras:
     """Gradient sync, parameter gather and optimizer time of one pipeline rank holding
     `dense_params` + `expert_params` parameters per tensor-parallel rank (module docstring)."""

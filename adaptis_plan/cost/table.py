@@ -46,7 +46,7 @@ import numpy as np
 
 from adaptis_plan.core import CostTable
 from adaptis_plan.cost.analytic import LayerWork, layer_work, op_seconds, zero3_collectives
-from adaptis_plan.cost.comm import Placement, placement
+from adaptis_plan.cost.comm import GroupLinks, placement
 from adaptis_plan.cost.params import layer_params
 from adaptis_plan.cost.recompute import check_modes, measured_recompute, recompute_work, recomputes, uniform_modes
 from adaptis_plan.errors import InputError
@@ -141,7 +141,7 @@ def device_types(hardware: HardwareProfile, training: TrainingConfig) -> tuple[s
     return tuple(dt for dt, _ in _slots(hardware, training.pp, training.tp, width))
 
 
-def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str, place: Placement) -> np.ndarray:
+def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str, place: GroupLinks) -> np.ndarray:
     """[3, num_layers] F / I / W seconds of every layer on one device type."""
     device = hardware.device_types[device_type]
     link = hardware.intra_node
