@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP_TORCH := torch==2.13.0
 
-.PHONY: install interop demo test test-unit test-fast lint format schemas bench bench-report gpu-check clean
+.PHONY: install interop demo test test-unit test-fast lint check format schemas bench bench-report gpu-check clean
 
 $(BIN)/adaptis: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,7 +28,8 @@ demo: install  ## plan a built-in model on a built-in profile and show the resul
 	$(BIN)/adaptis plan --model gemma-s --hardware h200 --pp 4 --microbatches 16 --seq-len 4096 -o out/demo-plan.json
 	$(BIN)/adaptis simulate out/demo-plan.json --svg out/demo-timeline.svg
 
-test: install interop  ## the whole test suite (exit 5 = no tests collected counts as a failure)
+test: install interop  ## the type check, then the whole test suite (exit 5 = no tests collected counts as a failure)
+	$(BIN)/mypy adaptis_plan
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
 
 test-unit: install  ## the tests marked unit: no subprocess, no search, no solver (< 30 s; one process: collection dominates)
@@ -40,6 +41,11 @@ test-fast: install  ## everything but the tests marked slow (torchrun, the bench
 lint: install
 	$(BIN)/ruff check adaptis_plan tests bench
 	$(BIN)/ruff format --check adaptis_plan tests bench
+
+check: install  ## lint, format check and the type check ([tool.mypy] in pyproject.toml)
+	$(BIN)/ruff check adaptis_plan tests bench
+	$(BIN)/ruff format --check adaptis_plan tests bench
+	$(BIN)/mypy adaptis_plan
 
 format: install
 	$(BIN)/ruff format adaptis_plan tests bench

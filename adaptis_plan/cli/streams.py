@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import NoReturn
+from typing import IO, Any, NoReturn, cast
 
 import click
 
@@ -27,7 +27,7 @@ def console():
     if _STDERR is None:
         from rich.console import Console
 
-        _STDERR = Console(file=_StderrWriter(), highlight=False)
+        _STDERR = Console(file=_stderr(), highlight=False)
     return _STDERR
 
 
@@ -48,14 +48,18 @@ class _StderrWriter:
         except BrokenPipeError as e:
             raise _ReaderGone from e
 
-    def __getattr__(self, name: str):  # noqa: ANN204 - isatty, fileno, encoding: as stderr's
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: as stderr's
         return getattr(sys.stderr, name)
+
+
+def _stderr() -> IO[str]:
+    return cast(IO[str], _StderrWriter())  # a file to rich and click: write, flush, the rest as stderr's
 
 
 def say(line: str) -> None:
     """One line on stderr (printable), through `_StderrWriter`: a reader that went away ends the command
     as on stdout."""
-    click.echo(printable(line), file=_StderrWriter())
+    click.echo(printable(line), file=_stderr())
 
 
 def note(line: str) -> None:

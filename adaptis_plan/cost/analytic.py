@@ -166,7 +166,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from adaptis_plan.cost.comm import GRAD_REDUCE_BYTES, Placement
+from adaptis_plan.cost.comm import GRAD_REDUCE_BYTES, GroupLinks
 from adaptis_plan.cost.params import layer_params, mlp_params
 from adaptis_plan.spec.hardware import DeviceTypeSpec, LinkSpec
 from adaptis_plan.spec.model import SSD_CHUNK, AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
@@ -214,7 +214,7 @@ class Kernel:
 @dataclass(frozen=True)
 class Collective:
     """A collective over `nbytes` (the full, unsharded tensor; an all-to-all's: what one rank holds)
-    on the `group` of ranks (`cost.comm.Placement`). `overlap`: it runs beside the op's attention
+    on the `group` of ranks (`cost.comm.GroupLinks`). `overlap`: it runs beside the op's attention
     core (ring attention's KV exchange) and only what the core does not cover is exposed."""
 
     kind: CollectiveKind
@@ -756,7 +756,7 @@ def kernel_seconds(kernel: Kernel, device: DeviceTypeSpec) -> float:
 
 
 def work_seconds(
-    work: OpWork, device: DeviceTypeSpec, t: int = 1, link: LinkSpec | None = None, place: Placement | None = None
+    work: OpWork, device: DeviceTypeSpec, t: int = 1, link: LinkSpec | None = None, place: GroupLinks | None = None
 ) -> float:
     """Time of one op's work on one device: kernels + memory-bound bytes + launches + collectives.
 
@@ -795,7 +795,7 @@ def work_seconds(
 
 
 def op_seconds(
-    work: LayerWork, device: DeviceTypeSpec, link: LinkSpec | None = None, place: Placement | None = None
+    work: LayerWork, device: DeviceTypeSpec, link: LinkSpec | None = None, place: GroupLinks | None = None
 ) -> tuple[float, float, float]:
     """(F, I, W) seconds of a layer on a device; I includes the recomputed work, if any.
 
@@ -813,7 +813,7 @@ def op_seconds(
     return f, i, w
 
 
-def zero3_collectives(work: LayerWork, place: Placement) -> tuple[float, float]:
+def zero3_collectives(work: LayerWork, place: GroupLinks) -> tuple[float, float]:
     """ZeRO-3's (parameter all-gather before each op, gradient reduce-scatter after W) of a layer, in
     seconds: dense parameters over the data-parallel group, experts over the expert-data-parallel one."""
     gather = place.dp.ring("all_gather", work.dense_params * place.param_bytes)

@@ -1,17 +1,14 @@
 """Communication of the whole training configuration: where each parallel group's ranks sit, what
 its collectives cost, the data-parallel gradient sync and the optimizer step.
 
-Data flow: `TrainingConfig` (tp, cp, ep, dp, pp, zero) + `HardwareProfile` -> `Placement` -> one
+Data flow: `TrainingConfig` (tp, cp, ep, dp, pp, zero) + `HardwareProfile` -> `GroupLinks`: one
 `GroupLink` per dimension -> `cost.analytic` times the tensor-, context- and expert-parallel
 collectives inside each op with it, and `step_extras` prices what runs once per step around the
 pipeline (gradient sync, parameter all-gather, optimizer). Imports only the specs. Never prints.
 
-Rank placement (Megatron-LM's order: tp, cp, dp, pp): global rank = tp_rank + tp * (cp_rank + cp *
-(dp_rank + dp * pp_rank)); tp varies fastest. Expert parallelism shards the experts over ep of the
-dp x cp ranks, consecutive in that order (stride tp x cp), as Megatron-Core's expert-model-parallel
-groups are built inside the data-parallel group. A group of `size` ranks at `stride` fits in one
-node when stride x size <= devices per node; otherwise `per_node` = devices_per_node // stride of
-its members (at least 1) share each node.
+Rank placement: `spec.ranks.RankLayout` (Megatron-LM's order, tp fastest). A group of `size` ranks at
+`stride` fits in one node when stride x size <= devices per node; otherwise `per_node` =
+devices_per_node // stride of its members (at least 1) share each node.
 
 Collectives (NCCL's ring algorithms; nccl-tests' PERFORMANCE.md defines the bus bandwidth they run
 at): on n ranks an all-gather or reduce-scatter of S bytes (the whole, unsharded tensor) takes
@@ -55,6 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from adaptis_plan.spec.hardware import HardwareProfile, LinkSpec
+from adaptis_plan.spec.ranks import RankLayout
 from adaptis_plan.spec.training import TrainingConfig
 
 GRAD_REDUCE_BYTES = 4  # fp32 gradients (module docstring)
@@ -120,7 +118,7 @@ def _group(size: int, stride: int, devices_per_node: int, intra: LinkSpec, inter
 
 
 @dataclass(frozen=True)
-class Placement:
+class GroupLinks:
     """Every parallel group of one configuration on a hardware profile (module docstring)."""
 
     tp: GroupLink
@@ -141,21 +139,20 @@ def devices_per_node(hardware: HardwareProfile) -> int:
     return min(g.devices_per_node for g in hardware.groups)
 
 
-def placement(hardware: HardwareProfile, training: TrainingConfig) -> Placement:
-    t, c, d, e = training.tp, training.cp, training.dp, training.ep
+def placement(hardware: HardwareProfile, training: TrainingConfig) -> GroupLinks:
+    """The links of every group of `training`'s rank layout on `hardware`."""
+    ranks = RankLayout.of(training)
     dpn = devices_per_node(hardware)
-    intra, inter = hardware.intra_node, hardware.inter_node
 
-    def group(size: int, stride: int) -> GroupLink:
-        return _group(size, stride, dpn, intra, inter)
+    def link(dim: str) -> GroupLink:
+        return _group(ranks.size(dim), ranks.stride(dim), dpn, hardware.intra_node, hardware.inter_node)
 
-    return Placement(
-        tp=group(t, 1),
-        cp=group(c, t),
-        ep=group(e, t),
-        # the dp x cp gradient group: cp ranks at stride t, then dp at stride t x cp: contiguous
-        dp=group(d * c, t),
-        edp=group(d * c // e, t * e),
+    return GroupLinks(
+        tp=link("tp"),
+        cp=link("cp"),
+        ep=link("ep"),
+        dp=link("dp_cp"),
+        edp=link("edp"),
         zero=training.zero,
         param_bytes=4 if training.dtype == "fp32" else 2,
         tp_overlap=training.tp_comm_overlap,
@@ -172,7 +169,7 @@ class StepExtras:
 
 
 def step_extras(
-    dense_params: float, expert_params: float, training: TrainingConfig, place: Placement, hbm_bps: float
+    dense_params: float, expert_params: float, training: TrainingConfig, place: GroupLinks, hbm_bps: float
 ) -> StepExtras:
     """Gradient sync, parameter gather and optimizer time of one pipeline rank holding
     `dense_params` + `expert_params` parameters per tensor-parallel rank (module docstring)."""

@@ -69,11 +69,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from adaptis_plan.cost.analytic import DTYPE_BYTES, UNFUSED_SAVED_BYTES_PER_SCORE, Kernel, LayerWork, OpWork
 from adaptis_plan.spec.model import LayerSpec, ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.spec.training import RECOMPUTE_MODES, TrainingConfig
+
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    import numpy as np
+
+    Seconds = TypeVar("Seconds", float, np.ndarray)  # one device's seconds, or every device's
 
 # stronger recomputation keeps fewer bytes at every point of the step
 _STRENGTH = {mode: n for n, mode in enumerate(RECOMPUTE_MODES)}
@@ -216,8 +224,8 @@ def _op_work(work: LayerWork, layer: LayerSpec, model: ModelSpec, training: Trai
 
 
 def measured_recompute(
-    plain: LayerWork, again: LayerWork, share: float, f_s: float, i_s: float, act: float, act_w: float
-) -> tuple[float, float, float]:
+    plain: LayerWork, again: LayerWork, share: Seconds, f_s: Seconds, i_s: Seconds, act: float, act_w: float
+) -> tuple[Seconds, float, float]:
     """A measured layer's (I seconds, act_bytes, act_w_bytes) under `again`'s mode.
 
     A profile measures the layer without recomputation: F (`f_s`), I (`i_s`) and the bytes.

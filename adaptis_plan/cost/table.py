@@ -46,7 +46,7 @@ import numpy as np
 
 from adaptis_plan.core import CostTable
 from adaptis_plan.cost.analytic import LayerWork, layer_work, op_seconds, zero3_collectives
-from adaptis_plan.cost.comm import Placement, placement
+from adaptis_plan.cost.comm import GroupLinks, placement
 from adaptis_plan.cost.params import layer_params
 from adaptis_plan.cost.recompute import check_modes, measured_recompute, recompute_work, recomputes, uniform_modes
 from adaptis_plan.errors import InputError
@@ -141,7 +141,7 @@ def device_types(hardware: HardwareProfile, training: TrainingConfig) -> tuple[s
     return tuple(dt for dt, _ in _slots(hardware, training.pp, training.tp, width))
 
 
-def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str, place: Placement) -> np.ndarray:
+def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str, place: GroupLinks) -> np.ndarray:
     """[3, num_layers] F / I / W seconds of every layer on one device type."""
     device = hardware.device_types[device_type]
     link = hardware.intra_node
@@ -194,13 +194,13 @@ def _check_profile(profile: CostProfile, model: ModelSpec, training: TrainingCon
                 f"{source}: {field} = {measured}: the plan asks for {planned};"
                 f" plan with {flag} {measured} or profile again at {field} {planned}"
             )
-    measured = profile.model.head_chunks
-    if measured is not None and measured not in (1, model.num_head_chunks):
+    chunks = profile.model.head_chunks
+    if chunks is not None and chunks not in (1, model.num_head_chunks):
         planned = model.num_head_chunks
         raise InputError(
-            f"{source}: model.head_chunks = {measured}: the profile measured the head split into {measured} chunks,"
+            f"{source}: model.head_chunks = {chunks}: the profile measured the head split into {chunks} chunks,"
             f" and this plan's head is {'one layer' if planned == 1 else f'in {planned} chunks'}; plan with"
-            f" --head-chunks {measured}, or profile the model with its head whole (it costs every split)"
+            f" --head-chunks {chunks}, or profile the model with its head whole (it costs every split)"
         )
     for n, entry in enumerate(profile.entries):
         for index in entry.layers:
@@ -276,11 +276,11 @@ def _check_entries(profile: CostProfile, model: ModelSpec, source: str) -> None:
             if kind != entry.kind:
                 wrong.setdefault(kind, []).append(index)
         if wrong:
-            kind, indices = next(iter(wrong.items()))
+            other, indices = next(iter(wrong.items()))
             what = "layer" if len(indices) == 1 else "layers"
             raise InputError(
                 f"{source}: entries[{n}].kind = '{entry.kind}': {what} {_spans(indices)} of model '{model.name}'"
-                f" {'is' if len(indices) == 1 else 'are'} of kind '{kind}'; {fix}"
+                f" {'is' if len(indices) == 1 else 'are'} of kind '{other}'; {fix}"
             )
 
 
@@ -342,6 +342,13 @@ def _check_coverage(covered: set[int], model: ModelSpec, source: str) -> None:
 _CHUNK_FIELDS = ("f_s", "i_s", "w_s", "b_s", "act_bytes", "act_w_bytes", "w_hot")
 
 
+def _vocab_span(layer: LayerSpec) -> tuple[int, int]:
+    """A head chunk's vocabulary rows [lo, hi)."""
+    if layer.vocab_range is None:
+        raise ValueError(f"layer kind '{layer.kind}' has no vocab_range: not a head chunk")
+    return layer.vocab_range
+
+
 def _chunk_role(chunk: int, num_chunks: int) -> str:
     return "first" if chunk == 0 else "last" if chunk == num_chunks - 1 else "middle"
 
@@ -367,7 +374,7 @@ def _head_chunk_entries(profile: CostProfile, model: ModelSpec) -> dict[int, Lay
     unsplit = model.model_copy(update={"layers": [*model.layers[:first], LayerSpec(kind="head")]})
     points: dict[str, list[tuple[float, np.ndarray]]] = {"last": [], "first": [], "middle": []}
     for n, hp in by_count.items():
-        ranges = [layer.vocab_range for layer in split_head(unsplit, n).layers[-n:]]
+        ranges = [_vocab_span(layer) for layer in split_head(unsplit, n).layers[-n:]]
         for e in hp.entries:
             for c in e.layers:
                 if c < n:
@@ -376,7 +383,7 @@ def _head_chunk_entries(profile: CostProfile, model: ModelSpec) -> dict[int, Lay
                     points[_chunk_role(c, n)].append(((hi - lo) / model.vocab_size, values))
     if not points["middle"]:
         points["middle"] = points["last"]
-    lines: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
+    lines: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for role, pts in points.items():
         x = np.array([p[0] for p in pts])
         y = np.array([p[1] for p in pts])
@@ -390,7 +397,7 @@ def _head_chunk_entries(profile: CostProfile, model: ModelSpec) -> dict[int, Lay
     out = {}
     hot_measured = any(e.w_hot_s is not None for hp in profile.head_chunks for e in hp.entries)
     for c in range(k):
-        lo, hi = model.layers[first + c].vocab_range
+        lo, hi = _vocab_span(model.layers[first + c])
         slope, intercept = lines[_chunk_role(c, k)]
         values = np.maximum(intercept + slope * (hi - lo) / model.vocab_size, 0.0)
         f, i, w, b, act, act_w, w_hot = values.tolist()
@@ -422,7 +429,7 @@ def _profile_targets(profile: CostProfile, model: ModelSpec):
                     if chunks is not None:
                         yield j, 1.0, chunks[j]
                     else:
-                        lo, hi = model.layers[j].vocab_range
+                        lo, hi = _vocab_span(model.layers[j])
                         yield j, (hi - lo) / model.vocab_size, entry
             else:
                 yield index, 1.0, entry

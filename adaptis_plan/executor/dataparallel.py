@@ -7,15 +7,14 @@ group of the ranks holding the same stages in the other replicas); the runtime c
 parameters there), the worker calls `sync_grads` once after the rank's last backward / W of
 the step and then `step`. Imports torch only.
 
-Rank layout (Megatron's order with cp = 1): global rank = tp_rank + tp * (dp_rank + dp * pp_rank),
-i.e. `init_device_mesh(device, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))` (`worker.mesh_groups`;
-with tp = 1: pp_rank * dp + dp_rank); the pipeline's point-to-point traffic stays inside a "pp"
-group (one dp and tp index), the collectives below inside a "dp" group (one pp and tp index: the
-replicas of the same tp slice, so every tensor here is that slice's, `tensorparallel`). Every replica runs the same program in the same order, so the dp
+Rank layout: `spec.ranks.RankLayout` (the groups built by `worker.mesh_groups`). The pipeline's
+point-to-point traffic stays inside a "pp" group (one dp and tp index), the collectives below inside
+a "dp" group (one pp and tp index: the replicas of the same tp slice, so every tensor here is that
+slice's, `tensorparallel`). Every replica runs the same program in the same order, so the dp
 collectives of the replicas meet in the same order and cannot interlock with the pipeline's
-transfers: replay the lowered global order in all replicas at once; each action's producers
-and its collective partners (the same action in the other replicas) all come earlier or at
-the same position.
+transfers: replay the lowered global order in all replicas at once; each action's producers and its
+collective partners (the same action in the other replicas) all come earlier or at the same
+position.
 
 Loss scaling: each replica's last stage scales its micro-batch losses by 1 / num_microbatches
 (the replica's mean loss); `sync_grads` sums over the dp group and divides by dp. The replicas
@@ -68,6 +67,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
+from typing import Any, Protocol, cast
 
 import torch
 import torch.distributed as dist
@@ -78,12 +79,21 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def make_optimizer(params: list, name: str, lr: float, *, group: object = None) -> torch.optim.Optimizer:
+class StageParams(Protocol):
+    """What `DataParallel` reads of a stage (`runtime.Stage`, or a view of some of its parameters)."""
+
+    def named_layer_parameters(self) -> list[tuple[str, nn.Parameter]]: ...
+
+
+def make_optimizer(
+    params: list, name: str, lr: float, *, group: dist.ProcessGroup | None = None
+) -> torch.optim.Optimizer:
     """The executor's optimizer: SGD or AdamW (weight decay 0.01, single-tensor path), the same in the
     workers and in the single-process reference. `group`: shard its state with ZeroRedundancyOptimizer."""
     if not params:
         return torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
-    cls, kw = (torch.optim.SGD, {}) if name == "sgd" else (torch.optim.AdamW, {"weight_decay": 0.01, "foreach": False})
+    cls: type[torch.optim.SGD] | type[torch.optim.AdamW] = torch.optim.SGD if name == "sgd" else torch.optim.AdamW
+    kw: dict[str, Any] = {} if name == "sgd" else {"weight_decay": 0.01, "foreach": False}
     if group is not None:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -95,7 +105,9 @@ class _FlatStage:
     """One stage's parameters as views of one flat buffer, padded to a multiple of dp; this rank owns
     the slice [dp_rank * n, (dp_rank + 1) * n) as `shard` (a parameter of its own, the optimizer's)."""
 
-    def __init__(self, params: list[tuple[str, nn.Parameter]], group: object, dp_rank: int, dp: int) -> None:
+    def __init__(
+        self, params: list[tuple[str, nn.Parameter]], group: dist.ProcessGroup | None, dp_rank: int, dp: int
+    ) -> None:
         self.params = params
         self.group = group
         p0 = params[0][1]
@@ -156,9 +168,9 @@ class DataParallel:
 
     def __init__(
         self,
-        stages: dict[int, nn.Module],
+        stages: Mapping[int, StageParams],
         *,
-        group: object,
+        group: dist.ProcessGroup | None,
         zero: int,
         optimizer: str,
         lr: float,
@@ -270,7 +282,7 @@ class DataParallel:
         ZeRO 1-3: about 1 / dp of the stages'), `full_params` (full parameters with storage; ZeRO 3:
         0 between steps) and `params` (all of this rank's stages' parameters)."""
         opt = self.optimizer
-        local = opt.optim if self.zero == 1 else opt  # ZeroRedundancyOptimizer's own shard
+        local = cast(Any, opt).optim if self.zero == 1 else opt  # ZeroRedundancyOptimizer's own shard
         updated = sum(p.numel() for g in local.param_groups for p in g["params"]) if self._named else 0
         full = sum(p.numel() for _, p in self._named if p.untyped_storage().nbytes() > 0)
         return {"optimizer": updated, "full_params": full, "params": sum(p.numel() for _, p in self._named)}

@@ -1,15 +1,14 @@
 """The expert-parallel dimension: MoE experts sharded over ep of the dp ranks, tokens exchanged all-to-all.
 
-Data flow: `worker.py` builds the rank's stages (`RankRuntime`, every layer whole), then
-`ExpertParallel.setup` creates the expert groups, replaces every `layers.Moe` of the rank's
+Data flow: `worker.py` builds the rank's stages (`RankRuntime`, every layer whole) and the expert
+groups (`worker.mesh_groups`), then `ExpertParallel.shard` replaces every `layers.Moe` of the rank's
 stages by an `ExpertParallelMoe` holding only this rank's experts, and `data_parallel` gives the
 worker one object with `DataParallel`'s interface (`ExpertDataParallel`) that syncs the dense
 parameters over the dp group and the expert parameters over the expert-data-parallel group.
 Imports torch, `layers` and `dataparallel` only.
 
-Semantics (Megatron-Core's, what the cost model prices; tp = cp = 1 here): within each group of
-`ep` consecutive dp ranks (global rank = pp_rank * dp + dp_rank, so the ep group of a rank is
-dp ranks [b * ep, (b + 1) * ep) at its pp rank), ep rank j holds experts
+Semantics (Megatron-Core's, what the cost model prices; tp = cp = 1 here): rank layout
+`spec.ranks.RankLayout` (an ep group is ep consecutive dp ranks); ep rank j holds experts
 [j * E / ep, (j + 1) * E / ep). The router and the shared experts are replicated, data-parallel
 like every dense parameter. Each rank routes its own tokens (top-k of the router's softmax),
 sends each (token, slot) row to the rank owning its expert (`_AllToAll`: dispatch), runs its
@@ -56,6 +55,8 @@ index (`{layer}.parts.{i}.mixer.experts.{e}.…`).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -63,6 +64,9 @@ from torch import nn
 
 from adaptis_plan.executor.dataparallel import DataParallel
 from adaptis_plan.executor.layers import Block, Moe, route
+
+if TYPE_CHECKING:
+    from adaptis_plan.executor.runtime import Stage
 
 
 class _Timer:
@@ -76,7 +80,7 @@ class _Timer:
 
 
 def _exchange(
-    x: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: object, timer: _Timer
+    x: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: dist.ProcessGroup | None, timer: _Timer
 ) -> torch.Tensor:
     out = x.new_empty((sum(recv_splits), *x.shape[1:]))
     t0 = time.perf_counter()
@@ -96,13 +100,21 @@ class _AllToAll(torch.autograd.Function):
     needs no gradient) still runs the backward exchange its peers wait for. Its gradient is None."""
 
     @staticmethod
-    def forward(ctx, x, anchor, send_splits, recv_splits, group, timer):  # noqa: ANN001, ANN205
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        anchor: torch.Tensor | None,
+        send_splits: list[int],
+        recv_splits: list[int],
+        group: dist.ProcessGroup | None,
+        timer: _Timer,
+    ) -> torch.Tensor:
         ctx.send_splits, ctx.recv_splits, ctx.group, ctx.timer = send_splits, recv_splits, group, timer
         ctx.x_requires_grad = x.requires_grad
         return _exchange(x, send_splits, recv_splits, group, timer)
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: ANN001, ANN205
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None, None, None]:
         g = _exchange(grad, ctx.recv_splits, ctx.send_splits, ctx.group, ctx.timer)
         return (g if ctx.x_requires_grad else None), None, None, None, None, None
 
@@ -114,7 +126,7 @@ class ExpertParallelMoe(nn.Module):
     `shared`); the same forward arithmetic per token, with each routed expert's rows gathered from the
     whole ep group (module docstring)."""
 
-    def __init__(self, moe: Moe, *, ep_rank: int, ep: int, group: object, timer: _Timer) -> None:
+    def __init__(self, moe: Moe, *, ep_rank: int, ep: int, group: dist.ProcessGroup | None, timer: _Timer) -> None:
         super().__init__()
         num_experts = len(moe.experts)
         if num_experts % ep:
@@ -176,7 +188,7 @@ class ExpertDataParallel:
     on the edp group with the 1 / ep scaling (module docstring). `comm_s` adds "ep", the step's seconds
     inside the expert exchanges; the expert sync's seconds are added to the dense sync's keys."""
 
-    def __init__(self, ep: ExpertParallel, stages: dict[int, nn.Module], *, zero: int, optimizer: str, lr: float):
+    def __init__(self, ep: ExpertParallel, stages: Mapping[int, Stage], *, zero: int, optimizer: str, lr: float):
         self.epx = ep
         self.zero = zero
         named = {s: st.named_layer_parameters() for s, st in stages.items()}
@@ -234,57 +246,49 @@ class ExpertDataParallel:
         """Every parameter's averaged gradient on every rank: the experts' gathered from their owners."""
         return {**self.dense.full_grads(), **self.epx.gather(self.expert.full_grads())}
 
-    def full_params(self) -> dict[str, torch.Tensor]:
+    def full_params(self) -> dict[str, torch.Tensor | None]:
         return {**self.dense.full_params(), **self.epx.gather(self.expert.full_params())}
 
 
 class ExpertParallel:
     """This rank's expert groups and its sharded MoE layers (module docstring)."""
 
-    def __init__(self, *, pp: int, dp: int, ep: int, pp_rank: int, dp_rank: int, dp_group: object) -> None:
-        """Create the ep and edp groups (every rank must call this, in the same order: `new_group`)."""
-        if ep < 1 or dp % ep:
-            raise ValueError(f"ep = {ep} does not divide dp = {dp}")
-        self.ep, self.dp, self.dp_group = ep, dp, dp_group
-        self.ep_rank = dp_rank % ep
+    def __init__(
+        self,
+        *,
+        ep: int,
+        ep_rank: int,
+        group: dist.ProcessGroup | None,
+        edp_group: dist.ProcessGroup | None,
+        dp_group: dist.ProcessGroup | None,
+    ) -> None:
+        """This rank's expert groups, created by `worker.mesh_groups` from `spec.ranks.RankLayout`: `group`
+        its ep group (ep rank `ep_rank`), `edp_group` its expert-data-parallel group (None: one rank),
+        `dp_group` the dense parameters' gradient group (None: one rank)."""
+        self.ep, self.ep_rank = ep, ep_rank
+        self.group, self.edp_group, self.dp_group = group, edp_group, dp_group
         self.timer = _Timer()
-        self.group: object = None
-        self.edp_group: object = None
-        for p in range(pp):
-            base = p * dp
-            for b in range(dp // ep):
-                ranks = [base + b * ep + j for j in range(ep)]
-                g = dist.new_group(ranks)
-                if p == pp_rank and b == dp_rank // ep:
-                    self.group = g
-            if dp // ep > 1:
-                for j in range(ep):
-                    ranks = [base + b * ep + j for b in range(dp // ep)]
-                    g = dist.new_group(ranks)
-                    if p == pp_rank and j == self.ep_rank:
-                        self.edp_group = g
 
-    def shard(self, stages: dict[int, nn.Module]) -> int:
+    def shard(self, stages: Mapping[int, Stage]) -> int:
         """Replace every MoE of `stages` by this rank's `ExpertParallelMoe`; returns how many were replaced."""
         n = 0
         for stage in stages.values():
             for layer in stage.layers.values():
                 if not isinstance(layer, Block):
                     continue
-                for part in layer.parts:
-                    if isinstance(part["mixer"], Moe):
+                for part in layer.sub_blocks():
+                    mixer = part["mixer"]
+                    if isinstance(mixer, Moe):
                         part["mixer"] = ExpertParallelMoe(
-                            part["mixer"], ep_rank=self.ep_rank, ep=self.ep, group=self.group, timer=self.timer
+                            mixer, ep_rank=self.ep_rank, ep=self.ep, group=self.group, timer=self.timer
                         )
                         n += 1
         return n
 
-    def data_parallel(
-        self, stages: dict[int, nn.Module], *, zero: int, optimizer: str, lr: float
-    ) -> ExpertDataParallel:
+    def data_parallel(self, stages: Mapping[int, Stage], *, zero: int, optimizer: str, lr: float) -> ExpertDataParallel:
         return ExpertDataParallel(self, stages, zero=zero, optimizer=optimizer, lr=lr)
 
-    def gather(self, tensors: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+    def gather(self, tensors: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
         """The union of the ep group's {name: tensor} (each rank's own experts), for verification dumps."""
         parts: list = [None] * self.ep
         dist.all_gather_object(parts, tensors, group=self.group)

@@ -66,7 +66,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -75,6 +76,9 @@ from torch import nn
 from adaptis_plan.executor.tpcomm import copy_to_tp, reduce_from_tp, vocab_parallel_lse_target
 from adaptis_plan.executor.wgrad import embedding, linear
 from adaptis_plan.spec.model import SSD_CHUNK, AttentionSpec, LayerSpec, MambaSpec, ModelSpec, MoeSpec
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 INIT_STD = 0.02
 ROPE_THETA = 10000.0
@@ -141,14 +145,14 @@ class _Recomputed(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, fn, num_inputs, *args):  # noqa: ANN001, ANN205
+    def forward(ctx: Any, fn: Callable[..., torch.Tensor], num_inputs: int, *args: torch.Tensor) -> torch.Tensor:
         ctx.fn, ctx.num_inputs, ctx.num_params = fn, num_inputs, len(args) - num_inputs
         inputs = args[:num_inputs]
         ctx.save_for_backward(*inputs)
         return fn(*inputs)
 
     @staticmethod
-    def backward(ctx, grad_out):  # noqa: ANN001, ANN205
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         needs = ctx.needs_input_grad[2 : 2 + ctx.num_inputs]
         inputs = [t.detach().requires_grad_(n) for t, n in zip(ctx.saved_tensors, needs, strict=True)]
         with torch.enable_grad():
@@ -159,7 +163,9 @@ class _Recomputed(torch.autograd.Function):
         ) * ctx.num_params
 
 
-def recomputed(fn, inputs: tuple[torch.Tensor, ...], params: Sequence[torch.Tensor] = ()) -> torch.Tensor:  # noqa: ANN001
+def recomputed(
+    fn: Callable[..., torch.Tensor], inputs: tuple[torch.Tensor, ...], params: Sequence[torch.Tensor] = ()
+) -> torch.Tensor:
     """`fn(*inputs)` keeping only `inputs` for the backward, which reruns `fn` first (`_Recomputed`).
 
     Own code rather than `torch.utils.checkpoint`, whose non-reentrant mode adds Python work per
@@ -209,7 +215,8 @@ class _Attention(nn.Module):
 
 
 class GqaAttention(_Attention):
-    tp_group: object = None  # set by `tensorparallel.shard_layer`: q / o by heads, k / v by kv heads or replicated
+    # set by `tensorparallel.shard_layer`: q / o by heads, k / v by kv heads or replicated
+    tp_group: dist.ProcessGroup | None = None
     kv_index: torch.Tensor | None = None  # under tp: the projected kv head each local q head reads
 
     def __init__(self, hidden: int, a: AttentionSpec, positions: str | None = None) -> None:
@@ -233,7 +240,7 @@ class GqaAttention(_Attention):
         q = self.q_proj(x).view(b, s, self.nh, self.hd).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.nkv, self.hd).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.nkv, self.hd).transpose(1, 2)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary:
             q, k = rope(q), rope(k)
@@ -248,6 +255,11 @@ class GqaAttention(_Attention):
 
 
 class MlaAttention(_Attention):
+    q_proj: Linear | None  # q projected whole, or through the low-rank q_a / q_b pair
+    q_a_proj: Linear | None
+    q_a_norm: RMSNorm | None
+    q_b_proj: Linear | None
+
     def __init__(self, hidden: int, a: AttentionSpec) -> None:
         super().__init__()
         assert a.kv_lora_rank and a.qk_nope_head_dim and a.qk_rope_head_dim and a.v_head_dim
@@ -276,8 +288,9 @@ class MlaAttention(_Attention):
         b, s, _ = x.shape
         if self.q_proj is not None:
             q = self.q_proj(x)
-        else:
-            q = self.q_b_proj(self.q_a_norm(self.q_a_proj(x)))
+        else:  # the low-rank pair, set together
+            q_a, q_norm, q_b = cast(Linear, self.q_a_proj), cast(RMSNorm, self.q_a_norm), cast(Linear, self.q_b_proj)
+            q = q_b(q_norm(q_a(x)))
         q = q.view(b, s, self.nh, self.nope + self.rope_dim).transpose(1, 2)
         q_nope, q_pe = q.split([self.nope, self.rope_dim], dim=-1)
         c, k_pe = self.kv_a_proj(x).split([self.kv_rank, self.rope_dim], dim=-1)
@@ -302,7 +315,7 @@ def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
 
 
 class Mlp(nn.Module):
-    tp_group: object = None  # set by `tensorparallel.shard_layer`: gate / up by rows, down by columns
+    tp_group: dist.ProcessGroup | None = None  # set by `tensorparallel.shard_layer`: gate / up by rows, down by columns
 
     def __init__(self, hidden: int, activation: str, inner: int) -> None:
         super().__init__()
@@ -314,7 +327,7 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = copy_to_tp(x, self.tp_group)
-        if self.gated:
+        if self.gate_proj is not None:  # gated
             y = self.down_proj(_activation(self.activation, self.gate_proj(x)) * self.up_proj(x))
         else:
             y = self.down_proj(_activation(self.activation, self.up_proj(x)))
@@ -442,7 +455,8 @@ class Mamba2(nn.Module):
 class EmbeddingLayer(nn.Module):
     kind = "embedding"
     tied_copy_names: tuple[str, ...] = ()
-    tp_group: object = None  # set by `tensorparallel.shard_layer`: `weight` holds rows [vocab_lo, vocab_hi)
+    # set by `tensorparallel.shard_layer`: `weight` holds rows [vocab_lo, vocab_hi)
+    tp_group: dist.ProcessGroup | None = None
     vocab_lo = 0
 
     def __init__(self, model: ModelSpec) -> None:
@@ -501,16 +515,21 @@ class Block(nn.Module):
         return self._forward(x)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        for part in self.parts:
+        for part in self.sub_blocks():
             x = x + part["mixer"](part["norm"](x))
         return x
+
+    def sub_blocks(self) -> list[nn.ModuleDict]:
+        """The (norm, mixer) residual sub-blocks, in order."""
+        return cast(list[nn.ModuleDict], list(self.parts))
 
 
 class HeadLayer(nn.Module):
     """Final norm + LM head + mean cross-entropy. `lm_weight` is a tied copy when tying."""
 
     kind = "head"
-    tp_group: object = None  # set by `tensorparallel.shard_layer`: `lm_weight` holds rows [vocab_lo, ...)
+    # set by `tensorparallel.shard_layer`: `lm_weight` holds rows [vocab_lo, ...)
+    tp_group: dist.ProcessGroup | None = None
     vocab_lo = 0
 
     def __init__(self, model: ModelSpec) -> None:
@@ -547,7 +566,8 @@ class HeadChunkLayer(nn.Module):
 
     kind = "head"
     tied_copy_names: tuple[str, ...] = ()
-    tp_group: object = None  # set by `tensorparallel.shard_layer`: `lm_weight` holds rows [vocab_lo, ...) of [lo, hi)
+    # set by `tensorparallel.shard_layer`: `lm_weight` holds rows [vocab_lo, ...) of [lo, hi)
+    tp_group: dist.ProcessGroup | None = None
     vocab_lo = 0
 
     def __init__(self, model: ModelSpec, chunk: int, num_chunks: int, vocab_range: tuple[int, int]) -> None:
@@ -564,7 +584,7 @@ class HeadChunkLayer(nn.Module):
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         h = self.hidden
         if self.first:
-            y = self.norm(x)
+            y = cast(nn.Module, self.norm)(x)  # chunk 0 holds the final norm
         else:
             y = x[..., :h].to(self.lm_weight.dtype)
             lse_prev, tgt_prev = x[..., h], x[..., h + 1]
@@ -620,9 +640,7 @@ def _init_params(module: nn.Module, g: torch.Generator) -> None:
             if sub.bias is not None:
                 sub.bias.zero_()
         elif isinstance(sub, (RMSNorm, nn.LayerNorm)):
-            sub.weight.fill_(1.0)
-            if getattr(sub, "bias", None) is not None:
-                sub.bias.zero_()
+            _reset_norm(sub)
         elif isinstance(sub, Mamba2):
             k = sub.m.conv_kernel
             sub.conv_weight.uniform_(-1.0 / math.sqrt(k), 1.0 / math.sqrt(k), generator=g)
@@ -634,39 +652,44 @@ def _init_params(module: nn.Module, g: torch.Generator) -> None:
             sub.norm_weight.fill_(1.0)
 
 
+def _reset_norm(norm: nn.Module) -> None:
+    """Weight 1 and, where the norm has one, bias 0."""
+    cast(torch.Tensor, norm.weight).fill_(1.0)
+    bias = getattr(norm, "bias", None)
+    if bias is not None:
+        bias.zero_()
+
+
 def build_layer(model: ModelSpec, index: int, *, seed: int = 0) -> nn.Module:
     """Layer `index` of `model`, initialized from (seed, index) alone (fp32, CPU)."""
     spec = model.layers[index]
     if spec.kind == "embedding":
-        layer: nn.Module = EmbeddingLayer(model)
+        emb = EmbeddingLayer(model)
         with torch.no_grad():
-            layer.weight.copy_(_embedding_init(model, seed))
-            if layer.position_weight is not None:  # drawn after the token table, which a tied head copies
+            emb.weight.copy_(_embedding_init(model, seed))
+            if emb.position_weight is not None:  # drawn after the token table, which a tied head copies
                 g = layer_generator(seed, model.num_layers)
-                layer.position_weight.normal_(0.0, INIT_STD, generator=g)
-        return layer
+                emb.position_weight.normal_(0.0, INIT_STD, generator=g)
+        return emb
     if spec.kind == "head" and model.num_head_chunks > 1:
         k = model.num_head_chunks
-        chunk = HeadChunkLayer(model, index - (model.num_layers - k), k, spec.vocab_range)
+        span = cast(tuple[int, int], spec.vocab_range)  # every chunk of a split head has one
+        chunk = HeadChunkLayer(model, index - (model.num_layers - k), k, span)
         with torch.no_grad():
             chunk.lm_weight.normal_(0.0, INIT_STD, generator=layer_generator(seed, index))
             if chunk.norm is not None:
-                chunk.norm.weight.fill_(1.0)
-                if getattr(chunk.norm, "bias", None) is not None:
-                    chunk.norm.bias.zero_()
+                _reset_norm(chunk.norm)
         return chunk
     if spec.kind == "head":
-        layer = HeadLayer(model)
+        head = HeadLayer(model)
         with torch.no_grad():
             if model.tie_word_embeddings:
-                layer.lm_weight.copy_(_embedding_init(model, seed))
+                head.lm_weight.copy_(_embedding_init(model, seed))
             else:
                 g = layer_generator(seed, index)
-                layer.lm_weight.normal_(0.0, INIT_STD, generator=g)
-            layer.norm.weight.fill_(1.0)
-            if getattr(layer.norm, "bias", None) is not None:
-                layer.norm.bias.zero_()
-        return layer
+                head.lm_weight.normal_(0.0, INIT_STD, generator=g)
+            _reset_norm(head.norm)
+        return head
     layer = Block(model, spec)
     _init_params(layer, layer_generator(seed, index))
     return layer
@@ -689,9 +712,10 @@ def set_recompute(layer: nn.Module, mode: str) -> nn.Module:
     if not isinstance(layer, Block):
         return layer
     layer.recompute_full = mode == "full"
-    for part in layer.parts:
-        if isinstance(part["mixer"], _Attention):
-            part["mixer"].recompute_core = mode == "selective"
+    for part in layer.sub_blocks():
+        mixer = part["mixer"]
+        if isinstance(mixer, _Attention):
+            mixer.recompute_core = mode == "selective"
     return layer
 
 

@@ -153,7 +153,7 @@ def worker_children(pid: int) -> list[int]:
 # ---------------------------------------------------------------- the worker's lifeline
 
 
-def _watch_pid(pid: int):  # noqa: ANN202
+def _watch_pid(pid: int) -> select.poll | None:
     """A poll object that becomes readable when `pid` exits (pidfd), or None where that is unsupported."""
     try:
         fd = os.pidfd_open(pid)

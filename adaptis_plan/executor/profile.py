@@ -73,10 +73,11 @@ import statistics
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -86,6 +87,8 @@ from adaptis_plan.executor.layers import build_layer, set_recompute
 from adaptis_plan.executor.wgrad import WeightGradStore
 from adaptis_plan.spec.cost_profile import CostProfile, HeadChunkProfile, LayerCostEntry, ProfiledModel
 from adaptis_plan.spec.model import ModelSpec
+
+T = TypeVar("T")
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 #: micro-batches whose forward graphs stay alive while a layer is timed (module docstring)
@@ -175,7 +178,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def saved_bytes(fn, exclude: set[int]) -> tuple[object, int]:  # noqa: ANN001
+def saved_bytes(fn: Callable[[], T], exclude: set[int]) -> tuple[T, int]:
     """`fn()` and the bytes autograd keeps for its backward: the distinct storages of the tensors
     saved during `fn` and still saved when it returns (storages whose data pointer is in `exclude`,
     the parameters', left out).
@@ -271,9 +274,10 @@ class _LayerTimer:
         else:
             # the whole spec, not `fingerprint()`: that one is the same for the model with its head split
             key = (model.model_dump_json(), index, recompute, str(device), dtype, seed)
-            layer = keep.get(key)
-            if layer is None:
-                layer = keep[key] = build()
+            cached = keep.get(key)
+            if cached is None:
+                cached = keep[key] = build()
+            layer = cached
         self.model, self.index, self.device, self.layer = model, index, device, layer
         self.copies = len(layer.layers) if isinstance(layer, _Chain) else 1
         self.kind = model.layers[index].kind

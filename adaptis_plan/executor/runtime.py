@@ -79,6 +79,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol, cast
 
 import torch
 import torch.distributed as dist
@@ -94,6 +95,12 @@ from adaptis_plan.spec.model import ModelSpec
 
 class CommError(RuntimeError):
     """A point-to-point operation failed (usually: a peer rank died)."""
+
+
+class ParamsHook(Protocol):
+    """`RankRuntime.params_hook`: told before every forward and backward of a stage."""
+
+    def acquire(self, stage: int) -> None: ...
 
 
 class Stage(nn.Module):
@@ -113,7 +120,7 @@ class Stage(nn.Module):
         *,
         seed: int,
         recompute: str = "none",
-        tp: tuple[int, int, object] | None = None,
+        tp: tuple[int, int, dist.ProcessGroup | None] | None = None,
     ) -> None:
         super().__init__()
         self.stage = stage
@@ -187,9 +194,9 @@ class P2P:
         self._boundaries, self._device = boundaries, device
         self._timeout = timedelta(seconds=timeout_s)
         self._queues: dict[int, deque[Transfer]] = {}
-        self._recvs: dict[tuple[str, int, int], tuple[object, torch.Tensor, Transfer]] = {}
+        self._recvs: dict[tuple[str, int, int], tuple[dist.Work, torch.Tensor, Transfer]] = {}
         self._ready: dict[tuple[str, int, int], torch.Tensor] = {}
-        self._sends: list[tuple[object, torch.Tensor, Transfer]] = []
+        self._sends: list[tuple[dist.Work, torch.Tensor, Transfer]] = []
 
     def start_step(self) -> None:
         if self.order == "global":
@@ -207,7 +214,8 @@ class P2P:
     def _post_recv(self, t: Transfer) -> None:
         shape, dtype = self._boundaries[t.stage if t.kind == "act" else t.stage - 1]
         buf = torch.empty(shape, dtype=dtype, device=self._device)
-        self._recvs[t.key] = (dist.irecv(buf, group=self.group, group_src=t.src, tag=t.tag), buf, t)
+        work = cast(dist.Work, dist.irecv(buf, group=self.group, group_src=t.src, tag=t.tag))  # a member: never None
+        self._recvs[t.key] = (work, buf, t)
 
     def pump(self) -> None:
         sent = False
@@ -218,7 +226,8 @@ class P2P:
                     self._post_recv(t)
                 elif t.key in self._ready:
                     tensor = self._ready.pop(t.key)
-                    self._sends.append((dist.isend(tensor, group=self.group, group_dst=t.dst, tag=t.tag), tensor, t))
+                    work = cast(dist.Work, dist.isend(tensor, group=self.group, group_dst=t.dst, tag=t.tag))
+                    self._sends.append((work, tensor, t))
                     sent = True
                 else:
                     break
@@ -314,7 +323,7 @@ class RankRuntime:
         recompute: Sequence[str] | None = None,
         group: dist.ProcessGroup | None = None,
         global_rank: int | None = None,
-        tp: tuple[int, int, object] | None = None,
+        tp: tuple[int, int, dist.ProcessGroup | None] | None = None,
     ) -> None:
         """`rank`: this rank's plan device (its rank in the pipeline `group`; None: the default group,
         dp = 1); `global_rank`: its rank in the world (what `Fault` names; default `rank`).
@@ -325,7 +334,7 @@ class RankRuntime:
         self.rank = rank
         self.group = group
         self.global_rank = rank if global_rank is None else global_rank
-        self.params_hook = None
+        self.params_hook: ParamsHook | None = None
         self.model = model
         self.lowered = lowered
         self.layout = lowered.layout
@@ -459,9 +468,9 @@ class RankRuntime:
             return
         mine: list[nn.Parameter] = []
         if self.rank == e_rank:
-            mine.append(self.stages[0].layers["0"].weight)
+            mine.append(cast(nn.Parameter, self.stages[0].layers["0"].weight))
         if self.rank == h_rank:
-            mine.append(self.stages[last_stage].layers[str(self.model.num_layers - 1)].lm_weight)
+            mine.append(cast(nn.Parameter, self.stages[last_stage].layers[str(self.model.num_layers - 1)].lm_weight))
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in mine]
         if e_rank == h_rank:
             total = grads[0] + grads[1]
@@ -478,7 +487,7 @@ class RankRuntime:
             if self.rank > peer:
                 ops.reverse()
             for post in ops:
-                work = post()
+                work = cast(dist.Work, post())  # a member of the group: never None
                 try:
                     work.wait(self._timeout)
                 except Exception as e:

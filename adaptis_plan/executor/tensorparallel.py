@@ -32,13 +32,15 @@ gradient is complete for the slice; None: replicated, the same gradient on every
 "partial": replicated, each rank's gradient covers only its heads, so `sync_grads` sums it over
 the tp group (once per step, after W, in one bucket).
 
-Rank layout: global rank = tp_rank + tp * (dp_rank + dp * pp_rank) (the worker's
-("pp", "dp", "tp") mesh): the tp ranks of one (pp, dp) position run the same program in the same
-order, so their collectives (inside F, I, B and recomputed forwards) meet in the same order,
-exactly as the dp replicas' do (`dataparallel` module docstring).
+Rank layout: `spec.ranks.RankLayout` (the groups built by `worker.mesh_groups`). The tp ranks of one
+(pp, dp) position run the same program in the same order, so their collectives (inside F, I, B and
+recomputed forwards) meet in the same order, exactly as the dp replicas' do (`dataparallel` module
+docstring).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -72,7 +74,7 @@ def _split(n: int, tp: int, rank: int, what: str) -> tuple[int, int]:
     return rank * k, (rank + 1) * k
 
 
-def shard_layer(layer: nn.Module, rank: int, tp: int, group: object) -> dict[str, int | str | None]:
+def shard_layer(layer: nn.Module, rank: int, tp: int, group: dist.ProcessGroup | None) -> dict[str, int | str | None]:
     """Keep tp rank `rank`'s slice of every parameter of the built `layer` (module docstring) and set
     its tp group; returns {parameter name in the layer: 0 | 1 (sharded along) | None | "partial"}."""
     spec: dict[int, int | str] = {}  # id(param) -> its layout entry, when not None
@@ -89,7 +91,7 @@ def shard_layer(layer: nn.Module, rank: int, tp: int, group: object) -> dict[str
         layer.vocab_lo = getattr(layer, "lo", 0) + lo
         layer.tp_group = group
     elif isinstance(layer, Block):
-        for part in layer.parts:
+        for part in layer.sub_blocks():
             mixer = part["mixer"]
             if isinstance(mixer, GqaAttention):
                 _shard_attention(mixer, rank, tp, group, cut, spec)
@@ -109,7 +111,14 @@ def shard_layer(layer: nn.Module, rank: int, tp: int, group: object) -> dict[str
     return {name: spec.get(id(p)) for name, p in layer.named_parameters()}
 
 
-def _shard_attention(att: GqaAttention, rank: int, tp: int, group: object, cut, spec: dict) -> None:  # noqa: ANN001
+def _shard_attention(
+    att: GqaAttention,
+    rank: int,
+    tp: int,
+    group: dist.ProcessGroup | None,
+    cut: Callable[[nn.Module, str, int, int, int], None],
+    spec: dict,
+) -> None:
     nh, nkv, hd = att.nh, att.nkv, att.hd
     h0, h1 = _split(nh, tp, rank, "attention.num_heads")
     qh, per_kv = h1 - h0, nh // nkv
@@ -143,7 +152,10 @@ class TensorParallel:
     name: layout entry} as `Stage.tp_layout` records it."""
 
     def __init__(
-        self, named: list[tuple[str, nn.Parameter]], layout: dict[str, int | str | None], group: object
+        self,
+        named: list[tuple[str, nn.Parameter]],
+        layout: dict[str, int | str | None],
+        group: dist.ProcessGroup | None,
     ) -> None:
         self.group = group
         self.tp = dist.get_world_size(group)
@@ -163,7 +175,7 @@ class TensorParallel:
             p.grad = bucket[offset : offset + p.numel()].view(p.shape).clone()
             offset += p.numel()
 
-    def full(self, local: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+    def full(self, local: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
         """Every sharded tensor of `local` ({parameter name: this rank's slice, e.g. its gradient})
         all-gathered over tp and concatenated along its dim; replicated ones as they are (this rank's
         own copy). A collective: every tp rank calls it with the same names. Not counted in `TP_COMM`."""

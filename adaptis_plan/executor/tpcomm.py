@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -64,7 +65,7 @@ class TpCommCounter:
 TP_COMM = TpCommCounter()
 
 
-def all_reduce_(t: torch.Tensor, group: object, op: object = None) -> torch.Tensor:
+def all_reduce_(t: torch.Tensor, group: dist.ProcessGroup | None, op: object = None) -> torch.Tensor:
     """In-place all-reduce of `t` over `group` (sum unless `op`), counted in `TP_COMM`."""
     t0 = time.perf_counter()
     dist.all_reduce(t, op=dist.ReduceOp.SUM if op is None else op, group=group)
@@ -77,37 +78,37 @@ def all_reduce_(t: torch.Tensor, group: object, op: object = None) -> torch.Tens
 
 class _CopyToTp(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):  # noqa: ANN001, ANN205
+    def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
         ctx.group = group
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: ANN001, ANN205
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return all_reduce_(grad.contiguous().clone(), ctx.group), None
 
 
 class _ReduceFromTp(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):  # noqa: ANN001, ANN205
+    def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
         return all_reduce_(x.contiguous().clone(), group)
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: ANN001, ANN205
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad, None
 
 
-def copy_to_tp(x: torch.Tensor, group: object) -> torch.Tensor:
+def copy_to_tp(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
     """f: identity forward, all-reduced input gradient (module docstring); identity when `group` is None."""
     return x if group is None else _CopyToTp.apply(x, group)
 
 
-def reduce_from_tp(x: torch.Tensor, group: object) -> torch.Tensor:
+def reduce_from_tp(x: torch.Tensor, group: dist.ProcessGroup | None) -> torch.Tensor:
     """g: all-reduced forward, identity backward (module docstring); identity when `group` is None."""
     return x if group is None else _ReduceFromTp.apply(x, group)
 
 
 def vocab_parallel_lse_target(
-    logits: torch.Tensor, labels: torch.Tensor, lo: int, hi: int, group: object
+    logits: torch.Tensor, labels: torch.Tensor, lo: int, hi: int, group: dist.ProcessGroup | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-sum-exp over the whole vocabulary, the label's logit; 0 where the label is outside every
     rank's slice) per token, replicated on every tp rank, from this rank's fp32 `logits` [..., hi - lo]

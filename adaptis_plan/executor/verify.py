@@ -22,8 +22,10 @@ backward): rtol = 1e-4 in fp32 (TF32 off), 5e-2 in bf16/fp16 where every accumul
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -219,7 +221,7 @@ def compare(
 
 
 def compare_tensors(
-    pipe: dict[str, torch.Tensor | None], ref: dict[str, torch.Tensor | None], *, rtol: float, atol: float
+    pipe: Mapping[str, torch.Tensor | None], ref: Mapping[str, torch.Tensor | None], *, rtol: float, atol: float
 ) -> tuple[float, str | None, list[str]]:
     """(max |pipe - ref| over all tensors, the tensor where it is, the names out of tolerance or missing);
     None counts as zeros beside a tensor."""
@@ -233,8 +235,9 @@ def compare_tensors(
         if a is None and b is None:
             continue
         if a is None or b is None:
-            a = torch.zeros_like(b) if a is None else a
-            b = torch.zeros_like(a) if b is None else b
+            present = cast(torch.Tensor, a if b is None else b)
+            a = torch.zeros_like(present) if a is None else a
+            b = torch.zeros_like(present) if b is None else b
         if a.shape != b.shape:
             mismatched.append(name)
             continue

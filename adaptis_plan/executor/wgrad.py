@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +72,7 @@ def _embedding_wgrad(ids: torch.Tensor, grad_out: torch.Tensor, num_rows: int) -
 
 class _LinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias):  # noqa: ANN001, ANN205
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.param = weight
         ctx.has_bias = bias is not None
@@ -79,7 +80,9 @@ class _LinearFn(torch.autograd.Function):
         return F.linear(x, weight, bias)
 
     @staticmethod
-    def backward(ctx, grad_out):  # noqa: ANN001, ANN205
+    def backward(
+        ctx: Any, grad_out: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         x, weight = ctx.saved_tensors
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
@@ -97,13 +100,13 @@ class _LinearFn(torch.autograd.Function):
 
 class _EmbeddingFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, ids, weight):  # noqa: ANN001, ANN205
+    def forward(ctx: Any, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(ids)
         ctx.param = weight
         return F.embedding(ids, weight)
 
     @staticmethod
-    def backward(ctx, grad_out):  # noqa: ANN001, ANN205
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[None, torch.Tensor | None]:
         (ids,) = ctx.saved_tensors
         if not ctx.needs_input_grad[1]:
             return None, None

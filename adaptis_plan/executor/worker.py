@@ -6,8 +6,8 @@ and the model belong together first: the worker does not):
     python -m torch.distributed.run --standalone --nproc-per-node 2 --max-restarts 0 \
         -m adaptis_plan.executor.worker --plan plan.json --model model.json --out results/
 
-Data flow: plan + model spec (JSON files) -> the ("pp", "dp", "tp") device mesh (world =
-pp x dp x tp, global rank = tp_rank + tp * (dp_rank + dp * pp_rank); `mesh_groups`) ->
+Data flow: plan + model spec (JSON files) -> the process groups of world = pp x dp x tp
+(`mesh_groups`; rank layout: `spec.ranks.RankLayout`) ->
 `lowering.lower` -> `RankRuntime` (with the plan's per-stage recomputation and, with tp > 1, this
 tp rank's slice of every layer; point-to-point inside this rank's pp group, the ranks of the same
 (dp, tp) index), `TensorParallel` (partial gradients summed over tp; with --verify every tensor
@@ -50,6 +50,7 @@ import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -66,6 +67,10 @@ from adaptis_plan.executor.wgrad import FLOPS
 from adaptis_plan.planfile.io import plan_layout, plan_programs
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
+from adaptis_plan.spec.ranks import RankLayout
+
+if TYPE_CHECKING:
+    from adaptis_plan.executor.expertparallel import ExpertDataParallel
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -110,41 +115,53 @@ def _write_json(path: Path, data: object) -> None:
 
 @dataclass(frozen=True)
 class MeshPlace:
-    """This process's place in the ("pp", "dp", "tp") mesh: its rank in each dimension and each
-    dimension's process group (None where the dimension has size 1, or for pp when it is the whole world)."""
+    """This process's place in the rank layout (`spec.ranks`): its rank in each dimension and each
+    dimension's process group (None where the group has one rank, or for pp when it is the whole
+    world: the default group). `dp_group` is the dense gradients' dp x cp group."""
 
     pp_rank: int
     dp_rank: int
     tp_rank: int
-    pp_group: object = None
-    dp_group: object = None
-    tp_group: object = None
+    ep_rank: int = 0
+    pp_group: dist.ProcessGroup | None = None
+    dp_group: dist.ProcessGroup | None = None
+    tp_group: dist.ProcessGroup | None = None
+    ep_group: dist.ProcessGroup | None = None
+    edp_group: dist.ProcessGroup | None = None
 
 
-def mesh_groups(pp: int, dp: int, tp: int, device: torch.device) -> MeshPlace:
-    """This process's place for world = pp x dp x tp, Megatron's order (tp fastest, then dp, then pp:
-    global rank = tp_rank + tp * (dp_rank + dp * pp_rank)), from
-    `init_device_mesh(device, (pp, dp, tp), ("pp", "dp", "tp"))`; with dp = tp = 1 no mesh (the
-    default group is the pipeline)."""
+# the process groups the executor creates, in creation order: `spec.ranks` dimensions
+GROUP_DIMS = ("tp", "cp", "dp_cp", "pp", "ep", "edp")
+
+
+def group_ranks(layout: RankLayout) -> dict[str, list[list[int]]]:
+    """The global ranks of every process group `mesh_groups` creates, by dimension (`GROUP_DIMS`):
+    every group of each dimension whose groups have more than one rank, but pp when it is the world."""
+    return {
+        dim: layout.groups(dim)
+        for dim in GROUP_DIMS
+        if layout.size(dim) > 1 and not (dim == "pp" and layout.size(dim) == layout.world)
+    }
+
+
+def mesh_groups(layout: RankLayout) -> MeshPlace:
+    """This process's place in `layout`, creating the process groups of `group_ranks` (every rank
+    calls this with the same layout: every rank creates every group, in the same order)."""
     rank = dist.get_rank()
-    if dp * tp == 1:
-        return MeshPlace(rank, 0, 0)
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh(device.type, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
-    pp_rank, dp_rank, tp_rank = (mesh.get_local_rank(d) for d in ("pp", "dp", "tp"))
-    if rank != tp_rank + tp * (dp_rank + dp * pp_rank):
-        raise RuntimeError(
-            f"internal: mesh coordinates ({pp_rank}, {dp_rank}, {tp_rank}) of rank {rank} break"
-            " rank = tp_rank + tp * (dp_rank + dp * pp_rank)"
-        )
+    mine: dict[str, dist.ProcessGroup | None] = {}
+    for dim, ranks in group_ranks(layout).items():
+        mine[dim], _ = dist.new_subgroups_by_enumeration(ranks)
+    at = layout.coordinate(rank)
     return MeshPlace(
-        pp_rank,
-        dp_rank,
-        tp_rank,
-        mesh.get_group("pp"),
-        mesh.get_group("dp") if dp > 1 else None,
-        mesh.get_group("tp") if tp > 1 else None,
+        pp_rank=at["pp"],
+        dp_rank=at["dp"],
+        tp_rank=at["tp"],
+        ep_rank=at["ep"],
+        pp_group=mine.get("pp"),
+        dp_group=mine.get("dp_cp"),
+        tp_group=mine.get("tp"),
+        ep_group=mine.get("ep"),
+        edp_group=mine.get("edp"),
     )
 
 
@@ -164,7 +181,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         raise RuntimeError(
             f"the plan has pp x dp x tp = {tr.pp} x {tr.dp} x {tr.tp} but torchrun started {world} processes"
         )
-    place = mesh_groups(tr.pp, tr.dp, tr.tp, device)
+    place = mesh_groups(RankLayout.of(tr))
     pp_group, dp_group, pp_rank, dp_rank = place.pp_group, place.dp_group, place.pp_rank, place.dp_rank
     if device.type == "cuda" and pp_group is not None:
         warm_up_pairs(tr.pp, pp_rank, device, pp_group)
@@ -195,10 +212,13 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         if place.tp_group is not None
         else None
     )
+    dpx: DataParallel | ExpertDataParallel
     if tr.ep > 1:  # experts sharded over ep of the dp ranks (`expertparallel`)
         from adaptis_plan.executor.expertparallel import ExpertParallel
 
-        epx = ExpertParallel(pp=tr.pp, dp=tr.dp, ep=tr.ep, pp_rank=pp_rank, dp_rank=dp_rank, dp_group=dp_group)
+        epx = ExpertParallel(
+            ep=tr.ep, ep_rank=place.ep_rank, group=place.ep_group, edp_group=place.edp_group, dp_group=dp_group
+        )
         epx.shard(rt.stages)
         dpx = epx.data_parallel(rt.stages, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
     else:

@@ -37,8 +37,9 @@ so a replay is O(actions).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -114,7 +115,7 @@ def format_grid(
 
 def _action_text(a: object) -> str:
     try:
-        stage, op, mb = a  # type: ignore[misc]
+        stage, op, mb = cast(tuple[object, object, object], a)
         return f"{stage}{op}{mb}"
     except (TypeError, ValueError):
         return repr(a)
@@ -277,14 +278,14 @@ def _check(
         )
 
     # Position of each (stage, mb, op) on its device's list, -1 when absent.
-    pos = np.full(num_stages * m * 4, -1, dtype=np.int64)
+    pos: np.ndarray = np.full(num_stages * m * 4, -1, dtype=np.int64)
     pos[key] = step
     pos = pos.reshape(num_stages, m, 4)
     has = pos >= 0
     hf, hb, hi, hw = (has[..., c] for c in (_F, _B, _I, _W))
     problems: list[tuple[int, int, int, str, int | None, int | None]] = []  # (stage, mb, rank, msg, dev, step)
 
-    def add(mask: np.ndarray, rank: int, describe) -> None:  # noqa: ANN001
+    def add(mask: np.ndarray, rank: int, describe: Callable[[int, int], tuple[str, int | None]]) -> None:
         for s, b in np.argwhere(mask)[:1]:
             msg, k = describe(int(s), int(b))
             problems.append((int(s), int(b), rank, msg, int(stage_device[s]), k))
@@ -364,8 +365,8 @@ def _check(
     add(hf & ((hb & (pos[..., _B] < pos[..., _F])) | (hi & (pos[..., _I] < pos[..., _F]))), 5, backward_first)
     add(hi & hw & (pos[..., _W] < pos[..., _I]), 6, w_first)
     if problems:
-        s, b, _, msg, d, k = min(problems, key=lambda p: (p[0], p[1], p[2]))
-        raise _fail(programs, msg, d, k)
+        s, b, _, msg, at_device, at_step = min(problems, key=lambda p: (p[0], p[1], p[2]))
+        raise _fail(programs, msg, at_device, at_step)
 
 
 # ----------------------------------------------------------------------------- stage costs

@@ -20,7 +20,7 @@ import gc
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs
@@ -130,14 +130,18 @@ def write_plan(plan: PlanFile, path: str | Path) -> None:
 _FLAT_KEYS = 5
 # `json.dumps(value, separators=...)` builds a new encoder per call, and so does `JSONEncoder.encode`;
 # a plan writes one line per action, so the one-line encoder is made once (the C one where Python has it)
-_ONE_LINE = json.JSONEncoder(separators=(", ", ": ")).encode
-if json.encoder.c_make_encoder is not None:
-    _C_ONE_LINE = json.encoder.c_make_encoder(
-        None, _ONE_LINE.__self__.default, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+_ONE_LINE_ENCODER = json.JSONEncoder(separators=(", ", ": "))
+_ONE_LINE: Callable[[object], str] = _ONE_LINE_ENCODER.encode
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+if _C_MAKE_ENCODER is not None:
+    _C_ONE_LINE = _C_MAKE_ENCODER(
+        None, _ONE_LINE_ENCODER.default, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
     )
 
-    def _ONE_LINE(value: object, _enc=_C_ONE_LINE) -> str:  # noqa: N802, ANN001
+    def _c_one_line(value: object, _enc: Callable[[object, int], tuple[str, ...]] = _C_ONE_LINE) -> str:
         return "".join(_enc(value, 0))
+
+    _ONE_LINE = _c_one_line
 
 
 # value types that are never containers (checked by type first: an action's five values)

@@ -64,7 +64,7 @@ def new_solver(
     return solver
 
 
-def clock_stopped(solver: cp_model.CpSolver, status: int) -> bool:
+def clock_stopped(solver: cp_model.CpSolver, status: cp_model.CpSolverStatus) -> bool:
     """Whether the wall-clock limit, not the work budget or a proof, ended this solve."""
     if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE, cp_model.MODEL_INVALID):
         return False

@@ -15,12 +15,12 @@ import bisect
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from adaptis_plan.core import CostTable, Layout, Programs
+from adaptis_plan.core import Action, CostTable, Layout, Programs
 from adaptis_plan.search._cpsat import clock_stopped, new_solver
 from adaptis_plan.search.cpsat_order import _LINEARIZATION_LEVEL
 from adaptis_plan.search.order_instance import (
@@ -36,13 +36,22 @@ from adaptis_plan.search.order_instance import (
 from adaptis_plan.search.result import SolveResult
 
 
+def _by_start(timed: dict[Key, tuple[Number, Number]]) -> Callable[[Key], tuple[Number, Number, int, int, int]]:
+    """Sort key: start, end, op rank, stage, micro-batch."""
+    return lambda k: (timed[k][0], timed[k][1], _OP_RANK[k[1]], k[0], k[2])
+
+
+def _key(a: Action) -> Key:
+    return (a.stage, a.op, a.mb)
+
+
 def _successors(sc: _Scaled, key: Key) -> list[tuple[Key, Number]]:
     """The actions that depend on `key` (not counting the device order), with the delay between them."""
     s, op, m = key
     bwd = _backward(sc.split_backward)
     last = sc.layout.num_stages - 1
     if op == "F":
-        out = [((s, bwd, m), 0)]
+        out: list[tuple[Key, Number]] = [((s, bwd, m), 0)]
         if s < last:
             out.append(((s + 1, "F", m), sc.delay_act[s + 1]))
         return out
@@ -60,7 +69,7 @@ def _predecessors(sc: _Scaled, key: Key) -> list[tuple[Key, Number]]:
     if op == "F":
         return [((s - 1, "F", m), sc.delay_act[s])] if s > 0 else []
     if op == bwd:
-        out = [((s, "F", m), 0)]
+        out: list[tuple[Key, Number]] = [((s, "F", m), 0)]
         if s + 1 < sc.layout.num_stages:
             out.append(((s + 1, bwd, m), sc.delay_grad[s + 1]))
         return out
@@ -97,7 +106,7 @@ class WindowModel:
         self.keys_on: dict[int, list[Key]] = {}
         self.horizon = horizon
         for d, (lo, hi) in window.items():
-            self.keys_on[d] = [tuple(a) for a in programs[d][lo:hi]]  # type: ignore[misc]
+            self.keys_on[d] = [_key(a) for a in programs[d][lo:hi]]
         # a list in device and program order for every loop that builds the model (a set's order
         # follows string hashing, which differs per process: the model, hence the answer, would too)
         self.ordered: list[Key] = [k for keys in self.keys_on.values() for k in keys]
@@ -128,7 +137,7 @@ class WindowModel:
         # a window action starts after its device's last earlier action
         for d, keys in self.keys_on.items():
             lo = self.window[d][0]
-            ready = int(timed[tuple(self.programs[d][lo - 1])][1]) if lo > 0 else 0  # type: ignore[index]
+            ready = int(timed[_key(self.programs[d][lo - 1])][1]) if lo > 0 else 0
             for key in keys:
                 size = int(self.sc.dur[key[0]][key[1]])
                 self.start[key] = self.model.new_int_var(ready, max(ready, self.horizon - size), f"s_{key}")
@@ -219,8 +228,8 @@ class WindowModel:
             hi = self.window[d][1]
             if not keys or hi >= len(self.programs[d]):
                 continue
-            nxt = tuple(self.programs[d][hi])
-            path = int(self.sc.dur[nxt[0]][nxt[1]] + tail[nxt])  # type: ignore[index]
+            nxt = _key(self.programs[d][hi])
+            path = int(self.sc.dur[nxt[0]][nxt[1]] + tail[nxt])
             for key in keys:
                 self.model.add(self.objective >= self._end(key) + path)
         self.model.minimize(self.objective)
@@ -231,7 +240,7 @@ class WindowModel:
 
     def solve(
         self, time_limit_s: float, seed: int, deterministic_time: float
-    ) -> tuple[int, dict[Key, int] | None, float, bool]:
+    ) -> tuple[cp_model.CpSolverStatus, dict[Key, int] | None, float, bool]:
         """(status, window starts or None, deterministic time spent, clock stopped)."""
         solver = new_solver(time_limit_s, 1, seed, deterministic_time)
         solver.parameters.presolve_probing_deterministic_time_limit = 0.05
@@ -250,7 +259,7 @@ def _tails(sc: _Scaled, programs: Programs, timed: dict[Key, tuple[Number, Numbe
     next_on_device: dict[Key, Key] = {}
     for program in programs:
         for a, b in zip(program, program[1:], strict=False):
-            next_on_device[tuple(a)] = tuple(b)  # type: ignore[index]
+            next_on_device[_key(a)] = _key(b)
     tail: dict[Key, Number] = {}
     for key in sorted(timed, key=lambda k: (timed[k][0], timed[k][1]), reverse=True):
         best: Number = 0
@@ -444,9 +453,9 @@ def improve_order_windows(
             stopped = True
             break
         if stale:
-            order = sorted(timed, key=lambda k: (timed[k][0], timed[k][1], _OP_RANK[k[1]], k[0], k[2]))
+            order = sorted(timed, key=_by_start(timed))
             tail = _tails(sc, current, timed)
-            where = {tuple(a): (d, i) for d, program in enumerate(current) for i, a in enumerate(program)}  # type: ignore[misc]
+            where = {_key(a): (d, i) for d, program in enumerate(current) for i, a in enumerate(program)}
             stale = False
         pos = positions[at]
         window: dict[int, tuple[int, int]] = {}
@@ -469,7 +478,7 @@ def improve_order_windows(
             for d, (lo, hi) in window.items():
                 part = sorted(
                     current[d][lo:hi],
-                    key=lambda a: (starts[tuple(a)], _OP_RANK[a.op], a.stage if a.op == "F" else -a.stage, a.mb),
+                    key=lambda a: (starts[_key(a)], _OP_RANK[a.op], a.stage if a.op == "F" else -a.stage, a.mb),
                 )
                 if part != current[d][lo:hi]:
                     trial[d] = current[d][:lo] + part + current[d][hi:]

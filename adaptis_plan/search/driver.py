@@ -176,16 +176,19 @@ def search_pipeline(
     can do up to 3 + `recompute_share` times the work of a forced mode. `baselines` in the result
     are the classic plans in `tables.default_mode` (no recomputation for auto), whatever is chosen.
     """
-    if options.classic is None:  # not on a big pipeline, where two more classic plans cost seconds
+    classic = options.classic
+    if classic is None:  # not on a big pipeline, where two more classic plans cost seconds
         big = 3 * pp * num_microbatches > budget.ranking_actions
-        options = dataclasses.replace(options, classic=() if big else deep_classic(model.num_layers, pp))
+        classic = () if big else deep_classic(model.num_layers, pp)
+        options = dataclasses.replace(options, classic=classic)
     costs, forced, target, baselines = _prepare(
-        model, tables, pp, num_microbatches, options.head_chunks, options.target, options.classic
+        model, tables, pp, num_microbatches, options.head_chunks, options.target, classic
     )
     shape = _Shape(forced, target, pp, num_microbatches, options, deadline, progress)
     chosen = _mode_search(_variants(tables, model, costs, shape), baselines, shape, budget)
     variants = chosen.variants
-    modes, rc_info = [tables.default_mode] * chosen.model.num_layers, {}
+    modes = [tables.default_mode] * chosen.model.num_layers
+    rc_info: dict = {}
     if options.recompute == "auto":
         chosen, modes, rc_info = _auto_recompute(model, tables, chosen, shape, budget)
     model, costs, outcome = chosen.model, chosen.costs, chosen.outcome
@@ -481,7 +484,8 @@ def _forced_search(shape: _Shape, budget: SearchBudget, job: tuple[str, list[Var
     mode, variants = job
     model, costs = variants[0]
     # the classic plans apply to the unsplit head only (a forced split searches without them)
-    baselines = LazyBaselines(costs, shape.num_microbatches, shape.options.classic) if shape.forced is None else {}
+    classic = shape.options.classic or ()  # set by `search` before any job
+    baselines = LazyBaselines(costs, shape.num_microbatches, classic) if shape.forced is None else {}
     return _mode_search(variants, baselines, _labelled(shape, f"{mode} everywhere"), budget)
 
 
@@ -503,6 +507,10 @@ def _with_runtime_order(
 
     pp = best.layout.num_devices
     name = target.runtime_schedule(best.layout.num_stages // pp)
+    if name is None:
+        raise ValueError(
+            f"target {target} runs no schedule of its own at {best.layout.num_stages // pp} stages per device"
+        )
     programs = get_spec(name).build(best.layout.stage_device, pp, num_microbatches)
     result = simulate(best.layout, costs, programs, num_microbatches)
     # a seeded classic layout (say InterleavedZeroBubble's) keeps its layout but not its order: the

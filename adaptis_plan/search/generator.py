@@ -49,6 +49,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -66,6 +67,9 @@ from adaptis_plan.search.partition import (
     sampled_packed_layouts,
 )
 from adaptis_plan.search.workers import Background, Pool
+
+if TYPE_CHECKING:
+    from adaptis_plan.search.priority import PriorityResult
 
 #: the `origin` of `classic_baselines`' extra plans: the search withholds them until its last phase
 #: (`phase_seeded`), so that the phases before find what they find without them
@@ -557,8 +561,9 @@ class _Search:
         if res.clock_stopped:
             self.deadline.abort("cp-sat partition")
         self.solver.setdefault("partition", []).append({"placement": cand.placement, **_solve_summary(res)})
-        if res.feasible and tuple(res.payload) != cand.layout.bounds:
-            layout = Layout(bounds=tuple(res.payload), stage_device=sd, num_devices=self.p)
+        cuts = cast(tuple[int, ...], res.payload)  # set when feasible
+        if res.feasible and tuple(cuts) != cand.layout.bounds:
+            layout = Layout(bounds=tuple(cuts), stage_device=sd, num_devices=self.p)
             if self.affordable(layout, "cp-sat partition", minimum=None):
                 return self.schedule(layout, policy, cand.placement, "cp-sat")
         return None
@@ -635,7 +640,7 @@ class _Search:
         pol = self._policy_of(best)
         tried: set[tuple[int, ...]] = {best.layout.bounds}
         for _ in range(self.budget.refine_rounds):
-            busy = np.array(best.result.busy_s)
+            busy = np.array(_judged(best).busy_s)
             sd = best.layout.stage_device
             hot = int(np.argmax(busy))
             moves = []
@@ -644,10 +649,10 @@ class _Search:
                     continue
                 for k, delta in ((s, +1), (s + 1, -1)):  # shrink stage s from the left or the right
                     if 0 < k < len(sd):
-                        b = list(best.layout.bounds)
-                        b[k] += delta
-                        if b[k - 1] < b[k] < b[k + 1] and tuple(b) not in tried:
-                            moves.append(tuple(b))
+                        cut = list(best.layout.bounds)
+                        cut[k] += delta
+                        if cut[k - 1] < cut[k] < cut[k + 1] and tuple(cut) not in tried:
+                            moves.append(tuple(cut))
             improved = False
             for b in moves:
                 tried.add(b)
@@ -670,7 +675,7 @@ class _Search:
         pol = self._policy_of(best)
         for _ in range(self.budget.irregular_rounds):
             sd = list(best.layout.stage_device)
-            busy = np.array(best.result.busy_s)
+            busy = np.array(_judged(best).busy_s)
             order = np.argsort(busy, kind="stable")
             cold, hot = int(order[0]), int(order[-1])
             moves = []
@@ -816,7 +821,9 @@ class _Search:
             )
         self.log_phase("critical path", started, layouts_ranked=len(plain), halving=rounds, layouts_searched=len(alive))
 
-    def _priority(self, layout: Layout, policy: ListPolicy, schedules: int, start=None):  # noqa: ANN001, ANN202
+    def _priority(
+        self, layout: Layout, policy: ListPolicy, schedules: int, start: PriorityResult | None = None
+    ) -> PriorityResult:
         from adaptis_plan.search.priority import priority_search
 
         t0 = time.perf_counter()
@@ -837,7 +844,7 @@ class _Search:
             (c for c in self.by_layout.values() if c.feasible and self.placement_ok(c.layout.stage_device)),
             key=lambda c: (c.step_s, c.layout.num_stages, c.label),
         )
-        records = []
+        records: list[dict] = []
         for c in ranked:
             # a small layout's whole-step order solves in milliseconds: a few more are ordered at any budget
             small = sum(map(len, c.programs)) <= SMALL_ORDER_ACTIONS
@@ -903,7 +910,7 @@ class _Search:
                 self.judge(
                     Candidate(
                         layout,
-                        res.payload,
+                        cast(Programs, res.payload),  # set when feasible
                         res.objective or math.inf,
                         placement=start.placement,
                         partition=start.partition,
@@ -964,7 +971,7 @@ class _Search:
                 self.judge(
                     Candidate(
                         layout,
-                        res.payload,
+                        cast(Programs, res.payload),  # set when feasible
                         res.objective or math.inf,
                         placement=start.placement,
                         partition=start.partition,
@@ -1022,10 +1029,17 @@ def better(a: Candidate, b: Candidate) -> bool:
     if a.feasible != b.feasible:
         return a.feasible
     if not a.feasible:
-        return sum(a.result.overflow_bytes) < sum(b.result.overflow_bytes)
+        return sum(_judged(a).overflow_bytes) < sum(_judged(b).overflow_bytes)
     if a.step_s < b.step_s * (1 - 1e-9):
         return True
-    return a.step_s <= b.step_s * (1 + 1e-9) and max(a.result.peak_memory_bytes) < max(b.result.peak_memory_bytes)
+    return a.step_s <= b.step_s * (1 + 1e-9) and max(_judged(a).peak_memory_bytes) < max(_judged(b).peak_memory_bytes)
+
+
+def _judged(c: Candidate) -> SimResult:
+    """The simulator's verdict on a candidate that has one."""
+    if c.result is None:
+        raise ValueError(f"candidate {c.label} was not simulated")
+    return c.result
 
 
 def ranking_microbatches(num_devices: int, num_microbatches: int, ranking_actions: int) -> int:

@@ -44,6 +44,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from adaptis_plan.core import Action, CostTable, Layout, Programs
 from adaptis_plan.judge.semantics import stage_costs
@@ -282,10 +283,10 @@ def list_schedule(
         choice_op, choice_s, choice_k = "", -1, -1
         # forward candidates
         best_f = None
-        best_fk = None
+        best_fk: Any = None  # (int, int) or (float, int, int) by the policy
         next_f_arrival = inf
         blocked = False
-        late_f: list[tuple[tuple[int, int], float]] = []  # forwards whose input is in flight: (key, arrival)
+        late_f: list[tuple[Any, float]] = []  # forwards whose input is in flight: (key, arrival)
         oldest = next_b[stages[0]] if len(stages) == 1 else min([next_b[s] for s in stages])
         # forwards matter only when no backward is ready, or when the policy alternates after one
         for s in stages if best_b is None or (alternate and last_fb[d] == "B") or priority is not None else ():

@@ -57,7 +57,8 @@ def _greedy_programs(sc: _Scaled, reserve_ahead: bool = True) -> Programs:
         return max([0] + [end[k] + lag for k, lag in deps])
 
     def fits(d: int, demand: int) -> bool:
-        return cap[d] is None or ignore_memory or held[d] + demand <= cap[d]
+        limit = cap[d]
+        return limit is None or ignore_memory or held[d] + demand <= limit
 
     def best(d: int) -> tuple | None:
         found = None

@@ -17,7 +17,7 @@ in the coarse unit (`_Scaled.fitted_to`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,7 +118,9 @@ class _Scaled:
             positive = [x for row in secs for x in row.values() if x > 0] + [x for x in act_s + grad_s if x > 0]
             unit_s = time_unit_s(serial, min(positive, default=0.0))
         if integer:
-            dur = tuple({op: to_time_units(x, unit_s) for op, x in row.items()} for row in secs)
+            dur: tuple[dict[str, Number], ...] = tuple(
+                {op: to_time_units(x, unit_s) for op, x in row.items()} for row in secs
+            )
             delay_act: tuple[Number, ...] = tuple(to_time_units(x, unit_s) for x in act_s)
             delay_grad: tuple[Number, ...] = tuple(to_time_units(x, unit_s) for x in grad_s)
         else:
@@ -281,7 +283,7 @@ def device_bound_s(layout: Layout, costs: CostTable, num_microbatches: int, spli
     return _device_bound(sc) * sc.unit_s
 
 
-def _programs_from_starts(sc: _Scaled, starts: dict[Key, Number]) -> Programs:
+def _programs_from_starts(sc: _Scaled, starts: Mapping[Key, Number]) -> Programs:
     """Each device's actions sorted by start time."""
 
     def order(a: Action) -> tuple:

@@ -18,7 +18,7 @@ solver, no simulator.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -116,12 +116,12 @@ class _Scorer:
         self.sd = np.array(stage_device)
         self.num_devices = costs.num_devices
 
-    def loads(self, bounds: tuple[int, ...] | list[int]) -> tuple[np.ndarray, np.ndarray]:
+    def loads(self, bounds: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         b = np.asarray(bounds)
         stage = self.prefix[self.sd, b[1:]] - self.prefix[self.sd, b[:-1]]
         return np.bincount(self.sd, weights=stage, minlength=self.num_devices), stage
 
-    def score(self, bounds: tuple[int, ...] | list[int]) -> tuple[float, ...]:
+    def score(self, bounds: Sequence[int]) -> tuple[float, ...]:
         """Device loads heaviest first (so lowering the second-heaviest also counts), then the heaviest stage."""
         dev, stage = self.loads(bounds)
         return (*np.round(np.sort(dev)[::-1], 12).tolist(), float(stage.max()))
@@ -165,13 +165,14 @@ def device_balanced_bounds(
     (`_target_fill`) for a range of per-device targets around the mean device load.
     """
     scorer = _Scorer(costs, stage_device)
-    starts = [start] if start else []
+    starts: list[tuple[int, ...]] = [start] if start else []
     starts.append(min_max_stage_bounds(costs, stage_device))
     num_devices = len(set(stage_device))
     mean_load = float(scorer.prefix[:, -1].min()) / num_devices
     for factor in np.linspace(0.9, 1.3, 41):
         starts.append(_target_fill(scorer.prefix, stage_device, mean_load * factor))
-    bounds = list(min(starts, key=scorer.score))
+    lightest = min(starts, key=scorer.score)
+    bounds = list(lightest)
     best = scorer.score(bounds)
     num_stages = len(stage_device)
     for _ in range(max_moves):

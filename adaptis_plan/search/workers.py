@@ -28,8 +28,9 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from adaptis_plan.errors import InputError
 from adaptis_plan.search.budget import record_aborts, recorded_aborts, replay_aborts
@@ -156,7 +157,7 @@ class Pool:
         size = -(-len(todo) // n)
         chunks = [todo[k : k + size] for k in range(0, len(todo), size)]
         # the first chunk runs here, the others in workers
-        self._running = [_Worker(lambda c=c: _chunk(fn, c)) for c in chunks[1:]]
+        self._running = [_Worker(partial(_chunk, fn, c)) for c in chunks[1:]]
         out = _chunk(fn, chunks[0])
         for worker in self._running:
             out.extend(worker.result())
@@ -172,7 +173,7 @@ class Pool:
         self._running = []
 
 
-class Background:
+class Background(Generic[R]):
     """`fn()` started in a forked worker while this process goes on; `result()` waits for it. Where
     `pmap` would run inline (one CPU, or no fork), `inline` (default `fn`: the same piece, which may
     then report progress) runs at `result()`, in this process. Use it as a context manager: leaving

@@ -217,8 +217,8 @@ class HardwareProfile(StrictModel):
         """(device type, global node id) of each of `pp` pipeline ranks, each `tp` devices wide.
 
         `width` (default tp): the ranks one pipeline rank spans in the global order, tp x cp x dp
-        (tp fastest, pp slowest, as Megatron lays them out): pipeline rank r starts at global rank
-        r x width, and its node is that rank's. Raises ValueError when the cluster is too small.
+        (`spec.ranks.RankLayout`: pp slowest): pipeline rank r starts at global rank r x width, and
+        its node is that rank's. Raises ValueError when the cluster is too small.
         """
         if all(g.devices_per_node < tp for g in self.groups):
             return self._spanning_slots(pp, tp, max(tp, width or tp))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple, cast
 
 from pydantic import (
     ConfigDict,
@@ -270,13 +270,15 @@ class PlanDevice(_Strict):
         starts, ends, acts = self.start_s, self.end_s, self.actions
         if starts is None and ends is None:
             if acts and type(acts[0]) is tuple:  # action strings without times
-                self.actions = [_new_tuple(PlanAction, (op, st, mb, 0.0, 0.0)) for op, st, mb in acts]
+                bare = cast(list[tuple[str, int, int]], acts)
+                self.actions = [_new_tuple(PlanAction, (op, st, mb, 0.0, 0.0)) for op, st, mb in bare]
             return self
         n = len(acts)
         for name, times in (("start_s", starts), ("end_s", ends)):
             if times is None or len(times) != n:
                 got = "missing" if times is None else f"{len(times)} entries"
                 raise ValueError(f"devices[{self.device}].{name}: {got} for {n} actions; give one time per action")
+        assert starts is not None and ends is not None  # checked just above
         self.actions = [
             _new_tuple(PlanAction, (a[0], a[1], a[2], t0, t1)) for a, t0, t1 in zip(acts, starts, ends, strict=True)
         ]

@@ -30,7 +30,7 @@ import os
 import stat
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -162,12 +162,20 @@ def _parse_int(text: str) -> int | _BigInt:
     return _BigInt(digits) if digits > MAX_INT_DIGITS else int(text)
 
 
+def _first_repeat(items: Iterable[Any]) -> Any:
+    """The first item seen before (there is one)."""
+    seen: set[Any] = set()
+    for k in items:
+        if k in seen:
+            return k
+        seen.add(k)
+    raise ValueError("no repeated item")
+
+
 def _unique_keys(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
-        seen: set[Any] = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise _DuplicateKey(twice)
+        raise _DuplicateKey(_first_repeat(k for k, _ in pairs))
     return out
 
 
@@ -207,9 +215,7 @@ def _yaml_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
         if not isinstance(k, str | int | float | bool) and k is not None:
             raise yaml.constructor.ConstructorError(None, None, "a key must be a plain value", node.start_mark)
     if len(set(keys)) != len(keys):
-        seen: set[Any] = set()
-        twice = next(k for k in keys if k in seen or seen.add(k))
-        raise _DuplicateKey(twice)
+        raise _DuplicateKey(_first_repeat(keys))
     return loader.construct_mapping(node, deep=True)
 
 
@@ -261,7 +267,11 @@ def _walk(p: Path, data: Any) -> None:
             if kind is dict or kind is list:
                 stack.append((v, depth + 1))
             elif kind is _BigInt:
-                _refuse_big(p, v, _locate(data, lambda x, _d, big=v: x is big))
+                _refuse_big(p, v, _locate(data, _is(v)))
+
+
+def _is(target: Any) -> Callable[[Any, int], bool]:
+    return lambda x, _depth: x is target
 
 
 def _refuse_big(p: Path, value: _BigInt, loc: tuple[Any, ...]) -> None:
@@ -378,7 +388,8 @@ def field_range(owner: type[BaseModel] | None, name: Any) -> str:
     """'1..1,000,000', '> 0', ... from a field's numeric constraints; '' when it has none."""
     if owner is None or not isinstance(name, str) or name not in owner.model_fields:
         return ""
-    lo = hi = None
+    lo: Any = None
+    hi: Any = None
     lo_open = hi_open = False
     for meta in owner.model_fields[name].metadata:
         if isinstance(meta, annotated_types.Ge):

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.hardware import HardwareProfileFile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.plan_file import PlanFile
 
-SCHEMAS = {
+SCHEMAS: dict[str, type[BaseModel]] = {
     "model": ModelSpec,
     "hardware": HardwareProfileFile,  # a profile file: the profile and the keys `hardware show --json` adds
     "plan": PlanFile,
