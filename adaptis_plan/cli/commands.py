@@ -50,7 +50,7 @@ _IMPORT_GRACE_S = 2.0
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="adaptis")
 def cli() -> None:
-    """Plan pipeline-parallel LLM training: partition, placement and schedule, co-optimized."""
+    """Plan the whole LLM training configuration and the pipeline co-designed with it."""
 
 
 def _given(param: str) -> bool:
