@@ -72,6 +72,9 @@ class PlanRequest:
     head_chunks: int | None = None  # None = adaptive decides (classic: 1)
     time_limit_s: float = 5.0
     hard_stop: bool = True  # False: no wall-clock abort; the budget alone ends the search (same plan under any load)
+    #: seconds after which the wall clock aborts the search; None = `time_limit_s` (an explicit `--time-limit`).
+    #: `adaptis plan` without `--time-limit` sets `spec.limits.DEFAULT_HARD_STOP_S`: a safety net, not a limit
+    hard_stop_s: float | None = None
     seed: int = 0
     target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
     budget: SearchBudget | None = None  # the search's work; None = SearchBudget.for_time_limit(time_limit_s)
@@ -425,13 +428,15 @@ def _budget_for(time_limit_s: float) -> SearchBudget:
 
 
 def _deadline(req: PlanRequest, model: ModelSpec, t0: float) -> Deadline:
-    """--time-limit is a hard abort on the whole command; keep back what writing the plan takes."""
+    """The hard abort on the whole command (`hard_stop_s`, else `--time-limit`); keep back what writing the
+    plan takes."""
     from adaptis_plan.search.budget import Deadline
 
     if not req.hard_stop:
         return Deadline(math.inf)
+    limit_s = req.time_limit_s if req.hard_stop_s is None else req.hard_stop_s
     planned_actions = req.num_microbatches * 3 * min(2 * req.pp, model.num_layers)
-    return Deadline(t0 + _ABORT_SHARE * req.time_limit_s - planned_actions * _FINALIZE_S_PER_ACTION)
+    return Deadline(t0 + _ABORT_SHARE * limit_s - planned_actions * _FINALIZE_S_PER_ACTION)
 
 
 def _classic_strategy(strategy: str) -> str | None:

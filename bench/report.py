@@ -308,17 +308,51 @@ def render_readme_block(recs: Mapping[str, Mapping]) -> str:
                     f" best classic schedule with {_the(paper.COST_SETTING_NAMES[costs])}"
                     + (f" (the paper measured {paper.PAPER_HEADLINE_MEAN:.2f}x)" if costs == "paper" else "")
                 )
-        p = rec["provenance"]
         body.append(
-            "On the AdaPtis paper's heterogeneous cases at its tensor parallelism (simulated, h200), the adaptive"
-            " plan is on average "
+            f"- **Against the classic schedules**: on the AdaPtis paper's {len({(c.model, c.seq_len) for c in cfg.papertp})}"
+            f" heterogeneous cases at its tensor parallelism ({', '.join(f'{f} TP {t}' for f, t in paper.PAPER_TP.items())};"
+            " simulated, h200 profile, memory limit 90% of its 141 GB), the adaptive plan is on average "
             + "; and ".join(parts)
-            + f" (record of commit `{p['commit']}`"
-            + ("" if p["clean"] else ", with uncommitted changes")
-            + (", quick run" if rec["settings"].get("quick") else "")
-            + "). Every figure, its setting and the command that reproduces it: [BENCHMARKS.md](BENCHMARKS.md)."
+            + f" ({_provenance(rec)})."
         )
+    scale_line = _readme_scale_line(recs)
+    if scale_line:
+        body.append(scale_line)
+    if body and body[0].startswith("- "):
+        body.append("")
+    body.append("Every figure, its setting and the command that reproduces it: [BENCHMARKS.md](BENCHMARKS.md).")
     return "\n".join([README_BEGIN, *body, README_END])
+
+
+def _provenance(rec: Mapping) -> str:
+    p = rec["provenance"]
+    return (
+        f"record of commit `{p['commit']}`"
+        + ("" if p["clean"] else ", with uncommitted changes")
+        + (", quick run" if rec["settings"].get("quick") else "")
+    )
+
+
+def _readme_scale_line(recs: Mapping[str, Mapping]) -> str | None:
+    """The published runs at scale in one bullet: median and worst error, with the setting (`bench.scale`)."""
+    rec = recs.get("scale")
+    if rec is None:
+        return None
+    from bench import scale
+
+    rows = scale.results_from_record(rec)
+    s = scale.summary(rows)
+    if s["median_abs_error"] is None:
+        return None
+    devices = sorted({r.device.split("-")[0].upper() for r in rows if r.error is not None})
+    return (
+        f"- **Against published training runs at scale**: on {s['runs']} published runs not used to calibrate the"
+        f" model ({s['sources']} sources, {s['min_gpus']}-{s['max_gpus']:,} {' / '.join(devices)} GPUs), with the"
+        " published configuration forced (calibrated analytic model on the a100 / h100 profiles, memory limit:"
+        " each GPU's whole memory),"
+        f" the predicted tokens/s per GPU is off by a median {s['median_abs_error']:.1%} and at worst"
+        f" {s['worst_abs_error']:.1%} ({_provenance(rec)})."
+    )
 
 
 def replace_readme_block(readme: str, block: str) -> str:

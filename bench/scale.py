@@ -90,7 +90,7 @@ DEGREE_UNSTATED = ("megatron_core_h100_2024",)
 #:   the usual bubble budget of its pipelined runs: 1 is the likeliest reading, not a stated one.
 MBS_UNSTATED = ("megascale2024", "megatron_core_h100_2024", "llama3_2024")
 MBS_TRIED = (1, 2, 4, 8)
-#: what the configuration-search anchors state of themselves (`../shared/research/anchors.md`): context beside
+#: what the configuration-search anchors state of themselves (their papers and the Llama 3 report): context beside
 #: our figures, never a comparison (none ran on these inputs or settings)
 ANCHORS = (
     "Mist (EuroSys'25): 1.28x mean, 1.73x max measured over Megatron-LM, up to 32 GPUs; pipelines costed as 1F1B.",

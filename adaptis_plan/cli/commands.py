@@ -36,6 +36,7 @@ from adaptis_plan.cli.streams import (
 )
 from adaptis_plan.cli.tables import print_catalogue, print_hardware, print_model, print_profile
 from adaptis_plan.errors import AdaptisError, InputError
+from adaptis_plan.spec.limits import DEFAULT_HARD_STOP_S, DEFAULT_TIME_LIMIT_S
 from adaptis_plan.text import printable, shown
 from adaptis_plan.units import fmt_time
 
@@ -49,7 +50,13 @@ _IMPORT_GRACE_S = 2.0
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="adaptis")
 def cli() -> None:
-    """Plan pipeline-parallel LLM training: partition, placement and schedule, co-optimized."""
+    """Plan the whole LLM training configuration and the pipeline co-designed with it."""
+
+
+def _given(param: str) -> bool:
+    """Whether the user gave this option (command line or environment), rather than click's default."""
+    source = click.get_current_context().get_parameter_source(param)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
 
 
 # ----------------------------------------------------------------------------- models
@@ -258,20 +265,23 @@ def hardware_show(name: str, as_json: bool) -> None:
 )
 @click.option(
     "--time-limit",
-    default=5.0,
+    default=DEFAULT_TIME_LIMIT_S,
     show_default=True,
     type=float,
-    help="seconds: sizes the adaptive search's work (same limit, same plan, on any machine) and hard-stops the"
-    " command; the command's start-up takes about 1 s of it, so below 5 s the search gets what is left, and"
-    " below about 2 s its smallest budget, which a slow machine can still cut short (it says so): add"
-    " --no-hard-stop for the same plan every time",
+    help="seconds: sizes the adaptive search's work (same limit, same plan, on any machine). Given explicitly, it"
+    " also hard-stops the command at that wall time (the command's start-up takes about 1 s of it, so below 5 s"
+    " the search gets what is left, and below about 2 s its smallest budget); a stop that cuts the search short"
+    " says so, and the plan can then differ from run to run. Left at the default, the work is sized for 5 s and"
+    f" the wall clock stops the command only after {DEFAULT_HARD_STOP_S:g} s, a safety net that the default work"
+    " does not reach even on a busy 2-core machine: the same plan every time",
 )
 @click.option(
     "--hard-stop/--no-hard-stop",
     default=True,
     show_default=True,
-    help="--no-hard-stop: no wall-clock abort; the search does all the work --time-limit sizes, however long a"
-    " slow or busy machine takes, so the plan depends on the inputs and seed only, never on the load",
+    help="--no-hard-stop: no wall-clock abort at all (not even the default's safety net); the search does all the"
+    " work --time-limit sizes, however long a slow or busy machine takes, so the plan depends on the inputs and"
+    " seed only, never on the load",
 )
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="search seed, 0..2^31-1")
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
@@ -364,6 +374,8 @@ def plan_cmd(
         head_chunks=chunks,
         time_limit_s=time_limit,
         hard_stop=hard_stop,
+        # an explicit --time-limit is the hard stop; the default's work is sized for 5 s, its stop is a safety net
+        hard_stop_s=None if _given("time_limit") else DEFAULT_HARD_STOP_S,
         seed=seed,
         target=target.lower(),
         hardware_overrides=overrides if overrides.given else None,

@@ -8,9 +8,11 @@ Why work units: a phase that stops on the wall clock finds a different plan on a
 than on an idle one. Every phase here stops after a fixed amount of work instead: list-scheduled
 actions (the unit every heuristic phase spends), simulated candidates, CP-SAT deterministic time
 (the solver's own count of work, reproducible with one worker). The same inputs, seed and budget
-then give the same plan on any machine under any load, as long as that work ends before
-`--time-limit`, which is only a hard wall-clock abort on top (`Deadline`); when it fires, the plan
-says so. `--no-hard-stop` (`PlanRequest.hard_stop`) removes the abort (`Deadline(math.inf)`).
+then give the same plan on any machine under any load, as long as that work ends before the
+wall-clock abort on top (`Deadline`); when it fires, the plan says so. An explicit `--time-limit` is
+that abort; at the default limit the abort is a safety net far beyond the default work
+(`spec.limits.DEFAULT_HARD_STOP_S`, `PlanRequest.hard_stop_s`), so the default plan never depends on the
+load. `--no-hard-stop` (`PlanRequest.hard_stop`) removes the abort (`Deadline(math.inf)`).
 
 `SearchBudget.for_time_limit(T)` is the budget `adaptis plan --time-limit T` uses: sized so that
 its work ends within T on an idle core for mid-size pipelines, leaving the abort for slow or

@@ -1023,7 +1023,7 @@ def throughput(choice: Choice, model: ModelSpec, seq_len: int) -> tuple[float, f
 
 
 def configuration_record(choice: Choice, model: ModelSpec, req: Request) -> dict:
-    """The `--json` keys of a whole-configuration plan (DESIGN.md, "Whole configuration")."""
+    """The `--json` keys of a whole-configuration plan (docs/design.md, "The `--json` contract")."""
     tps, mfu = throughput(choice, model, req.seq_len)
     p = choice.point
     plan = choice.plan

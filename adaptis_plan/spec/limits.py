@@ -76,3 +76,11 @@ MAX_HEAD_CHUNKS = 64
 MAX_STAGES_PER_DEVICE = 64
 #: the adaptive search's wall-time limit, seconds.
 MAX_TIME_LIMIT_S = 86_400.0
+#: `adaptis plan`'s default `--time-limit`: the work every default plan is searched with
+DEFAULT_TIME_LIMIT_S = 5.0
+#: Without an explicit `--time-limit`, the wall clock aborts only after this long: a safety net for a
+#: machine far slower than the one the default work was sized on, never the end of a default search.
+#: The default work ends within the default 5 s on an idle core for mid-size pipelines, but the memory-bound
+#: and whole-configuration cases do up to several times that work, and a loaded machine runs it slower;
+#: measured on a 2-core machine, idle and with both cores taken by busy loops: docs/reproducibility.md.
+DEFAULT_HARD_STOP_S = 600.0

@@ -114,6 +114,23 @@ def test_committed_readme_block_matches_the_committed_records() -> None:
     assert readme[start : end + len(report.README_END)] == report.render_readme_block(recs)
 
 
+def test_readme_leads_with_the_paper_comparison_and_the_runs_at_scale() -> None:
+    """The results block sits on the README's first screen and carries both headlines with their settings."""
+    recs = records.load_all(records.RESULTS)
+    if "paper" not in recs or "scale" not in recs:
+        pytest.skip("bench/results/ lacks the paper or scale record")
+    readme = (ROOT / "README.md").read_text()
+    assert readme.index(report.README_END) < len("\n".join(readme.splitlines()[:50]))
+    block = report.render_readme_block(recs)
+    from bench import scale
+
+    s = scale.summary(scale.results_from_record(recs["scale"]))
+    assert f"median {s['median_abs_error']:.1%} and at worst {s['worst_abs_error']:.1%}" in block
+    assert f"{s['runs']} published runs" in block and "memory limit: each GPU's whole memory" in block
+    assert "h200 profile, memory limit 90%" in block and "calibrated analytic model" in block
+    assert block.index("classic schedules") < block.index("published training runs at scale")
+
+
 def test_bench_imports_no_private_name_of_the_package() -> None:
     import ast
 

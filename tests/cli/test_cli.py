@@ -88,7 +88,7 @@ def test_contract_options(adaptis, command: str, options: str) -> None:
     for opt in options.split():
         assert opt in r.stdout, (command, opt)
     if command == "export":
-        assert "torch-csv|megatron-layout|megatron-args|megatron-launch|torchtitan" in r.stdout  # DESIGN.md order
+        assert "torch-csv|megatron-layout|megatron-args|megatron-launch|torchtitan" in r.stdout  # docs/design.md order
 
 
 # ----------------------------------------------------------------------------- catalogues

@@ -19,7 +19,6 @@ from adaptis_plan.inputs.models import SUPPORTED_MODEL_TYPES, from_hf_config, li
 
 pytestmark = pytest.mark.unit
 
-SHARED_MODELS = Path(__file__).parents[3] / "shared" / "models"
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 
 CONTRACT_NAMES = [
@@ -91,7 +90,7 @@ def test_tiny_models_are_cpu_sized_and_heterogeneous() -> None:
     assert set(_kinds("tiny-nemotron-h")[1:-1]) == {"mamba", "attention", "mlp"}
 
 
-# ---------------------------------------------------------------- shared/models/*/config.json
+# ---------------------------------------------------------------- the published config.json files
 
 SHARED = [
     # (folder, published total, source)
@@ -102,11 +101,13 @@ SHARED = [
 ]
 
 
-@pytest.mark.skipif(not SHARED_MODELS.is_dir(), reason="shared/models not present beside the repository")
 @pytest.mark.parametrize(("folder", "total", "source"), SHARED, ids=[s[0] for s in SHARED])
-def test_shared_configs_match_published_and_zoo(folder: str, total: float, source: str) -> None:
-    from_folder = load_model(str(SHARED_MODELS / folder))
-    from_file = load_model(str(SHARED_MODELS / folder / "config.json"))
+def test_published_configs_match_published_and_zoo(folder: str, total: float, source: str, tmp_path: Path) -> None:
+    """tests/data/configs/NAME.json is the model's published config.json, loaded as a file and as a folder."""
+    (tmp_path / folder).mkdir()
+    (tmp_path / folder / "config.json").write_bytes((CONFIGS / f"{folder}.json").read_bytes())
+    from_folder = load_model(str(tmp_path / folder))
+    from_file = load_model(str(tmp_path / folder / "config.json"))
     zoo = load_model(folder)
     assert from_folder.name == folder
     assert model_params(from_file).total == pytest.approx(total, rel=0.01), source

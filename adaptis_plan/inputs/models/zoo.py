@@ -3,12 +3,12 @@
 Data flow: inputs. `load.load_model` resolves a built-in name here; every entry goes through
 the same importer as a user's `config.json` (`hf.from_hf_config`), so a zoo model and its
 config file give the same layers and the same fingerprint. The config values are embedded in
-code because the installed package has no access to the repository's `shared/` folder.
+code because the installed package has no access to the repository's `tests/data/configs/`.
 Imports only `hf`: no torch, no ortools, no rich/click.
 
 Families:
 - Real models: the config values of the published `config.json` files (fields the importer
-  reads; the four paper models match `shared/models/*/config.json`).
+  reads; the four paper models match `tests/data/configs/*.json`).
 - The paper's scaled families (the AdaPtis paper (arXiv 2509.23722) §5.1, small / medium / large):
   - `gemma-s|m|l`: hidden 1536, 32 heads, with Gemma's proportions: head_dim 256 (MHA, as
     gemma-7b) and a GeGLU inner of 8 x hidden = 12288 (gemma-7b: 24576 / 3072); 32 / 64 / 128 layers, vocab 256000 / 512000 / 1024000. Embeddings untied (Gemma ties
