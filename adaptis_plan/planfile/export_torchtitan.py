@@ -79,7 +79,7 @@ def torchtitan_fqns(layout: Layout, layer_kinds: Sequence[str]) -> list[list[str
     and head, counted from 0) is `layers.{i}`, so decoder layer l is `layers.{l-1}`.
     """
     kinds = check_kinds("torchtitan", layout, layer_kinds)
-    block_index = {}
+    block_index: dict[int, int] = {}
     for layer, kind in enumerate(kinds):
         if kind not in ("embedding", "head"):
             block_index[layer] = len(block_index)

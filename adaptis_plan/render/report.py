@@ -114,8 +114,8 @@ def print_plan_report(console: Console, outcome, output_path: str) -> None:
         f"lower bound {_ms(r.lower_bound_s)} ms; this plan is {_share(gap)} above it."
         f" planned in {outcome.plan_time_s:.2f} s."
     )
-    if (line := expected_line(r)) is not None:
-        console.print(line)
+    if (expected := expected_line(r)) is not None:
+        console.print(expected)
     console.print(f"planned with usable memory {usable_memory_text(plan.hardware.profile)}.")
     if outcome.unrestricted is not None:
         u = outcome.unrestricted

@@ -362,7 +362,7 @@ class HardwareProfileFile(HardwareProfile):
             if given is None:
                 continue
             same = given == derived
-            if isinstance(derived, list) and len(given) == len(derived):
+            if isinstance(derived, list) and isinstance(given, list) and len(given) == len(derived):
                 same = all(abs(a - b) <= 1e-6 * max(1.0, b) for a, b in zip(given, derived, strict=True))
             if not same:
                 field = {"usable_memory_bytes": "memory_fraction", "nic_gbit_per_node": "inter_node.bandwidth_gbps"}

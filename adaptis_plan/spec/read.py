@@ -444,11 +444,11 @@ def validation_message(where: object, exc: ValidationError, root: type[BaseModel
     if kind == "missing":
         line = f"{where}: {field}: field required; add it"
     elif kind == "extra_forbidden":
-        allowed = (
+        spelled = (
             sorted(f.alias or name for name, f in owner.model_fields.items()) if owner else []
         )  # as files spell them
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        fix = f"did you mean '{close[0]}'?" if close else f"remove it (allowed: {', '.join(allowed)})"
+        close = difflib.get_close_matches(str(loc[-1]), spelled, n=1)
+        fix = f"did you mean '{close[0]}'?" if close else f"remove it (allowed: {', '.join(spelled)})"
         if close:
             errors = [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) == (*loc[:-1], close[0]))]
         line = f"{where}: {field} = {short(value)}: unknown field; {fix}"
