@@ -20,6 +20,11 @@ A run is a dict with exactly the keys in `RUN_KEYS`:
 - optional `partition` (`PARTITIONS`): how the source splits the layers over the pipeline stages when it
   states a split other than Megatron's uniform one ("ends-as-layers": the embedding and the loss each count
   as a layer); `notes` quote the statement.
+
+The rule for settings a source does not state (`RULE`, fixed before any prediction was compared with the
+runs): a setting a source states is used as stated, whatever the error; `settings` in each run says for
+every setting of `SETTING_KEYS` where the source states it (`stated: <where>`) or that `RULE` gave it
+(`rule: <the default applied>`).
 """
 
 from __future__ import annotations
@@ -58,6 +63,15 @@ REL_TOL = 0.01
 # Iteration times are printed to 3-4 significant figures, so B*s/(t*n) may differ from the throughput by more.
 ITERATION_TOL = 0.02
 
+#: the one rule for every setting a source does not state, the same for all sources
+RULE = (
+    "A setting the source does not state takes the default of the training software the source names, at the"
+    " version or commit it names (where it names none, the last release before the source's date). Where that"
+    " software has no default (the user must give a value), the setting takes the smallest value the software"
+    " accepts for the run: micro-batch size 1; an interleaved schedule whose degree is not stated, the smallest"
+    " degree above 1 the software accepts. Where the source names no software, adaptis's own default"
+    " (`PlanRequest`) applies."
+)
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.Pow: operator.pow}  # fmt: skip
 
