@@ -500,17 +500,17 @@ def _previous(held: list[ScaleRow]) -> dict | None:
 
 def _by_source_device(rows: list[ScaleRow]) -> list[tuple]:
     """(source, device kind, counted runs, their median |error|, worst |error|, runs not counted, their
-    median and worst |error|), in source order; None where a group is empty."""
+    median and worst |error|, configurations refused), in source order; None where a group is empty."""
     groups: dict[tuple[str, str], list[ScaleRow]] = {}
     for r in rows:
-        if r.error is not None:
-            groups.setdefault((r.source_key, r.device.split("-")[0]), []).append(r)
+        groups.setdefault((r.source_key, r.device.split("-")[0]), []).append(r)
     out = []
     for (src, dev), rs in groups.items():
-        c = [abs(r.error) for r in rs if not r.used_for_calibration]
-        n = [abs(r.error) for r in rs if r.used_for_calibration]
+        c = [abs(r.error) for r in rs if r.error is not None and not r.used_for_calibration]
+        n = [abs(r.error) for r in rs if r.error is not None and r.used_for_calibration]
         out.append((src, dev, len(c), statistics.median(c) if c else None, max(c) if c else None,
-                    len(n), statistics.median(n) if n else None, max(n) if n else None))  # fmt: skip
+                    len(n), statistics.median(n) if n else None, max(n) if n else None,
+                    sum(1 for r in rs if r.forced_error)))  # fmt: skip
     return out
 
 
@@ -666,10 +666,20 @@ def render(rec: Mapping) -> str:
     lines += ["", "By source and device kind (|error| of the forced prediction):", ""]
     lines.append(
         table(
-            ["source", "device", "counted runs", "median", "worst", "not counted", "median", "worst"],
+            ["source", "device", "counted runs", "median", "worst", "not counted", "median", "worst", "refused"],
             [
-                [src, dev, str(n), _group_pct(med), _group_pct(worst), str(nn), _group_pct(nmed), _group_pct(nworst)]
-                for src, dev, n, med, worst, nn, nmed, nworst in s["by_source_device"]
+                [
+                    src,
+                    dev,
+                    str(n),
+                    _group_pct(med),
+                    _group_pct(worst),
+                    str(nn),
+                    _group_pct(nmed),
+                    _group_pct(nworst),
+                    str(refused),
+                ]
+                for src, dev, n, med, worst, nn, nmed, nworst, refused in s["by_source_device"]
             ],
         )  # fmt: skip
     )

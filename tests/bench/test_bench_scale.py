@@ -79,16 +79,17 @@ def test_figures_per_source_and_device_count_and_show_apart() -> None:
         scale.ScaleRow("b", "s1", "a100-40gb", 8, "tp1", 100.0, predicted=70.0, used_for_calibration=True),
         scale.ScaleRow("c", "s1", "h100-80gb", 8, "tp1", 100.0, predicted=95.0),
         scale.ScaleRow("d", "s2", "h100-80gb", 8, "tp1", 100.0, predicted=80.0, used_for_calibration=True),
+        scale.ScaleRow("e", "s2", "h100-80gb", 8, "tp1", 100.0, forced_error="out of memory"),
     ]
     s = scale.summary(rows)
     assert (s["runs"], s["not_counted"], s["not_counted_sources"]) == (2, 2, ["s1", "s2"])
     groups = {(g[0], g[1]): g[2:] for g in s["by_source_device"]}
     assert groups[("s1", "a100")] == (1, pytest.approx(0.1), pytest.approx(0.1), 1, pytest.approx(0.3),
-                                      pytest.approx(0.3))  # fmt: skip
-    assert groups[("s2", "h100")] == (0, None, None, 1, pytest.approx(0.2), pytest.approx(0.2))
+                                      pytest.approx(0.3), 0)  # fmt: skip
+    assert groups[("s2", "h100")] == (0, None, None, 1, pytest.approx(0.2), pytest.approx(0.2), 1)
     text = scale.render(_rec("scale", {"rows": records.to_json(rows)}))
-    assert "| s1 | a100 | 1 | 10.0% | 10.0% | 1 | 30.0% | 30.0% |" in text
-    assert "| s2 | h100 | 0 | - | - | 1 | 20.0% | 20.0% |" in text
+    assert "| s1 | a100 | 1 | 10.0% | 10.0% | 1 | 30.0% | 30.0% | 0 |" in text
+    assert "| s2 | h100 | 0 | - | - | 1 | 20.0% | 20.0% | 1 |" in text
 
 
 def test_the_headline_takes_the_runs_own_settings_and_sweeps_only_the_rules() -> None:
