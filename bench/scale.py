@@ -488,13 +488,23 @@ def summary(rows: list[ScaleRow]) -> dict:
     }
 
 
+def _previous_error(r: ScaleRow) -> float | None:
+    """The run's error under the data set's previous reading: its alternative labelled "previous", else,
+    where the rule gave the interleaving degree, the best degree that fits (the previous headline took the
+    fastest degree where a source stated interleaving but not its degree); None where neither applies."""
+    prev = r.alternative_error("previous")
+    if prev is None and r.interleaved is not None and "virtual_stages" in r.from_rule:
+        prev = r.interleaved_error
+    return prev
+
+
 def _previous(held: list[ScaleRow]) -> dict | None:
-    """The counted runs' median and worst |error| with each run's "previous" alternative in place of its
-    headline (the run's headline where it has none or the alternative is refused)."""
-    moved = [r for r in held if r.alternative_error("previous") is not None]
+    """The counted runs' median and worst |error| with each run's previous reading (`_previous_error`) in
+    place of its headline (the headline where it has none or it is refused)."""
+    moved = {r.id: e for r in held if (e := _previous_error(r)) is not None}
     if not moved:
         return None
-    every = [abs(r.alternative_error("previous") if r in moved else r.error) for r in held]
+    every = [abs(moved.get(r.id, r.error)) for r in held]
     return {"runs": len(moved), "median": statistics.median(every), "worst": max(every)}
 
 
@@ -633,7 +643,8 @@ def render(rec: Mapping) -> str:
     if p is not None:
         lines.append(
             f"- Previous readings: with the data set's previous settings on the {p['runs']} counted runs that"
-            " had other ones (their alternative labelled previous), the counted median |error| would be"
+            " had other ones (their alternative labelled previous, or the best interleaving degree that fits where"
+            " the rule now gives the degree), the counted median |error| would be"
             f" {p['median']:.1%} and the worst {p['worst']:.1%}."
         )
     lines += [

@@ -71,6 +71,9 @@ def test_alternatives_are_reported_beside_the_headline_never_in_it() -> None:
     text = scale.render(_rec("scale", {"rows": records.to_json(rows)}))
     assert "| previous: 1F1B: -5.0% |" in text and "| previous: 1F1B: refused; other: -1.0% |" in text
     assert "the counted median |error| would be 20.0% and the worst 30.0%" in text
+    # an interleaving degree from the rule: its previous reading was the best degree that fits
+    rows[2].interleaved, rows[2].interleaved_vp, rows[2].from_rule = 100.0, 4, ["virtual_stages"]
+    assert scale.summary(rows)["previous"] == {"runs": 2, "median": pytest.approx(0.05), "worst": pytest.approx(0.3)}
 
 
 def test_figures_per_source_and_device_count_and_show_apart() -> None:
