@@ -17,9 +17,20 @@ A run is a dict with exactly the keys in `RUN_KEYS`:
   evaluate to `tokens_per_s_per_gpu` within 1 %.
 - `used_for_calibration`: the run's source was used to fit a cost-model coefficient, so it is not an
   independent check of that coefficient.
+- `dp_overlap`, `attention` (`ATTENTIONS`), `tp_comm_overlap`: the runtime's data-parallel overlap, attention core
+  and tensor-parallel communication overlap (`PlanRequest` fields of the same names).
+- `settings`: for each of `SETTING_KEYS`, where the source states it (`stated: <table, flag, section>`) or what
+  `RULE` gave it (`rule: <the default applied>`).
+- optional `alternatives`: other readings of the run, each a `label` and the values of `ALTERNATIVE_KEYS` it
+  changes (e.g. the data set's previous choice); they are predicted beside the headline, never instead of it.
 - optional `partition` (`PARTITIONS`): how the source splits the layers over the pipeline stages when it
   states a split other than Megatron's uniform one ("ends-as-layers": the embedding and the loss each count
   as a layer); `notes` quote the statement.
+
+The rule for settings a source does not state (`RULE`, fixed before any prediction was compared with the
+runs): a setting a source states is used as stated, whatever the error; `settings` in each run says for
+every setting of `SETTING_KEYS` where the source states it (`stated: <where>`) or that `RULE` gave it
+(`rule: <the default applied>`).
 """
 
 from __future__ import annotations
@@ -36,8 +47,20 @@ RUNS_PATH = REPO / "bench" / "published_runs.json"
 
 RUN_KEYS = (
     "id", "source", "source_key", "model", "device", "gpus", "tp", "pp", "dp", "cp", "virtual_stages",
-    "micro_batch_size", "global_batch_size", "seq_len", "recompute", "sequence_parallel", "zero", "measured",
-    "tokens_per_s_per_gpu", "derivation", "notes", "used_for_calibration",
+    "micro_batch_size", "global_batch_size", "seq_len", "recompute", "sequence_parallel", "zero", "dp_overlap",
+    "attention", "tp_comm_overlap", "measured", "tokens_per_s_per_gpu", "derivation", "notes",
+    "used_for_calibration", "settings",
+)  # fmt: skip
+#: the settings whose provenance every run gives in `settings` (stated by the source, or from `RULE`)
+SETTING_KEYS = (
+    "tp", "pp", "dp", "cp", "virtual_stages", "micro_batch_size", "global_batch_size", "seq_len", "recompute",
+    "sequence_parallel", "zero", "dp_overlap", "attention", "tp_comm_overlap",
+)  # fmt: skip
+STATED, FROM_RULE = "stated: ", "rule: "
+#: what an alternative may set beside the headline (the run's own value is the headline's)
+ALTERNATIVE_KEYS = (
+    "virtual_stages", "micro_batch_size", "recompute", "zero", "dp_overlap", "attention", "tp_comm_overlap",
+    "vocab_size",
 )  # fmt: skip
 MODEL_KEYS = (
     "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "activation",
@@ -46,7 +69,8 @@ MODEL_KEYS = (
 MEASURED_KEYS = (
     "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu", "tokens_per_s", "iteration_time_s", "flops_formula",
 )  # fmt: skip
-OPTIONAL_KEYS = ("partition",)
+OPTIONAL_KEYS = ("partition", "alternatives")
+ATTENTIONS = ("unfused", "flash", "cudnn")
 PARTITIONS = ("uniform", "ends-as-layers")
 DEVICES = ("a100-80gb", "a100-40gb", "h100-80gb")
 RECOMPUTE = ("none", "selective", "full")
@@ -58,6 +82,15 @@ REL_TOL = 0.01
 # Iteration times are printed to 3-4 significant figures, so B*s/(t*n) may differ from the throughput by more.
 ITERATION_TOL = 0.02
 
+#: the one rule for every setting a source does not state, the same for all sources
+RULE = (
+    "A setting the source does not state takes the default of the training software the source names, at the"
+    " version or commit it names (where it names none, the last release before the source's date). Where that"
+    " software has no default (the user must give a value), the setting takes the smallest value the software"
+    " accepts for the run: micro-batch size 1; an interleaved schedule whose degree is not stated, the smallest"
+    " degree above 1 the software accepts. Where the source names no software, adaptis's own default"
+    " (`PlanRequest`) applies."
+)
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.Pow: operator.pow}  # fmt: skip
 
@@ -127,13 +160,16 @@ def check_run(run: dict) -> list[str]:
         problems.append(f"partition: {run['partition']!r} is not one of {PARTITIONS}")
     if run["recompute"] not in RECOMPUTE:
         problems.append(f"recompute: {run['recompute']!r} is not one of {RECOMPUTE}")
-    for k in ("sequence_parallel", "used_for_calibration"):
+    for k in ("sequence_parallel", "used_for_calibration", "dp_overlap", "tp_comm_overlap"):
         if not isinstance(run[k], bool):
             problems.append(f"{k}: must be true or false, got {run[k]!r}")
     for k in ("id", "source", "source_key", "derivation", "notes"):
         if not isinstance(run[k], str) or not run[k].strip():
             problems.append(f"{k}: must be a non-empty string")
 
+    if run["attention"] not in ATTENTIONS:
+        problems.append(f"attention: {run['attention']!r} is not one of {ATTENTIONS}")
+    problems += _check_settings(run)
     product = run["tp"] * run["pp"] * run["dp"] * run["cp"]
     if run["gpus"] != product:
         problems.append(f"gpus: {run['gpus']} != tp*pp*dp*cp = {product}")
@@ -152,6 +188,35 @@ def check_run(run: dict) -> list[str]:
         problems += _check_model(run["model"], run["tp"])
 
     problems += _check_measured(run)
+    return problems
+
+
+def _check_settings(run: dict) -> list[str]:
+    """Every setting names its provenance; a setting from the rule that has one value under it is that value;
+    alternatives change only `ALTERNATIVE_KEYS`."""
+    settings = run["settings"]
+    if not isinstance(settings, dict) or set(settings) != set(SETTING_KEYS):
+        got = sorted(settings) if isinstance(settings, dict) else type(settings).__name__
+        return [f"settings: keys must be {list(SETTING_KEYS)}, got {got}"]
+    problems = []
+    for k, v in settings.items():
+        if not isinstance(v, str) or not v.startswith((STATED, FROM_RULE)) or len(v) <= len(FROM_RULE) + 1:
+            problems.append(f"settings.{k}: must be '{STATED}<where>' or '{FROM_RULE}<what>', got {v!r}")
+    # the rule's one value where the software has no default
+    if settings["micro_batch_size"].startswith(FROM_RULE) and run["micro_batch_size"] != 1:
+        problems.append(f"micro_batch_size: {run['micro_batch_size']} but the rule gives 1 (settings says rule)")
+    alternatives = run.get("alternatives", [])
+    if not isinstance(alternatives, list):
+        return problems + ["alternatives: must be a list"]
+    for i, alt in enumerate(alternatives):
+        if not isinstance(alt, dict) or not isinstance(alt.get("label"), str) or not alt["label"].strip():
+            problems.append(f"alternatives[{i}]: must be an object with a non-empty label")
+            continue
+        extra = sorted(set(alt) - {"label"} - set(ALTERNATIVE_KEYS))
+        if extra or len(alt) < 2:
+            problems.append(
+                f"alternatives[{i}]: may set only {list(ALTERNATIVE_KEYS)}, got {sorted(set(alt) - {'label'})}"
+            )
     return problems
 
 

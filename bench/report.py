@@ -211,7 +211,8 @@ def _scale_row(recs: Mapping[str, Mapping], link: Callable[[str], str]) -> list[
     return [
         "model vs published runs at scale",
         f"[{s['runs']} runs, {s['sources']} sources, {s['min_gpus']}-{s['max_gpus']:,} GPUs]({link('scale')})",
-        f"median abs. error {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} (configuration forced)",
+        f"median abs. error {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} (stated settings forced,"
+        f" one rule where the source is silent; {s['not_counted']} calibration runs shown, not counted)",
     ]
 
 

@@ -8,16 +8,16 @@ Data flow: `bench/published_runs.json` (`bench.published_runs.load_runs`: every 
 parallel configuration and measured throughput, derived from the source's own FLOP accounting) ->
 `run_one` writes the run's model as a native spec and plans it twice through
 `usecases.make_plan_for` (the path `adaptis plan --gpus` takes): once with every dimension fixed to the
-published one (classic 1F1B, or Interleaved1F1B with the published virtual stages, and the published
-recomputation), once free (`--recompute auto`, adaptive) -> `ScaleRow` -> the record -> `render`.
-Where the source does not state its interleaving (pp > 1, not `VP_STATED`), the forced prediction
-assumes none, and the run is planned again with each Interleaved1F1B degree its software allows
-(`interleaving_degrees`; the rest still forced): the best that fits is reported beside the headline, not
-in it. A source that states an interleaved schedule but not its degree (`DEGREE_UNSTATED`) gets that
-best degree in the headline (1F1B where none fits), and its 1F1B figure is listed under the table. A
-source that does not state its micro-batch size (`MBS_UNSTATED`) keeps 1 in the headline; the best size
-that fits (`MBS_TRIED`, the rest as the headline's) is reported beside it. Then `run_walls` times
-`WALL_CASES`: `adaptis plan` in a new process, one at a time, as a user runs it.
+published one (classic 1F1B, or Interleaved1F1B with the run's virtual stages, and its recomputation),
+once free (`--recompute auto`, adaptive) -> `ScaleRow` -> the record -> `render`.
+
+Every setting of a run is the one its source states or, where the source is silent, the one
+`bench.published_runs.RULE` gives (each run's `settings` says which); the headline uses exactly those.
+Beside it, never instead of it: each of the run's `alternatives` (another reading, e.g. the data set's
+previous choice), and, for a setting the rule gave, the best value that fits: the interleaving degree
+(`interleaving_degrees`, the rest as the headline's) and the micro-batch size (`MBS_TRIED`). Runs whose
+source fed a cost-model coefficient (`used_for_calibration`) are predicted and shown but not counted.
+Then `run_walls` times `WALL_CASES`: `adaptis plan` in a new process, one at a time, as a user runs it.
 
 Settings: the analytic cost model on the built-in `a100` / `h100` profiles, each with the device's
 whole memory as its driver reports it (`HARDWARE`: 81,920 MiB for an A100-80GB, 40,960 MiB for an
@@ -25,13 +25,8 @@ A100-40GB, 81,559 MiB for an H100, where the profiles plan with 80e9 bytes). A p
 ran, so its memory is checked against all of it (`PUBLISHED_MEMORY_FRACTION`, not the profiles'
 planning margin of 90%), and the free search gets the same limit: both sides of the gain see one
 memory. A source that states its split of the layers (`partition`, Llama 3's "ends-as-layers") is
-planned with it. The data-parallel
-overlap is the source's: Megatron-LM before
-its distributed optimizer (Narayanan 2021, Korthikanti 2022 and the Megatron-LM baseline of MegaScale,
-which lists overlap as its own addition) reduces gradients after the pipeline drains; Megatron-Core
-2024, Llama 3 (FSDP) and llm-foundry (FSDP) overlap it. So is the attention core (`runtime`): unfused
-for the 2021-2022 Megatron-LM runs, cuDNN's for Megatron-Core 2024 (TransformerEngine on Hopper), flash
-for the rest. Imports `adaptis_plan` use cases, the
+planned with it. The runtime's data-parallel overlap, attention core and tensor-parallel overlap are
+the run's own fields (`runtime`), stated or from the rule like the rest. Imports `adaptis_plan` use cases, the
 published runs and `bench.paper`'s formatting; no CLI, no rich.
 """
 
@@ -44,51 +39,19 @@ import tempfile
 import time
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.paper import Provenance, table
-from bench.published_runs import load_runs
+from bench.published_runs import FROM_RULE, load_runs
 
 HEADING = "## Published runs at scale: predicted against measured tokens/s per GPU"
-#: sources whose runtime reduces data-parallel gradients after the pipeline drains (module docstring)
-NO_DP_OVERLAP = ("narayanan2021", "korthikanti2022", "megascale2024")
-#: sources whose runtime computed attention without flash attention (module docstring)
-UNFUSED_ATTENTION = ("narayanan2021", "korthikanti2022", "megascale2024")
-#: sources that state tensor-parallel communication overlap (Megatron-Core --tp-comm-overlap)
-TP_COMM_OVERLAP = ("megatron_core_h100_2024",)
-#: sources whose attention core was cuDNN's fused flash attention (`--attention cudnn`): Megatron-Core
-#: 2024 ran TransformerEngine on H100, and TransformerEngine chose its FusedAttention (cuDNN) over
-#: FlashAttention on Hopper from release 1.2 (commit 32db392, December 2023) through at least July 2024
-#: ("for performance reasons", transformer_engine/pytorch/attention.py, get_attention_backend); the other
-#: flash sources ran FlashAttention-class kernels (llm-foundry) or do not say (Llama 3)
-CUDNN_ATTENTION = ("megatron_core_h100_2024",)
-#: sources that state the interleaving degree of their pipelined runs; for the others the forced
-#: prediction assumes none (each run's notes say so), and `run_one` also reports the best
-#: Interleaved1F1B degree of these that fits, to show how much that assumption moves the figure
-#: - Llama 3 states its layout, from which the degree follows (the runs' notes): one layer per chunk.
-VP_STATED = ("korthikanti2022", "llama3_2024")
 VP_TRIED = (2, 3, 4, 6, 8)
 #: sources that ran Megatron-LM, whose interleaved schedule takes a number of layers per virtual stage
 #: that divides the layers per pipeline stage (megatron/training/arguments.py: "number of layers per
 #: pipeline stage must be divisible number of layers per virtual pipeline stage"): their degrees are
 #: the divisors of layers / pp (`interleaving_degrees`), not VP_TRIED
 MEGATRON_LM = ("narayanan2021", "korthikanti2022", "megascale2024", "megatron_core_h100_2024")
-#: sources that state an interleaved schedule but not its degree: the headline takes the best degree
-#: that fits (`interleaving_degrees`), 1F1B where none does, and the 1F1B figure is listed under the
-#: table.
-#: - Megatron-Core 2024: the README overlaps "pipeline-parallel communication (enabled by default)";
-#:   at that commit (f2e5db4) arguments.py turns the p2p overlap off for a non-interleaved schedule
-#:   ("non-interleaved schedule does not support overlapping p2p communication"), so its pipelined
-#:   runs were interleaved.
-DEGREE_UNSTATED = ("megatron_core_h100_2024",)
-#: sources that do not state their micro-batch size: the headline assumes 1 (each run's notes), and
-#: `_best_micro_batch` plans the run again at each size of `MBS_TRIED` that divides its batch per
-#: replica, the rest as the headline's (an unstated interleaving degree: the best that fits at that
-#: size); the best that fits is reported beside the headline, not in it.
-#: - Megatron-Core 2024 scales its batch as 192 x pp on 48 replicas, i.e. 4 x pp micro-batches of 1,
-#:   the usual bubble budget of its pipelined runs: 1 is the likeliest reading, not a stated one.
-MBS_UNSTATED = ("megascale2024", "megatron_core_h100_2024", "llama3_2024")
 MBS_TRIED = (1, 2, 4, 8)
 #: what the configuration-search anchors state of themselves (their papers and the Llama 3 report): context beside
 #: our figures, never a comparison (none ran on these inputs or settings)
@@ -133,6 +96,13 @@ QUICK_IDS = ("narayanan21-gpt-1.7b-32", "korthikanti22-gpt-175b-64", "llama3-405
 
 
 @dataclass
+class AltPrediction:
+    label: str
+    predicted: float | None = None  # tokens/s per GPU
+    refused: str | None = None
+
+
+@dataclass
 class ScaleRow:
     id: str
     source_key: str
@@ -151,18 +121,29 @@ class ScaleRow:
     used_for_calibration: bool = False
     forced_s: float = 0.0
     free_s: float = 0.0
-    # where the source does not state the interleaving (pp > 1): the best Interleaved1F1B degree of
-    # VP_TRIED that fits memory with the rest forced, and its tokens/s per GPU; "none fits" when none does
+    # where the rule gave the interleaving (pp > 1): the best Interleaved1F1B degree the software allows
+    # (`interleaving_degrees`) that fits memory with the rest forced, and its tokens/s per GPU; "none fits"
+    # when none does
     interleaved: float | None = None
     interleaved_vp: int | None = None
     interleaved_note: str | None = None
-    # where the source does not state the micro-batch size (`MBS_UNSTATED`): the fastest size of
+    # where the rule gave the micro-batch size: the fastest size of
     # `MBS_TRIED` that fits with the rest as the headline's, and its tokens/s per GPU
     best_mbs: int | None = None
     best_mbs_predicted: float | None = None
-    one_f_one_b: float | None = (
-        None  # the 1F1B prediction, where the headline is the best interleaving (DEGREE_UNSTATED)
-    )
+    # the settings the rule gave (`bench.published_runs.RULE`), the rest are the source's
+    from_rule: list[str] = field(default_factory=list)
+    # each of the run's `alternatives`, predicted beside the headline
+    alternatives: list[AltPrediction] = field(default_factory=list)
+
+    @property
+    def counted(self) -> bool:
+        return self.error is not None and not self.used_for_calibration
+
+    def alternative_error(self, prefix: str) -> float | None:
+        """The error of the first alternative whose label starts with `prefix` (None: none, or refused)."""
+        alt = next((a for a in self.alternatives if a.label.startswith(prefix)), None)
+        return None if alt is None or alt.predicted is None else alt.predicted / self.measured - 1.0
 
     @property
     def interleaved_error(self) -> float | None:
@@ -242,13 +223,21 @@ def forced_request_args(run: dict) -> dict:
 
 
 def runtime(run: dict) -> dict:
-    """The runtime settings of the run's software (module docstring), as `PlanRequest` fields."""
-    key = run["source_key"]
-    return {
-        "dp_overlap": key not in NO_DP_OVERLAP,
-        "attention": "unfused" if key in UNFUSED_ATTENTION else "cudnn" if key in CUDNN_ATTENTION else "flash",
-        "tp_comm_overlap": key in TP_COMM_OVERLAP,
-    }
+    """The runtime settings of the run (stated or from the rule, like the rest), as `PlanRequest` fields."""
+    return {k: run[k] for k in ("dp_overlap", "attention", "tp_comm_overlap")}
+
+
+def from_rule(run: dict) -> list[str]:
+    """The run's settings that the rule gave, not its source."""
+    return [k for k, v in run["settings"].items() if v.startswith(FROM_RULE)]
+
+
+def with_alternative(run: dict, alt: dict) -> dict:
+    """The run with an alternative's values in place of its own (`vocab_size` is the model's)."""
+    out = {**run, **{k: v for k, v in alt.items() if k not in ("label", "vocab_size")}}
+    if "vocab_size" in alt:
+        out["model"] = {**run["model"], "vocab_size": alt["vocab_size"]}
+    return out
 
 
 def run_one(run: dict) -> ScaleRow:
@@ -262,7 +251,7 @@ def run_one(run: dict) -> ScaleRow:
              + (f" vp{run['virtual_stages']}" if run.get("virtual_stages", 1) > 1 else "")
              + (f" {run['partition']}" if run.get("partition", "uniform") != "uniform" else ""))  # fmt: skip
     row = ScaleRow(run["id"], run["source_key"], run["device"], run["gpus"], label, run["tokens_per_s_per_gpu"],
-                   used_for_calibration=run.get("used_for_calibration", False))  # fmt: skip
+                   used_for_calibration=run.get("used_for_calibration", False), from_rule=from_rule(run))  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         # the published configuration ran: its memory is checked against the device's whole memory, not the
         # planner's margin (the timing does not depend on the limit); the free search gets the same
@@ -278,13 +267,12 @@ def run_one(run: dict) -> ScaleRow:
         except AdaptisError as e:
             row.forced_error = str(e)
         row.forced_s = time.perf_counter() - t0
-        if run["pp"] > 1 and run["source_key"] not in VP_STATED:
+        if run["pp"] > 1 and "virtual_stages" in row.from_rule:
             _best_interleaved(run, row, common, cfg)
-            if run["source_key"] in DEGREE_UNSTATED and row.interleaved is not None and row.predicted is not None:
-                row.one_f_one_b, row.predicted = row.predicted, row.interleaved
-                row.configuration += f" vp{row.interleaved_vp} (best that fits)"
-        if run["source_key"] in MBS_UNSTATED and row.predicted is not None:
+        if "micro_batch_size" in row.from_rule and row.predicted is not None:
             _best_micro_batch(run, row, common)
+        for alt in run.get("alternatives", []):
+            row.alternatives.append(_alternative(run, alt, Path(tmp)))
         t0 = time.perf_counter()
         try:
             out = make_plan_for(PlanRequest(**common, recompute="auto"))
@@ -398,17 +386,33 @@ def _best_interleaved(run: dict, row: ScaleRow, common: dict, cfg: dict) -> None
 
 
 def _best_micro_batch(run: dict, row: ScaleRow, common: dict) -> None:
-    """The headline's configuration at each micro-batch size of `MBS_TRIED` dividing the batch per replica
-    (an unstated interleaving degree: each degree `interleaving_degrees` allows at that size, 1F1B where
-    none fits); the fastest that fits goes into `row` (`ScaleRow.best_mbs`)."""
+    """The headline's configuration at each micro-batch size of `MBS_TRIED` dividing the batch per replica,
+    the rest as the headline's; the fastest that fits goes into `row` (`ScaleRow.best_mbs`)."""
     per_replica = run["global_batch_size"] // run["dp"]
     for mbs in (b for b in MBS_TRIED if per_replica % b == 0):
-        at = {**run, "micro_batch_size": mbs}
-        base = forced_request_args(at)
-        unstated = run["pp"] > 1 and run["source_key"] in DEGREE_UNSTATED
-        best = _fastest(common, (_interleavings(at, base) if unstated else []) or [base])
+        best = _fastest(common, [forced_request_args({**run, "micro_batch_size": mbs})])
         if best is not None and (row.best_mbs_predicted is None or best[0] > row.best_mbs_predicted):
             row.best_mbs, row.best_mbs_predicted = mbs, best[0]
+
+
+def _alternative(run: dict, alt: dict, folder: Path) -> AltPrediction:
+    """One of the run's `alternatives`, forced like the headline."""
+    from adaptis_plan.errors import AdaptisError
+    from adaptis_plan.usecases import PlanRequest, make_plan_for
+
+    other = {**with_alternative(run, alt), "id": f"{run['id']}.alt"}
+    model_arg, hw_arg = _inputs(other, folder, PUBLISHED_MEMORY_FRACTION)
+    common = {"model_arg": model_arg, "hardware_arg": hw_arg, "pp": 1, "num_microbatches": 1,
+              "seq_len": run["seq_len"], "gpus": run["gpus"], "global_batch_size": run["global_batch_size"],
+              "hard_stop": False, **runtime(other)}  # fmt: skip
+    out = AltPrediction(alt["label"])
+    try:
+        out.predicted = make_plan_for(PlanRequest(**common, **forced_request_args(other))).cluster[
+            "tokens_per_s_per_gpu"
+        ]
+    except AdaptisError as e:
+        out.refused = str(e)
+    return out
 
 
 def run_rows(quick: bool = False, workers: int = 1, log=None) -> list[ScaleRow]:  # noqa: ANN001
@@ -453,15 +457,20 @@ def results_from_record(rec: Mapping) -> list[ScaleRow]:
 
 
 def summary(rows: list[ScaleRow]) -> dict:
-    """Median and worst |error| of the forced predictions, over the runs not used for calibration."""
-    held = [r for r in rows if r.error is not None and not r.used_for_calibration]
+    """Median and worst |error| of the forced predictions over the counted runs (predicted, source not used
+    for calibration); the same per source and device kind, counted and not; the counted runs' figures with
+    each run's previous reading (its alternative labelled "previous") in place of the headline."""
+    held = [r for r in rows if r.counted]
     errs = [abs(r.error) for r in held]
     gains = [r.gain for r in held if r.gain is not None]
+    shown = [r for r in rows if r.error is not None and r.used_for_calibration]
     return {
         "runs": len(held),
         "sources": len({r.source_key for r in held}),
         "median_abs_error": statistics.median(errs) if errs else None,
         "worst_abs_error": max(errs) if errs else None,
+        "not_counted": len(shown),
+        "not_counted_sources": sorted({r.source_key for r in shown}),
         "free_slower": sum(1 for g in gains if g < 1 - 1e-9),
         "mean_gain": statistics.fmean(gains) if gains else None,
         "max_gpus": max((r.gpus for r in held), default=0),
@@ -469,6 +478,8 @@ def summary(rows: list[ScaleRow]) -> dict:
         "refused": sum(1 for r in rows if r.forced_error),
         "by_device": _spread(held, lambda r: r.device.split("-")[0]),
         "by_source": _spread(held, lambda r: r.source_key),
+        "by_source_device": _by_source_device(rows),
+        "previous": _previous(held),
         "codesign": sum(1 for r in rows if r.free_codesign is not None and r.free_codesign > 1.005),
         "free_s_upto_1024": max((r.free_s for r in rows if r.gpus <= 1024), default=0.0),
         "free_s_max": max((r.free_s for r in rows), default=0.0),
@@ -477,10 +488,46 @@ def summary(rows: list[ScaleRow]) -> dict:
     }
 
 
+def _previous_error(r: ScaleRow) -> float | None:
+    """The run's error under the data set's previous reading: its alternative labelled "previous", else,
+    where the rule gave the interleaving degree, the best degree that fits (the previous headline took the
+    fastest degree where a source stated interleaving but not its degree); None where neither applies."""
+    prev = r.alternative_error("previous")
+    if prev is None and r.interleaved is not None and "virtual_stages" in r.from_rule:
+        prev = r.interleaved_error
+    return prev
+
+
+def _previous(held: list[ScaleRow]) -> dict | None:
+    """The counted runs' median and worst |error| with each run's previous reading (`_previous_error`) in
+    place of its headline (the headline where it has none or it is refused)."""
+    moved = {r.id: e for r in held if (e := _previous_error(r)) is not None}
+    if not moved:
+        return None
+    every = [abs(moved.get(r.id, r.error)) for r in held]
+    return {"runs": len(moved), "median": statistics.median(every), "worst": max(every)}
+
+
+def _by_source_device(rows: list[ScaleRow]) -> list[tuple]:
+    """(source, device kind, counted runs, their median |error|, worst |error|, runs not counted, their
+    median and worst |error|, configurations refused), in source order; None where a group is empty."""
+    groups: dict[tuple[str, str], list[ScaleRow]] = {}
+    for r in rows:
+        groups.setdefault((r.source_key, r.device.split("-")[0]), []).append(r)
+    out = []
+    for (src, dev), rs in groups.items():
+        c = [abs(r.error) for r in rs if r.error is not None and not r.used_for_calibration]
+        n = [abs(r.error) for r in rs if r.error is not None and r.used_for_calibration]
+        out.append((src, dev, len(c), statistics.median(c) if c else None, max(c) if c else None,
+                    len(n), statistics.median(n) if n else None, max(n) if n else None,
+                    sum(1 for r in rs if r.forced_error)))  # fmt: skip
+    return out
+
+
 def _unstated_mbs(held: list[ScaleRow]) -> dict | None:
-    """Over the counted runs whose micro-batch size is not stated: their median and worst |error| with 1
-    (the headline's assumption) and with the best size that fits; and all counted runs' median and worst
-    with those rows at their best size."""
+    """Over the counted runs whose micro-batch size the rule gave: their median and worst |error| with 1
+    (the rule's) and with the best size that fits; and all counted runs' median and worst with those rows
+    at their best size."""
     rows = [r for r in held if r.best_mbs is not None]
     if not rows:
         return None
@@ -493,11 +540,9 @@ def _unstated_mbs(held: list[ScaleRow]) -> dict | None:
 
 
 def _unstated_vp(held: list[ScaleRow]) -> dict | None:
-    """Over the counted runs whose interleaving is not stated (pp > 1): their median and worst |error| with
-    1F1B (the headline's assumption) and with the best interleaving that fits (1F1B where none does)."""
-    rows = [
-        r for r in held if (r.interleaved is not None or r.interleaved_note) and r.source_key not in DEGREE_UNSTATED
-    ]
+    """Over the counted runs whose interleaving degree the rule gave (pp > 1): their median and worst
+    |error| with the rule's degree and with the best degree that fits (the rule's where none does)."""
+    rows = [r for r in held if r.interleaved is not None or r.interleaved_note]
     if not rows:
         return None
     plain = [abs(r.error) for r in rows]
@@ -549,7 +594,23 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.1f}%"
 
 
+def _alternatives(r: ScaleRow) -> str:
+    return (
+        "; ".join(
+            f"{a.label}: " + (_pct(a.predicted / r.measured - 1) if a.predicted is not None else "refused")
+            for a in r.alternatives
+        )
+        or "-"
+    )
+
+
+def _group_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
 def render(rec: Mapping) -> str:
+    from bench.published_runs import RULE
+
     rows = results_from_record(rec)
     s = summary(rows)
     prov = Provenance.of(rec)
@@ -558,26 +619,36 @@ def render(rec: Mapping) -> str:
         "",
         "Every run below is a published, measured training run (bench/published_runs.json names each source, its"
         " table and its FLOP accounting); tokens/s per GPU are derived from the source's own accounting. Predicted:"
-        " `adaptis plan --gpus N --global-batch-size B` with every dimension fixed to the published one (1F1B, or"
-        " Interleaved1F1B with the published virtual stages, on the published split of the layers where the source"
-        " states one; a stated interleaving of unstated degree: the best degree that fits, see below the table),"
-        " analytic cost model, built-in `a100` / `h100` profiles; memory checked against the device's whole memory"
-        " as its driver reports it (81,920 / 40,960 / 81,559 MiB for A100-80GB / A100-40GB / H100; the"
-        " configuration ran); the runtime's own settings (`--attention`: unfused for Megatron-LM 2021-2022, cudnn"
-        " for Megatron-Core 2024; data-parallel and tensor-parallel overlap, bench/scale.py `runtime`)."
-        " Free: the same model, GPUs and"
-        " batch with nothing fixed (`--recompute auto`), on the same memory limit.",
+        " `adaptis plan --gpus N --global-batch-size B` with every dimension fixed to the run's (1F1B, or"
+        " Interleaved1F1B with its virtual stages, on the published split of the layers where the source states"
+        " one), analytic cost model, built-in `a100` / `h100` profiles; memory checked against the device's whole"
+        " memory as its driver reports it (81,920 / 40,960 / 81,559 MiB for A100-80GB / A100-40GB / H100; the"
+        " configuration ran); the runtime's own settings (`--attention`, data-parallel and tensor-parallel"
+        " overlap; bench/scale.py `runtime`). Free: the same model, GPUs and batch with nothing fixed"
+        " (`--recompute auto`), on the same memory limit.",
         "",
-        f"- {s['runs']} runs from {s['sources']} sources, {s['min_gpus']} to {s['max_gpus']:,} GPUs: median |error|"
-        f" {_pct(s['median_abs_error'])}, worst {_pct(s['worst_abs_error'])} (targets {MEDIAN_TARGET:.0%} /"
-        f" {WORST_TARGET:.0%}); the runs marked * calibrated the H100 profile and are not counted.",
-        "- By device: "
-        + "; ".join(f"{k} {n} runs, median {m:.1%}, worst {w:.1%}" for k, (n, m, w) in s["by_device"].items())
-        + ".",
-        "- By source: "
-        + "; ".join(f"{k} {n} runs, median {m:.1%}, worst {w:.1%}" for k, (n, m, w) in s["by_source"].items())
-        + ".",
-        f"- {s['refused']} published configurations are refused by the memory model (listed below).",
+        f"Settings: each run uses every setting its source states, as stated; a setting the source does not state"
+        f" comes from one rule for all sources, written down before any error was looked at: {RULE} Each run's"
+        " `settings` in bench/published_runs.json says which of its settings are stated (and where) and which the"
+        " rule gave (column from rule).",
+        "",
+        f"- Counted: {s['runs']} runs from {s['sources']} sources, {s['min_gpus']:,} to {s['max_gpus']:,} GPUs:"
+        f" median |error| {_pct(s['median_abs_error'])}, worst {_pct(s['worst_abs_error'])} (targets"
+        f" {MEDIAN_TARGET:.0%} / {WORST_TARGET:.0%}).",
+        f"- Not counted: {s['not_counted']} runs (marked *) from {', '.join(s['not_counted_sources']) or 'no source'},"
+        " whose source fed a cost-model coefficient (the profiles' calibration_source): shown, not an independent"
+        " check.",
+    ]
+    p = s["previous"]
+    if p is not None:
+        lines.append(
+            f"- Previous readings: with the data set's previous settings on the {p['runs']} counted runs that"
+            " had other ones (their alternative labelled previous, or the best interleaving degree that fits where"
+            " the rule now gives the degree), the counted median |error| would be"
+            f" {p['median']:.1%} and the worst {p['worst']:.1%}."
+        )
+    lines += [
+        f"- {s['refused']} configurations are refused by the memory model (listed below).",
         f"- Free search against the published configuration: mean predicted gain {s['mean_gain'] or 0:.2f}x,"
         f" slower on {s['free_slower']} runs; the schedule co-design (an adaptive plan faster than every classic"
         f" schedule at the chosen configuration) wins on {s['codesign']} runs (column co-design).",
@@ -588,22 +659,41 @@ def render(rec: Mapping) -> str:
     u = s["unstated_vp"]
     if u is not None:
         lines.append(
-            f"- Interleaving not stated by the source ({u['runs']} counted runs with pp > 1): the headline assumes"
-            " none. With the best Interleaved1F1B degree that fits memory, of the degrees its software allows"
-            f" (Megatron-LM: the divisors of the layers per stage; otherwise {', '.join(map(str, VP_TRIED))}) (it"
-            f" does on {u['fits']} of them; 1F1B for the rest), their median |error| moves from {u['plain'][0]:.1%} to"
-            f" {u['best'][0]:.1%} and their worst from {u['plain'][1]:.1%} to {u['best'][1]:.1%} (column best"
-            " interleaved): the assumption, not the cost model, spans that range."
+            f"- Interleaving degree from the rule ({u['runs']} counted runs with pp > 1): with the best degree that"
+            " fits memory of those the software allows (Megatron-LM: the divisors of the layers per stage;"
+            f" otherwise {', '.join(map(str, VP_TRIED))}) (it does on {u['fits']} of them), their median |error|"
+            f" moves from {u['plain'][0]:.1%} to {u['best'][0]:.1%} and their worst from {u['plain'][1]:.1%} to"
+            f" {u['best'][1]:.1%} (column best interleaved); the headline keeps the rule's."
         )
     m = s["unstated_mbs"]
     if m is not None:
         lines.append(
-            f"- Micro-batch size not stated by the source ({m['runs']} counted runs): the headline assumes 1. With"
-            f" the best size of {', '.join(map(str, MBS_TRIED))} that fits (the rest as the headline's), {m['moved']}"
-            f" of them move; their median |error| goes from {m['plain'][0]:.1%} to {m['best'][0]:.1%} and their"
-            f" worst from {m['plain'][1]:.1%} to {m['best'][1]:.1%}, and over all counted runs the median would be"
+            f"- Micro-batch size from the rule ({m['runs']} counted runs): the headline takes 1. With the best size"
+            f" of {', '.join(map(str, MBS_TRIED))} that fits (the rest as the headline's), {m['moved']} of them move;"
+            f" their median |error| goes from {m['plain'][0]:.1%} to {m['best'][0]:.1%} and their worst from"
+            f" {m['plain'][1]:.1%} to {m['best'][1]:.1%}, and over all counted runs the median would be"
             f" {m['all'][0]:.1%} and the worst {m['all'][1]:.1%} (column best mbs). The headline keeps 1."
         )
+    lines += ["", "By source and device kind (|error| of the forced prediction):", ""]
+    lines.append(
+        table(
+            ["source", "device", "counted runs", "median", "worst", "not counted", "median", "worst", "refused"],
+            [
+                [
+                    src,
+                    dev,
+                    str(n),
+                    _group_pct(med),
+                    _group_pct(worst),
+                    str(nn),
+                    _group_pct(nmed),
+                    _group_pct(nworst),
+                    str(refused),
+                ]
+                for src, dev, n, med, worst, nn, nmed, nworst, refused in s["by_source_device"]
+            ],
+        )  # fmt: skip
+    )
     lines += ["", "Beside them, what the configuration-search anchors state of themselves (not re-run here; none"
               " ran on these inputs or settings, so this is context, not a comparison):", ""]  # fmt: skip
     lines += [f"- {a}" for a in ANCHORS]
@@ -612,7 +702,9 @@ def render(rec: Mapping) -> str:
     for r in rows:
         body.append([
             r.id + ("*" if r.used_for_calibration else ""), r.device, f"{r.gpus:,}", r.configuration,
+            ", ".join(r.from_rule) or "-",
             f"{r.measured:,.1f}", "-" if r.predicted is None else f"{r.predicted:,.1f}", _pct(r.error),
+            _alternatives(r),
             "-" if r.free is None else f"{r.free:,.1f}", r.free_configuration or (r.free_error or "-")[:60],
             r.free_strategy or "-", "-" if r.gain is None else f"{r.gain:.2f}x",
             "-" if r.free_codesign is None else f"{r.free_codesign:.3f}x",
@@ -625,10 +717,12 @@ def render(rec: Mapping) -> str:
                 "run",
                 "device",
                 "GPUs",
-                "published configuration",
+                "configuration",
+                "from rule",
                 "measured tok/s/GPU",
                 "predicted",
                 "error",
+                "alternatives (error)",
                 "free search",
                 "free configuration",
                 "free schedule",
@@ -642,21 +736,6 @@ def render(rec: Mapping) -> str:
             body,
         )  # fmt: skip
     )
-    stated = [r for r in rows if r.source_key in DEGREE_UNSTATED and (r.interleaved is not None or r.interleaved_note)]
-    if stated:
-        lines += [
-            "",
-            "Interleaved, degree not stated by the source: the headline takes the best Interleaved1F1B degree that"
-            " fits memory, of the degrees its software allows (Megatron-LM: the divisors of the layers per stage;"
-            f" otherwise {', '.join(map(str, VP_TRIED))}), 1F1B where none does. With 1F1B instead: "
-            + "; ".join(
-                f"{r.id} {_pct((r.one_f_one_b if r.one_f_one_b is not None else r.predicted) / r.measured - 1)}"
-                + ("" if r.one_f_one_b is not None else " (no interleaving fits: the headline is 1F1B)")
-                for r in stated
-                if r.predicted is not None
-            )
-            + ".",
-        ]
     lines += _walls_section(rec)
     errors = [r for r in rows if r.forced_error]
     if errors:

@@ -54,29 +54,61 @@ def test_scale_reports_the_unstated_interleaving_beside_the_headline() -> None:
     assert "from 25.0% to 17.5%" in text and "Mist (EuroSys'25)" in text
 
 
-def test_a_stated_interleaving_of_unstated_degree_takes_the_best_degree_and_lists_1f1b() -> None:
-    """Llama 3-style rows: the headline is the best interleaving (its 1F1B figure under the table); they
-    are not counted among the runs whose interleaving is unstated."""
-    key = scale.DEGREE_UNSTATED[0]
+def test_alternatives_are_reported_beside_the_headline_never_in_it() -> None:
+    """A run's alternatives (e.g. the data set's previous settings) have their own column and summary line;
+    the headline and the counted figures stay the stated settings'."""
     rows = [
-        scale.ScaleRow(
-            "l",
-            key,
-            "h100-80gb",
-            64,
-            "tp8 pp16 vp4 (best that fits)",
-            100.0,
-            predicted=90.0,
-            interleaved=90.0,
-            interleaved_vp=4,
-            one_f_one_b=60.0,
-        ),  # fmt: skip
-        scale.ScaleRow("n", key, "h100-80gb", 64, "tp8 pp16", 100.0, predicted=70.0, interleaved_note="none fits"),
+        scale.ScaleRow("a", "s1", "a100-80gb", 64, "tp8 pp4 vp3", 100.0, predicted=90.0,
+                       alternatives=[scale.AltPrediction("previous: 1F1B", predicted=95.0)]),
+        scale.ScaleRow("b", "s1", "a100-80gb", 64, "tp8 pp8 vp6", 100.0, predicted=70.0,
+                       alternatives=[scale.AltPrediction("previous: 1F1B", refused="out of memory"),
+                                     scale.AltPrediction("other", predicted=99.0)]),
+        scale.ScaleRow("c", "s2", "h100-80gb", 8, "tp1", 100.0, predicted=120.0),
+    ]  # fmt: skip
+    s = scale.summary(rows)
+    assert s["worst_abs_error"] == pytest.approx(0.3) and s["median_abs_error"] == pytest.approx(0.2)
+    assert s["previous"] == {"runs": 1, "median": pytest.approx(0.2), "worst": pytest.approx(0.3)}
+    text = scale.render(_rec("scale", {"rows": records.to_json(rows)}))
+    assert "| previous: 1F1B: -5.0% |" in text and "| previous: 1F1B: refused; other: -1.0% |" in text
+    assert "the counted median |error| would be 20.0% and the worst 30.0%" in text
+    # an interleaving degree from the rule: its previous reading was the best degree that fits
+    rows[2].interleaved, rows[2].interleaved_vp, rows[2].from_rule = 100.0, 4, ["virtual_stages"]
+    assert scale.summary(rows)["previous"] == {"runs": 2, "median": pytest.approx(0.05), "worst": pytest.approx(0.3)}
+
+
+def test_figures_per_source_and_device_count_and_show_apart() -> None:
+    rows = [
+        scale.ScaleRow("a", "s1", "a100-80gb", 8, "tp1", 100.0, predicted=110.0),
+        scale.ScaleRow("b", "s1", "a100-40gb", 8, "tp1", 100.0, predicted=70.0, used_for_calibration=True),
+        scale.ScaleRow("c", "s1", "h100-80gb", 8, "tp1", 100.0, predicted=95.0),
+        scale.ScaleRow("d", "s2", "h100-80gb", 8, "tp1", 100.0, predicted=80.0, used_for_calibration=True),
+        scale.ScaleRow("e", "s2", "h100-80gb", 8, "tp1", 100.0, forced_error="out of memory"),
     ]
     s = scale.summary(rows)
-    assert s["worst_abs_error"] == pytest.approx(0.3) and s["unstated_vp"] is None
+    assert (s["runs"], s["not_counted"], s["not_counted_sources"]) == (2, 2, ["s1", "s2"])
+    groups = {(g[0], g[1]): g[2:] for g in s["by_source_device"]}
+    assert groups[("s1", "a100")] == (1, pytest.approx(0.1), pytest.approx(0.1), 1, pytest.approx(0.3),
+                                      pytest.approx(0.3), 0)  # fmt: skip
+    assert groups[("s2", "h100")] == (0, None, None, 1, pytest.approx(0.2), pytest.approx(0.2), 1)
     text = scale.render(_rec("scale", {"rows": records.to_json(rows)}))
-    assert "With 1F1B instead: l -40.0%; n -30.0% (no interleaving fits: the headline is 1F1B)." in text
+    assert "| s1 | a100 | 1 | 10.0% | 10.0% | 1 | 30.0% | 30.0% | 0 |" in text
+    assert "| s2 | h100 | 0 | - | - | 1 | 20.0% | 20.0% | 1 |" in text
+
+
+def test_the_headline_takes_the_runs_own_settings_and_sweeps_only_the_rules() -> None:
+    """Stated settings are never replaced: the forced request is the run's, its runtime is the run's, and
+    only settings the rule gave are swept beside it."""
+    from bench.published_runs import FROM_RULE, load_runs
+
+    for run in load_runs():
+        cfg = scale.forced_request_args(run)
+        assert cfg["fixed"]["micro_batch_size"] == run["micro_batch_size"]
+        assert (cfg["stages_per_device"] or 1) == run["virtual_stages"] and cfg["recompute"] == run["recompute"]
+        assert scale.runtime(run) == {k: run[k] for k in ("dp_overlap", "attention", "tp_comm_overlap")}
+        assert scale.from_rule(run) == [k for k, v in run["settings"].items() if v.startswith(FROM_RULE)]
+        for alt in run.get("alternatives", []):
+            other = scale.with_alternative(run, alt)
+            assert other is not run and scale.forced_request_args(run) == cfg  # the run itself is untouched
 
 
 def test_an_unstated_micro_batch_is_reported_beside_the_headline_not_in_it() -> None:
