@@ -21,7 +21,7 @@ from adaptis_plan.cost.recompute import stage_recompute
 from adaptis_plan.cost.source import CostTables, cost_table_for, costs_notes, load_costs_profile
 from adaptis_plan.cost.table import device_types
 from adaptis_plan.errors import InfeasibleError, InputError
-from adaptis_plan.judge.simulate import SimResult, simulate, with_expected
+from adaptis_plan.judge.simulate import SimResult, judged, simulate
 from adaptis_plan.judge.training_step import TrainingStep, training_step
 from adaptis_plan.planfile.io import (
     check_model_matches,
@@ -222,9 +222,7 @@ def make_plan_for(
             model, tables, **shape, budget=budget, deadline=deadline, options=opts, progress=progress
         )
     best, m = got.best, req.num_microbatches
-    result = with_expected(
-        best.layout, got.costs, best.programs, m, best.result or simulate(best.layout, got.costs, best.programs, m)
-    )
+    result = judged(best.layout, got.costs, best.programs, m, best.result)
     if not result.fits_memory:
         raise InfeasibleError(_memory_message(result, got.model, training, got.strategy, got.costs, got.recompute_info))
     outcome = _outcome(req, hw, training, profile, got, result, t0)
@@ -583,7 +581,7 @@ def judge_plan(inputs: PlanInputs) -> SimResult:
             plan_programs(plan),
             plan.training.num_microbatches,
         )
-        return with_expected(layout, costs, programs, m, simulate(layout, costs, programs, m))
+        return judged(layout, costs, programs, m)
     except InputError as e:
         from adaptis_plan.errors import located
 

@@ -66,7 +66,7 @@ from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.bound import lower_bound
-from adaptis_plan.judge.simulate import MEM_SLACK, simulate, with_expected
+from adaptis_plan.judge.simulate import MEM_SLACK, judged, simulate
 from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
 from adaptis_plan.schedules import get_spec
 from adaptis_plan.schedules._common import microbatch_groups
@@ -854,9 +854,7 @@ def _plan_point(
             target=req.target,
         )  # fmt: skip
         best = planned.best
-        best.result = with_expected(best.layout, planned.costs, best.programs, p.num_microbatches,
-                                    best.result or simulate(best.layout, planned.costs, best.programs,
-                                                            p.num_microbatches))  # fmt: skip
+        best.result = judged(best.layout, planned.costs, best.programs, p.num_microbatches, best.result)
         if req.strategy.lower() == "adaptive":  # the report says why the search's own plan was not kept
             planned.info["fallback"] = {"requested": "adaptive", "adaptive_step_time_s": searched_step}
         step = got.step
@@ -906,10 +904,7 @@ def _adaptive(
     if planned is None:
         return None, None
     best = planned.best
-    result = with_expected(
-        best.layout, planned.costs, best.programs, p.num_microbatches,
-        best.result or simulate(best.layout, planned.costs, best.programs, p.num_microbatches),
-    )  # fmt: skip
+    result = judged(best.layout, planned.costs, best.programs, p.num_microbatches, best.result)
     if not result.fits_memory:
         return None, None
     best.result = result

@@ -4,7 +4,7 @@ the generator, for one pipeline shape (PP devices, M micro-batches).
 Contract: `search_pipeline(model, tables, pp=..., num_microbatches=..., budget=..., deadline=...)`
 needs nothing but a model, a cost-table builder (`cost.source.CostTables`), the pipeline shape and a
 budget, so a whole-configuration search (TP x PP x DP ...) can call it once per configuration.
-It returns the best candidate with its record; the caller judges it (`judge.simulate.with_expected`)
+It returns the best candidate with its record; the caller judges it (`judge.simulate.judged`)
 and writes the plan.
 
 Data flow: `CostTables` -> one cost table per head variant -> `search.generator.search_plan` on
