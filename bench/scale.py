@@ -273,7 +273,7 @@ def run_one(run: dict) -> ScaleRow:
                   "hard_stop": False, **runtime(run)}  # fmt: skip
         t0 = time.perf_counter()
         try:
-            out = make_plan_for(PlanRequest(**common, **cfg))
+            out = make_plan_for(PlanRequest.of(**common, **cfg))
             row.predicted = out.cluster["tokens_per_s_per_gpu"]
         except AdaptisError as e:
             row.forced_error = str(e)
@@ -287,7 +287,7 @@ def run_one(run: dict) -> ScaleRow:
             _best_micro_batch(run, row, common)
         t0 = time.perf_counter()
         try:
-            out = make_plan_for(PlanRequest(**common, recompute="auto"))
+            out = make_plan_for(PlanRequest.of(**common, recompute="auto"))
             c = out.cluster
             row.free = c["tokens_per_s_per_gpu"]
             k = c["configuration"]
@@ -379,7 +379,7 @@ def _fastest(common: dict, tries: list[dict]) -> tuple[float, dict] | None:
     best: tuple[float, dict] | None = None
     for c in tries:
         try:
-            got = make_plan_for(PlanRequest(**common, **c)).cluster["tokens_per_s_per_gpu"]
+            got = make_plan_for(PlanRequest.of(**common, **c)).cluster["tokens_per_s_per_gpu"]
         except AdaptisError:
             continue
         if best is None or got > best[0]:

@@ -337,7 +337,7 @@ def plan_cmd(
     _check_output(output, "-o", model_arg, hardware_arg, costs_arg)
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
-    req = PlanRequest(
+    req = PlanRequest.of(
         model_arg=model_arg,
         hardware_arg=hardware_arg,
         pp=pp or 1,
@@ -358,7 +358,7 @@ def plan_cmd(
         strategy=strategy,
         partition=partition,
         stages_per_device=stages_per_device,
-        search=tuple(s.strip() for s in search_arg.split(",") if s.strip()),
+        components=tuple(s.strip() for s in search_arg.split(",") if s.strip()),
         recompute=recompute,
         costs_path=costs_arg,
         head_chunks=chunks,

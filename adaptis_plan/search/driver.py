@@ -49,6 +49,7 @@ from adaptis_plan.search.recompute import (
     why_not_recompute,
 )
 from adaptis_plan.search.workers import pmap, workers
+from adaptis_plan.spec.config import PipelineSettings
 from adaptis_plan.spec.model import ModelSpec
 
 #: A model variant (its head split or not) and its cost table.
@@ -75,6 +76,18 @@ class PipelineOptions:
     recompute: str = "none"
     target: str = "adaptis"
     classic: tuple[tuple[str, str, int], ...] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        pipeline: PipelineSettings,
+        seed: int,
+        recompute: str,
+        classic: tuple[tuple[str, str, int], ...] | None = None,
+    ) -> PipelineOptions:
+        """The options of a request's pipeline section (`spec.config.PipelineSettings`) and search seed,
+        under `recompute` (the request's mode as resolved for this search)."""
+        return cls(pipeline.components, seed, pipeline.head_chunks, recompute, pipeline.target, classic)
 
 
 #: the deepest interleaving `deep_classic` seeds: one layer per stage at pp 16 on a 128-layer model
