@@ -13,7 +13,8 @@ declarations, help and click keywords, with `type` a Python type, `choices` a tu
 `int_range` a (min, max) pair; `cli.options.field_option` turns it into the click option. The
 option's default is the command's (None where `--gpus` searches the dimension), the field's default
 is a library caller's. Data flow: the CLI (or a library caller) -> these sections -> `usecases`,
-`search`. Imports only `core` (the search components): a spec module, below every stage that reads it.
+`search`. Imports nothing of the package (the command line reads it at start-up: no numpy): a spec
+module, below every stage that reads it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adaptis_plan.core import ALL_COMPONENTS
+#: what the adaptive search varies by default (--search): `core.ALL_COMPONENTS`, which imports numpy
+SEARCH_COMPONENTS = ("partition", "placement", "schedule")
 
 
 def cli_option(*decls: str, **click: Any) -> dict[str, Any]:
@@ -166,10 +168,10 @@ class PipelineSettings:
         ),
     )
     components: tuple[str, ...] = field(
-        default=ALL_COMPONENTS,
+        default=SEARCH_COMPONENTS,
         metadata=cli_option(
             "--search",
-            default=",".join(ALL_COMPONENTS),
+            default=",".join(SEARCH_COMPONENTS),
             show_default=True,
             help="adaptive components to search (comma list; ablations)",
         ),

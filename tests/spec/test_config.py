@@ -31,6 +31,13 @@ def test_every_section_field_is_one_plan_option() -> None:
     )  # no setting in two sections
 
 
+def test_search_components_are_the_core_ones() -> None:
+    from adaptis_plan.core import ALL_COMPONENTS
+    from adaptis_plan.spec.config import SEARCH_COMPONENTS
+
+    assert SEARCH_COMPONENTS == ALL_COMPONENTS
+
+
 def test_training_config_of_the_sections() -> None:
     split = Parallelism(tp=2, pp=4, dp=8, cp=2, ep=4, zero=3, micro_batch_size=2, num_microbatches=16)
     runtime = RuntimeSettings(attention="cudnn", tp_comm_overlap=True, dp_overlap=False)
