@@ -221,7 +221,9 @@ def test_real_models_plan_or_refuse_with_exit_3(model, hardware, pp, mb, seq):
     from adaptis_plan.planfile.io import plan_layout, plan_programs
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
-    req = PlanRequest.of(model_arg=model, hardware_arg=hardware, pp=pp, num_microbatches=mb, seq_len=seq, time_limit_s=0.5)
+    req = PlanRequest.of(
+        model_arg=model, hardware_arg=hardware, pp=pp, num_microbatches=mb, seq_len=seq, time_limit_s=0.5
+    )
     try:
         out = make_plan_for(req)
     except InfeasibleError as e:
