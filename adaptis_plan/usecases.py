@@ -21,7 +21,7 @@ from adaptis_plan.cost.recompute import stage_recompute
 from adaptis_plan.cost.source import CostTables, cost_table_for, costs_notes, load_costs_profile
 from adaptis_plan.cost.table import device_types
 from adaptis_plan.errors import InfeasibleError, InputError
-from adaptis_plan.judge.simulate import SimResult, simulate, with_expected
+from adaptis_plan.judge.simulate import SimResult, judged, simulate
 from adaptis_plan.judge.training_step import TrainingStep, training_step
 from adaptis_plan.planfile.io import (
     check_model_matches,
@@ -30,6 +30,14 @@ from adaptis_plan.planfile.io import (
     plan_layout,
     plan_programs,
     read_plan,
+)
+from adaptis_plan.spec.config import (
+    SECTIONS,
+    Parallelism,
+    PipelineSettings,
+    RuntimeSettings,
+    SearchEffort,
+    field_names,
 )
 from adaptis_plan.spec.cost_profile import CostProfile
 from adaptis_plan.spec.hardware import HardwareProfile, usable_memory_bytes, usable_memory_text
@@ -56,42 +64,39 @@ _ABORT_SHARE = 0.95
 
 @dataclass(frozen=True)
 class PlanRequest:
+    """What `adaptis plan` asks: the model, hardware and costs, the sequence length, and the sections of
+    `spec.config` (each setting declared there once, with its command-line option). `PlanRequest.of`
+    takes the settings by name."""
+
     model_arg: str
     hardware_arg: str
-    pp: int
-    num_microbatches: int
+    parallelism: Parallelism = Parallelism()
     seq_len: int = 4096
-    micro_batch_size: int = 1
-    tp: int = 1
-    strategy: str = "adaptive"
-    partition: str | None = None
-    stages_per_device: int | None = None
-    search: tuple[str, ...] = ("partition", "placement", "schedule")
-    recompute: str = "none"  # none | selective | op | full | auto (the planner chooses per stage)
+    pipeline: PipelineSettings = PipelineSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    effort: SearchEffort = SearchEffort()
+    budget: SearchBudget | None = None  # the search's work; None = SearchBudget.for_time_limit(effort.time_limit_s)
     costs_path: str | None = None
-    head_chunks: int | None = None  # None = adaptive decides (classic: 1)
-    time_limit_s: float = 5.0
-    hard_stop: bool = True  # False: no wall-clock abort; the budget alone ends the search (same plan under any load)
-    #: seconds after which the wall clock aborts the search; None = `time_limit_s` (an explicit `--time-limit`).
-    #: `adaptis plan` without `--time-limit` sets `spec.limits.DEFAULT_HARD_STOP_S`: a safety net, not a limit
-    hard_stop_s: float | None = None
-    seed: int = 0
-    target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
-    budget: SearchBudget | None = None  # the search's work; None = SearchBudget.for_time_limit(time_limit_s)
-    dp: int = 1
-    cp: int = 1
-    ep: int = 1
-    zero: int = 1
-    # the whole configuration (`search.configuration`): with `gpus`, every dimension left None is
-    # searched (tp, pp, dp, cp, ep, zero, micro_batch_size, num_microbatches)
+    # the whole configuration (`search.configuration`): with `gpus`, every dimension of `fixed` left None
+    # is searched (`spec.config.Parallelism`'s fields)
     gpus: int | None = None
     global_batch_size: int | None = None
     fixed: dict | None = None
-    dp_overlap: bool = True  # gradient sync / parameter gather overlap compute (`judge.training_step`)
-    attention: str = "flash"  # the attention core the runtime uses (`TrainingConfig.attention`)
-    tp_comm_overlap: bool = False  # TP collectives overlap their GEMMs (`TrainingConfig.tp_comm_overlap`)
     # what differs from the profile's cluster (GPUs per node, NIC bandwidth, usable memory): `inputs.hardware`
     hardware_overrides: HardwareOverrides | None = None
+
+    @classmethod
+    def of(cls, model_arg: str, hardware_arg: str, pp: int, num_microbatches: int, **settings: object) -> PlanRequest:
+        """A request with its settings by name (`PlanRequest.of("llama-2-7b", "h100", 4, 16, tp=2, seed=1)`):
+        each goes to the `spec.config` section that declares it, any other to this class's own field of
+        that name (a name neither knows: TypeError)."""
+        parts: dict[str, dict[str, object]] = {name: {} for name in SECTIONS}
+        own: dict[str, object] = {}
+        for key, value in {"pp": pp, "num_microbatches": num_microbatches, **settings}.items():
+            home = next((name for name, section in SECTIONS.items() if key in field_names(section)), None)
+            (own if home is None else parts[home])[key] = value
+        sections = {name: SECTIONS[name](**values) for name, values in parts.items()}
+        return cls(model_arg, hardware_arg, **sections, **own)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -144,21 +149,7 @@ class PlanOutcome:
 
 
 def _training(req: PlanRequest, recompute: str) -> TrainingConfig:
-    return TrainingConfig(
-        num_microbatches=req.num_microbatches,
-        micro_batch_size=req.micro_batch_size,
-        seq_len=req.seq_len,
-        pp=req.pp,
-        tp=req.tp,
-        dp=req.dp,
-        cp=req.cp,
-        ep=req.ep,
-        zero=req.zero,
-        dp_overlap=req.dp_overlap,
-        attention=req.attention,
-        tp_comm_overlap=req.tp_comm_overlap,
-        recompute=recompute,
-    )
+    return TrainingConfig.of(req.parallelism, req.seq_len, recompute, req.runtime)
 
 
 RECOMPUTE_CHOICES = ("none", "selective", "op", "full", "auto")
@@ -166,15 +157,15 @@ RECOMPUTE_CHOICES = ("none", "selective", "op", "full", "auto")
 
 def _recompute_request(req: PlanRequest, classic: str | None) -> str:
     """The recompute mode planned: the request, with auto = none for classic strategies."""
-    if req.recompute not in RECOMPUTE_CHOICES:
-        raise InputError(f"--recompute = {req.recompute!r}: use one of {', '.join(RECOMPUTE_CHOICES)}")
-    return "none" if classic is not None and req.recompute == "auto" else req.recompute
+    if req.pipeline.recompute not in RECOMPUTE_CHOICES:
+        raise InputError(f"--recompute = {req.pipeline.recompute!r}: use one of {', '.join(RECOMPUTE_CHOICES)}")
+    return "none" if classic is not None and req.pipeline.recompute == "auto" else req.pipeline.recompute
 
 
 def _classic_layout_options(req: PlanRequest, classic: str | None) -> None:
     """--partition and --stages-per-device shape a classic schedule's layout; adaptive searches both (with
     or without --gpus, where a value would otherwise be dropped or screened with the wrong schedule)."""
-    if classic is None and (req.partition is not None or req.stages_per_device is not None):
+    if classic is None and (req.pipeline.partition is not None or req.pipeline.stages_per_device is not None):
         raise InputError("--partition / --stages-per-device apply to classic strategies; adaptive searches both")
 
 
@@ -193,41 +184,39 @@ def make_plan_for(
     workers()  # a bad ADAPTIS_WORKERS is refused before any work, whether or not a pool is needed
     if req.gpus is not None:
         return make_configuration_plan(req, progress, started_at=t0)
-    classic = _classic_strategy(req.strategy)
+    classic = _classic_strategy(req.pipeline.strategy)
     recompute = _recompute_request(req, classic)
     _classic_layout_options(req, classic)
-    if classic is None and req.time_limit_s <= 0:
-        raise InputError(f"--time-limit = {req.time_limit_s}: must be > 0 seconds")
+    if classic is None and req.effort.time_limit_s <= 0:
+        raise InputError(f"--time-limit = {req.effort.time_limit_s}: must be > 0 seconds")
     model = load_model(req.model_arg)
     hw = _hardware(req)
     try:
         training = _training(req, recompute)
     except ValueError as e:
         raise InputError(f"--dp / --cp / --ep: {_first_error(e)}") from None
-    if req.pp > model.num_layers:
+    if req.parallelism.pp > model.num_layers:
         raise InputError(
-            f"--pp = {req.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp"
+            f"--pp = {req.parallelism.pp}: more devices than the {model.num_layers} layers of {model.name}; lower --pp"
         )
     profile = load_costs_profile(req.costs_path)
     # auto starts from no recomputation; the driver then tries per-stage choices
     tables = CostTables(hw, training, profile, req.costs_path, "none" if recompute == "auto" else recompute)
-    shape = {"pp": req.pp, "num_microbatches": req.num_microbatches}
+    shape = {"pp": req.parallelism.pp, "num_microbatches": req.parallelism.num_microbatches}
     if classic is not None:
-        kw = {"partition": req.partition, "stages_per_device": req.stages_per_device}
+        kw = {"partition": req.pipeline.partition, "stages_per_device": req.pipeline.stages_per_device}
         got = driver.classic_pipeline(
-            model, tables, classic, **shape, **kw, head_chunks=req.head_chunks, target=req.target
+            model, tables, classic, **shape, **kw, head_chunks=req.pipeline.head_chunks, target=req.pipeline.target
         )
     else:
-        opts = driver.PipelineOptions(req.search, req.seed, req.head_chunks, recompute, req.target)
-        budget = req.budget or _budget_for(req.time_limit_s)
+        opts = driver.PipelineOptions.of(req.pipeline, req.effort.seed, recompute)
+        budget = req.budget or _budget_for(req.effort.time_limit_s)
         deadline = _deadline(req, model, t0)
         got = driver.search_pipeline(
             model, tables, **shape, budget=budget, deadline=deadline, options=opts, progress=progress
         )
-    best, m = got.best, req.num_microbatches
-    result = with_expected(
-        best.layout, got.costs, best.programs, m, best.result or simulate(best.layout, got.costs, best.programs, m)
-    )
+    best, m = got.best, req.parallelism.num_microbatches
+    result = judged(best.layout, got.costs, best.programs, m, best.result)
     if not result.fits_memory:
         raise InfeasibleError(_memory_message(result, got.model, training, got.strategy, got.costs, got.recompute_info))
     outcome = _outcome(req, hw, training, profile, got, result, t0)
@@ -261,32 +250,28 @@ def make_configuration_plan(
     if req.global_batch_size is None:
         raise InputError("--gpus needs --global-batch-size B (sequences per optimizer step)")
     _recompute_request(req, None)
-    classic = _classic_strategy(req.strategy)
+    classic = _classic_strategy(req.pipeline.strategy)
     _classic_layout_options(req, classic)
     model = load_model(req.model_arg)
     hw = _hardware(req)
-    request = config.Request(
-        gpus=req.gpus,
-        global_batch_size=req.global_batch_size,
-        seq_len=req.seq_len,
-        fixed=dict(req.fixed or {}),
-        recompute=req.recompute,
+    # the configuration search's pipeline: the classic strategy's canonical name, Megatron's uniform
+    # split unless another is asked, the target in lower case
+    pipeline = dataclasses.replace(
+        req.pipeline,
         strategy=classic or "adaptive",
-        stages_per_device=req.stages_per_device,
-        partition=req.partition or "uniform",
-        seed=req.seed,
-        dp_overlap=req.dp_overlap,
-        attention=req.attention,
-        tp_comm_overlap=req.tp_comm_overlap,
-        target=req.target.lower(),
-        components=tuple(req.search),
-        head_chunks=req.head_chunks,
+        partition=req.pipeline.partition or "uniform",
+        target=req.pipeline.target.lower(),
+        components=tuple(req.pipeline.components),
     )
-    budget = req.budget or _budget_for(req.time_limit_s)
+    request = config.Request(
+        req.gpus, req.global_batch_size, req.seq_len, dict(req.fixed or {}), pipeline, req.runtime, req.effort.seed
+    )
+    budget = req.budget or _budget_for(req.effort.time_limit_s)
     deadline = _deadline(req, model, t0)
     choice = config.search_configuration(model, hw, request, budget=budget, deadline=deadline, progress=progress)
     got, training = choice.plan, choice.training
-    req = dataclasses.replace(req, pp=choice.point.pp, num_microbatches=choice.point.num_microbatches)
+    shape = {"pp": choice.point.pp, "num_microbatches": choice.point.num_microbatches}
+    req = dataclasses.replace(req, parallelism=dataclasses.replace(req.parallelism, **shape))
     outcome = _outcome(req, choice.hardware, training, None, got, got.best.result, t0)
     outcome.step = choice.step
     outcome.cluster = config.configuration_record(choice, model, request)
@@ -403,7 +388,7 @@ def _outcome(req: PlanRequest, hw, training, profile, got, result: SimResult, t0
         cost_source="paper" if isinstance(profile, str) else None,
         stage_recompute=stage_recompute(best.layout.bounds, got.modes, [layer.kind for layer in got.model.layers]),
         search=plan_file_search_info(got.info),
-        target=req.target.lower(),
+        target=req.pipeline.target.lower(),
     )
     return PlanOutcome(
         plan=plan,
@@ -432,10 +417,11 @@ def _deadline(req: PlanRequest, model: ModelSpec, t0: float) -> Deadline:
     plan takes."""
     from adaptis_plan.search.budget import Deadline
 
-    if not req.hard_stop:
+    if not req.effort.hard_stop:
         return Deadline(math.inf)
-    limit_s = req.time_limit_s if req.hard_stop_s is None else req.hard_stop_s
-    planned_actions = req.num_microbatches * 3 * min(2 * req.pp, model.num_layers)
+    effort = req.effort
+    limit_s = effort.time_limit_s if effort.hard_stop_s is None else effort.hard_stop_s
+    planned_actions = req.parallelism.num_microbatches * 3 * min(2 * req.parallelism.pp, model.num_layers)
     return Deadline(t0 + _ABORT_SHARE * limit_s - planned_actions * _FINALIZE_S_PER_ACTION)
 
 
@@ -588,7 +574,7 @@ def judge_plan(inputs: PlanInputs) -> SimResult:
             plan_programs(plan),
             plan.training.num_microbatches,
         )
-        return with_expected(layout, costs, programs, m, simulate(layout, costs, programs, m))
+        return judged(layout, costs, programs, m)
     except InputError as e:
         from adaptis_plan.errors import located
 

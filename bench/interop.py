@@ -56,7 +56,7 @@ def _plan_case(args: tuple[str, int, int, int, float]) -> list[dict]:
             t0 = time.perf_counter()
             try:
                 out = make_plan_for(
-                    PlanRequest(
+                    PlanRequest.of(
                         model_arg=model,
                         hardware_arg="h200",
                         pp=pp,
@@ -186,7 +186,7 @@ def torchcsv_measure(quick: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="adaptis-bench-torchcsv-") as tmp:
         folder = Path(tmp)
         out = make_plan_for(
-            PlanRequest(
+            PlanRequest.of(
                 model_arg=TORCHCSV_MODEL,
                 hardware_arg="cpu",
                 pp=2,

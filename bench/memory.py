@@ -336,7 +336,7 @@ def plan_forced(run: dict, hbm_bytes: float):  # noqa: ANN201
         common = {"model_arg": str(model_path), "hardware_arg": _hardware(Path(tmp), run, hbm_bytes), "pp": 1,
                   "num_microbatches": 1, "seq_len": run["seq_len"], "gpus": run["gpus"],
                   "global_batch_size": run["global_batch_size"], "hard_stop": False, **runtime(run)}  # fmt: skip
-        return make_plan_for(PlanRequest(**common, **forced_request_args(run)))
+        return make_plan_for(PlanRequest.of(**common, **forced_request_args(run)))
 
 
 def predict(run: dict) -> MemoryRow:

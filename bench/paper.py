@@ -334,7 +334,7 @@ def run_case(case: Case, keep_panels: bool = False) -> CaseResult:
     from adaptis_plan.errors import AdaptisError
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
-    req = PlanRequest(
+    req = PlanRequest.of(
         case.model,
         case.hardware,
         case.pp,

@@ -574,7 +574,7 @@ def _plan(
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     classic = strategy != "adaptive"
-    req = PlanRequest(
+    req = PlanRequest.of(
         model_arg=case.model,
         hardware_arg="cpu",
         pp=PP,

@@ -102,7 +102,7 @@ def run_case(case: RecomputeCase) -> CaseRun:
 
     run = CaseRun(case, {})
     for mode in MODES:
-        req = PlanRequest(
+        req = PlanRequest.of(
             _model_arg(case.model),
             case.hardware,
             case.pp,

@@ -262,7 +262,7 @@ def run_one(run: dict) -> ScaleRow:
                   "hard_stop": False, **runtime(run)}  # fmt: skip
         t0 = time.perf_counter()
         try:
-            out = make_plan_for(PlanRequest(**common, **cfg))
+            out = make_plan_for(PlanRequest.of(**common, **cfg))
             row.predicted = out.cluster["tokens_per_s_per_gpu"]
         except AdaptisError as e:
             row.forced_error = str(e)
@@ -275,7 +275,7 @@ def run_one(run: dict) -> ScaleRow:
             row.alternatives.append(_alternative(run, alt, Path(tmp)))
         t0 = time.perf_counter()
         try:
-            out = make_plan_for(PlanRequest(**common, recompute="auto"))
+            out = make_plan_for(PlanRequest.of(**common, recompute="auto"))
             c = out.cluster
             row.free = c["tokens_per_s_per_gpu"]
             k = c["configuration"]
@@ -367,7 +367,7 @@ def _fastest(common: dict, tries: list[dict]) -> tuple[float, dict] | None:
     best: tuple[float, dict] | None = None
     for c in tries:
         try:
-            got = make_plan_for(PlanRequest(**common, **c)).cluster["tokens_per_s_per_gpu"]
+            got = make_plan_for(PlanRequest.of(**common, **c)).cluster["tokens_per_s_per_gpu"]
         except AdaptisError:
             continue
         if best is None or got > best[0]:
@@ -407,7 +407,7 @@ def _alternative(run: dict, alt: dict, folder: Path) -> AltPrediction:
               "hard_stop": False, **runtime(other)}  # fmt: skip
     out = AltPrediction(alt["label"])
     try:
-        out.predicted = make_plan_for(PlanRequest(**common, **forced_request_args(other))).cluster[
+        out.predicted = make_plan_for(PlanRequest.of(**common, **forced_request_args(other))).cluster[
             "tokens_per_s_per_gpu"
         ]
     except AdaptisError as e:

@@ -707,7 +707,7 @@ def run_plan_time(case: PlanTimeCase) -> PlanTimeResult:
     with tempfile.TemporaryDirectory() as tmp:
         model = scale_model_path(tmp) if case.model == "scale" else case.model
         seq = 2048 if case.model == "scale" else case.seq_len
-        req = PlanRequest(model, "h200", case.pp, case.num_microbatches, seq_len=seq, time_limit_s=case.time_limit_s)
+        req = PlanRequest.of(model, "h200", case.pp, case.num_microbatches, seq_len=seq, time_limit_s=case.time_limit_s)
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         out = make_plan_for(req, started_at=t0)

@@ -303,7 +303,7 @@ def section(command: str, quick: bool) -> str:
     with tempfile.TemporaryDirectory(prefix="adaptis-replay-") as tmp:
         for case in cfg.cases:
             for strategy in SECTION_STRATEGIES[-1:] if quick else SECTION_STRATEGIES:
-                req = PlanRequest(
+                req = PlanRequest.of(
                     model_arg=case.model, hardware_arg="cpu", pp=2, num_microbatches=case.num_microbatches,
                     seq_len=case.seq_len, micro_batch_size=case.micro_batch_size, strategy=strategy,
                     partition=None if strategy == "adaptive" else "uniform", time_limit_s=cfg.time_limit_s,

@@ -217,7 +217,7 @@ def cpu_plan_file(path: Path, model_arg: str, *, pp: int = 2, num_microbatches: 
     fields as `kw`), written to `path`."""
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
-    req = PlanRequest(
+    req = PlanRequest.of(
         model_arg=model_arg, hardware_arg="cpu", pp=pp, num_microbatches=num_microbatches, seq_len=16,
         time_limit_s=1.0, **kw,  # type: ignore[arg-type]
     )  # fmt: skip

@@ -68,7 +68,7 @@ def adaptive_plan(folder: Path, name: str, bounds, stage_device, split: bool, mo
 
 def searched_plan(folder: Path, model_path: Path, strategy: str, target: str = "adaptis") -> Path:
     outcome = make_plan_for(
-        PlanRequest(
+        PlanRequest.of(
             model_arg=str(model_path),
             hardware_arg="cpu",
             pp=2,

@@ -23,6 +23,7 @@ from adaptis_plan.cli.checks import (
     _check_training_options,
     _head_chunks_option,
 )
+from adaptis_plan.cli.options import field_option, section_values
 from adaptis_plan.cli.streams import (
     _interrupted,
     _quiet_exit_reader_gone,
@@ -36,7 +37,8 @@ from adaptis_plan.cli.streams import (
 )
 from adaptis_plan.cli.tables import print_catalogue, print_hardware, print_model, print_profile
 from adaptis_plan.errors import AdaptisError, InputError
-from adaptis_plan.spec.limits import DEFAULT_HARD_STOP_S, DEFAULT_TIME_LIMIT_S
+from adaptis_plan.spec.config import Parallelism, PipelineSettings, RuntimeSettings, SearchEffort
+from adaptis_plan.spec.limits import DEFAULT_HARD_STOP_S
 from adaptis_plan.text import printable, shown
 from adaptis_plan.units import fmt_time
 
@@ -155,13 +157,11 @@ def hardware_show(name: str, as_json: bool) -> None:
 @cli.command("plan")
 @click.option("--model", "model_arg", required=True, help="built-in name, HF config.json (or folder), or spec file")
 @click.option("--hardware", "hardware_arg", required=True, help="built-in profile name or profile file")
-@click.option("--pp", type=int, default=None, help="pipeline ranks (required without --gpus)")
-@click.option("--microbatches", type=int, default=None, help="micro-batches per step (required without --gpus)")
+@field_option(Parallelism, "pp")
+@field_option(Parallelism, "num_microbatches")
 @click.option("--seq-len", default=4096, show_default=True, type=int)
-@click.option(
-    "--micro-batch-size", type=int, default=None, help="sequences per micro-batch [default: 1; --gpus: searched]"
-)
-@click.option("--tp", type=int, default=None, help="tensor-parallel degree [default: 1; --gpus: searched]")
+@field_option(Parallelism, "micro_batch_size")
+@field_option(Parallelism, "tp")
 @click.option(
     "--gpus", type=int, default=None, help="plan the whole configuration for this many GPUs of the profile's type"
 )
@@ -188,65 +188,19 @@ def hardware_show(name: str, as_json: bool) -> None:
     help="share of each GPU's memory the plan may fill, in (0, 1] [default: the profile's, 0.9 for the built-ins]",
 )
 @click.option("--usable-memory-gib", type=float, default=None, help="GiB of each GPU's memory the plan may fill")
-@click.option("--dp", type=int, default=None, help="data-parallel degree [default: 1; --gpus: searched]")
-@click.option("--cp", type=int, default=None, help="context-parallel degree [default: 1; --gpus: searched]")
-@click.option("--ep", type=int, default=None, help="expert-parallel degree [default: 1; --gpus: searched]")
-@click.option(
-    "--zero", type=click.IntRange(0, 3), default=None, help="ZeRO stage over dp x cp [default: 1; --gpus: searched]"
-)
-@click.option(
-    "--attention",
-    type=click.Choice(["flash", "cudnn", "unfused"]),
-    default="flash",
-    show_default=True,
-    help="the runtime's attention core: flash (FlashAttention-2 class), cudnn (cuDNN's, TransformerEngine's choice"
-    " on Hopper), or unfused (s x s scores through memory, as pre-2023 Megatron-LM)",
-)
-@click.option(
-    "--tp-comm-overlap/--no-tp-comm-overlap",
-    default=False,
-    show_default=True,
-    help="tensor-parallel collectives overlap their GEMMs (Megatron-Core --tp-comm-overlap)",
-)
-@click.option(
-    "--dp-overlap/--no-dp-overlap",
-    default=True,
-    show_default=True,
-    help="data-parallel gradient reduce and parameter gather overlap the pipeline's compute",
-)
-@click.option("--strategy", default="adaptive", show_default=True, help="adaptive, or a classic schedule name")
-@click.option(
-    "--partition",
-    type=click.Choice(["uniform", "balanced", "ends-as-layers"]),  # schedules.placement.CLASSIC_PARTITIONS
-    default=None,
-    help="classic strategies only: uniform (Megatron's), balanced (min-max stage), ends-as-layers (torchtitan's"
-    " default: embedding and head count as layers, as Megatron's --account-for-*-in-pipeline-split count them)",
-)
-@click.option("--stages-per-device", type=int, default=None, help="classic loop strategies: chunks per device")
-@click.option(
-    "--search",
-    "search_arg",
-    default="partition,placement,schedule",
-    show_default=True,
-    help="adaptive components to search (comma list; ablations)",
-)
-@click.option(
-    "--head-chunks",
-    "head_chunks",
-    default="auto",
-    show_default=True,
-    help="split the LM head into N vocabulary chunks (auto: adaptive decides; classic: 1)",
-)
-@click.option(
-    "--recompute",
-    type=click.Choice(["none", "selective", "op", "full", "auto"]),
-    default="auto",
-    show_default=True,
-    is_flag=False,
-    flag_value="full",
-    help="activation recomputation of the decoder blocks: auto lets the planner choose per stage"
-    " (classic strategies: none); a bare --recompute means full",
-)
+@field_option(Parallelism, "dp")
+@field_option(Parallelism, "cp")
+@field_option(Parallelism, "ep")
+@field_option(Parallelism, "zero")
+@field_option(RuntimeSettings, "attention")
+@field_option(RuntimeSettings, "tp_comm_overlap")
+@field_option(RuntimeSettings, "dp_overlap")
+@field_option(PipelineSettings, "strategy")
+@field_option(PipelineSettings, "partition")
+@field_option(PipelineSettings, "stages_per_device")
+@field_option(PipelineSettings, "components")
+@field_option(PipelineSettings, "head_chunks")
+@field_option(PipelineSettings, "recompute")
 @click.option(
     "--costs",
     "costs_arg",
@@ -256,44 +210,16 @@ def hardware_show(name: str, as_json: bool) -> None:
     " (gemma-s|m|l, deepseek-s|m|l, nemotron-h-s|m|l), for comparability with the paper, not accuracy"
     " (real runs disagree with its head backward); default: the analytic model",
 )
-@click.option(
-    "--target",
-    type=click.Choice(["adaptis", "torch", "torchtitan", "megatron"], case_sensitive=False),
-    default="adaptis",
-    show_default=True,
-    help="the runtime that will execute the plan: search only what it can run (and show what that costs)",
-)
-@click.option(
-    "--time-limit",
-    default=DEFAULT_TIME_LIMIT_S,
-    show_default=True,
-    type=float,
-    help="seconds: sizes the adaptive search's work (same limit, same plan, on any machine). Given explicitly, it"
-    " also hard-stops the command at that wall time (the command's start-up takes about 1 s of it, so below 5 s"
-    " the search gets what is left, and below about 2 s its smallest budget); a stop that cuts the search short"
-    " says so, and the plan can then differ from run to run. Left at the default, the work is sized for 5 s and"
-    f" the wall clock stops the command only after {DEFAULT_HARD_STOP_S:g} s, a safety net that the default work"
-    " does not reach even on a busy 2-core machine: the same plan every time",
-)
-@click.option(
-    "--hard-stop/--no-hard-stop",
-    default=True,
-    show_default=True,
-    help="--no-hard-stop: no wall-clock abort at all (not even the default's safety net); the search does all the"
-    " work --time-limit sizes, however long a slow or busy machine takes, so the plan depends on the inputs and"
-    " seed only, never on the load",
-)
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, 2**31 - 1), help="search seed, 0..2^31-1")
+@field_option(PipelineSettings, "target")
+@field_option(SearchEffort, "time_limit_s")
+@field_option(SearchEffort, "hard_stop")
+@field_option(SearchEffort, "seed")
 @click.option("-o", "--output", required=True, type=click.Path(), help="plan file to write")
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout")
 def plan_cmd(
     model_arg,
     hardware_arg,
-    pp,
-    microbatches,
     seq_len,
-    micro_batch_size,
-    tp,
     gpus,
     global_batch_size,
     gpus_per_node,
@@ -301,43 +227,35 @@ def plan_cmd(
     nic_gbit_per_gpu,
     memory_fraction,
     usable_memory_gib,
-    dp,
-    cp,
-    ep,
-    zero,
-    attention,
-    tp_comm_overlap,
-    dp_overlap,
-    strategy,
-    partition,
-    stages_per_device,
-    search_arg,
-    head_chunks,
-    recompute,
     costs_arg,
-    target,
-    time_limit,
-    hard_stop,
-    seed,
     output,
     as_json,
+    **settings,
 ) -> None:
     """Plan partition, placement and schedule; write one JSON plan."""
     from adaptis_plan.spec.limits import MAX_STAGES_PER_DEVICE, MAX_TIME_LIMIT_S
 
-    fixed = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "zero": zero}
-    fixed |= {"micro_batch_size": micro_batch_size, "num_microbatches": microbatches}
+    fixed = section_values(Parallelism, settings)  # None = not given (--gpus: searched)
+    pipeline, effort = section_values(PipelineSettings, settings), section_values(SearchEffort, settings)
+    runtime = RuntimeSettings(**section_values(RuntimeSettings, settings))
+    pp, microbatches, micro_batch_size, tp = (fixed[k] for k in ("pp", "num_microbatches", "micro_batch_size", "tp"))
     _check_configuration_options(gpus, global_batch_size, fixed)
     if gpus is None:
         _check_training_options(pp, microbatches, seq_len, micro_batch_size or 1, tp or 1)
+    time_limit = effort["time_limit_s"]
     if not math.isfinite(time_limit) or not 0 < time_limit <= MAX_TIME_LIMIT_S:
         raise InputError(
             f"--time-limit = {time_limit}: must be a finite number of seconds in (0, {MAX_TIME_LIMIT_S:,g}];"
             " pass e.g. --time-limit 5"
         )
+    stages_per_device = pipeline["stages_per_device"]
     _check_positive(stages_per_device=stages_per_device)
     _check_at_most(stages_per_device=(stages_per_device, MAX_STAGES_PER_DEVICE))
-    chunks = _head_chunks_option(head_chunks)
+    pipeline["head_chunks"] = _head_chunks_option(pipeline["head_chunks"])
+    pipeline["components"] = tuple(s.strip() for s in pipeline["components"].split(",") if s.strip())
+    pipeline["target"] = pipeline["target"].lower()
+    # an explicit --time-limit is the hard stop; the default's work is sized for 5 s, its stop is a safety net
+    effort["hard_stop_s"] = None if _given("time_limit_s") else DEFAULT_HARD_STOP_S
     from adaptis_plan.inputs.hardware import HardwareOverrides, check_overrides
 
     overrides = HardwareOverrides(
@@ -350,34 +268,15 @@ def plan_cmd(
     req = PlanRequest(
         model_arg=model_arg,
         hardware_arg=hardware_arg,
-        pp=pp or 1,
-        num_microbatches=microbatches or 1,
+        parallelism=Parallelism.complete(fixed),
         seq_len=seq_len,
-        micro_batch_size=micro_batch_size or 1,
-        tp=tp or 1,
-        dp=dp or 1,
-        cp=cp or 1,
-        ep=ep or 1,
-        zero=1 if zero is None else zero,
+        pipeline=PipelineSettings(**pipeline),
+        runtime=runtime,
+        effort=SearchEffort(**effort),
+        costs_path=costs_arg,
         gpus=gpus,
         global_batch_size=global_batch_size,
         fixed=fixed,
-        attention=attention,
-        tp_comm_overlap=tp_comm_overlap,
-        dp_overlap=dp_overlap,
-        strategy=strategy,
-        partition=partition,
-        stages_per_device=stages_per_device,
-        search=tuple(s.strip() for s in search_arg.split(",") if s.strip()),
-        recompute=recompute,
-        costs_path=costs_arg,
-        head_chunks=chunks,
-        time_limit_s=time_limit,
-        hard_stop=hard_stop,
-        # an explicit --time-limit is the hard stop; the default's work is sized for 5 s, its stop is a safety net
-        hard_stop_s=None if _given("time_limit") else DEFAULT_HARD_STOP_S,
-        seed=seed,
-        target=target.lower(),
         hardware_overrides=overrides if overrides.given else None,
     )
     if not as_json and console().is_terminal:

@@ -172,6 +172,16 @@ def with_expected(
     return replace(result, expected_step_time_s=expected_step(layout, costs, programs, num_microbatches, result))
 
 
+def judged(
+    layout: Layout, costs: CostTable, programs: Programs, num_microbatches: int, result: SimResult | None = None
+) -> SimResult:
+    """The final verdict on a plan: `result` (a search's stored simulation of these programs on these
+    costs) or, when None, a fresh simulation, with its `expected_step_time_s` (`with_expected`)."""
+    if result is None:
+        result = simulate(layout, costs, programs, num_microbatches)
+    return with_expected(layout, costs, programs, num_microbatches, result)
+
+
 class _Detail:
     """What a `SimResult` shows action by action, built from the replay on first use and kept: the
     search judges many candidates by their step time and memory peaks alone, and a big pipeline's

@@ -28,7 +28,7 @@ The least bound over every point that may fit is the configuration-level lower b
 Points are screened in the order of an estimate (`_estimate`: the fastest classic schedule in closed
 form, 1F1B or, for adaptive and an Interleaved1F1B of unstated degree, Interleaved1F1B at up to
 `MAX_SCREEN_CHUNKS` stages per device, on the uniform partition (a classic strategy's requested one,
-`Request.partition`; for adaptive, ends-as-layers where uniform has too few decoder layers: `_split`)
+`Request.pipeline.partition`; for adaptive, ends-as-layers where uniform has too few decoder layers: `_split`)
 under the first recompute mode where
 one fits, plus the optimizer step) with that schedule simulated (the same partition; recomputation
 none, selective, then full: the first that fits; 1F1B where the interleaving overflows), priced as
@@ -66,7 +66,7 @@ from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.bound import lower_bound
-from adaptis_plan.judge.simulate import MEM_SLACK, simulate, with_expected
+from adaptis_plan.judge.simulate import MEM_SLACK, judged, simulate
 from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
 from adaptis_plan.schedules import get_spec
 from adaptis_plan.schedules._common import microbatch_groups
@@ -77,6 +77,7 @@ from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import check_components, classic_candidate
 from adaptis_plan.search.partition import classic_bounds
 from adaptis_plan.search.workers import Pool, pmap, workers
+from adaptis_plan.spec.config import Parallelism, PipelineSettings, RuntimeSettings, field_names
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
 from adaptis_plan.spec.limits import (
     MAX_CP,
@@ -89,7 +90,7 @@ from adaptis_plan.spec.limits import (
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
 
-DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "zero", "micro_batch_size", "num_microbatches")
+DIMENSIONS = field_names(Parallelism)
 #: micro-batch sizes tried when not given: powers of two up to this (larger ones only raise the
 #: activation memory; the GEMMs are near their asymptote at b x s = 16K tokens and above)
 MAX_SEARCHED_MICRO_BATCH = 8
@@ -126,53 +127,26 @@ RECOMPUTE_LADDER = ("none", "selective", "full")
 
 @dataclass(frozen=True)
 class Request:
-    """What the user gave: the cluster, the batch and any dimension fixed (None = searched)."""
+    """What the user gave: the cluster, the batch and any dimension fixed (None = searched), with the
+    request's pipeline and runtime sections and search seed (`spec.config`). `pipeline.partition` is a
+    classic strategy's (`search.partition.CLASSIC_PARTITIONS`), `pipeline.target` lower case."""
 
     gpus: int
     global_batch_size: int
     seq_len: int
     fixed: dict[str, int | None] = field(default_factory=dict)
-    recompute: str = "auto"
-    strategy: str = "adaptive"
-    stages_per_device: int | None = None
-    partition: str = "uniform"  # a classic strategy's (`search.partition.CLASSIC_PARTITIONS`)
+    pipeline: PipelineSettings = PipelineSettings(recompute="auto", partition="uniform")
+    runtime: RuntimeSettings = RuntimeSettings()
     seed: int = 0
-    dp_overlap: bool = True
-    attention: str = "flash"
-    tp_comm_overlap: bool = False
-    target: str = "adaptis"  # the runtime the plan must run on (`schedules.targets`)
-    components: tuple[str, ...] = ALL_COMPONENTS  # what each point's adaptive search varies (--search)
-    head_chunks: int | None = None  # --head-chunks: None lets the adaptive search decide (classic: 1)
 
 
 @dataclass(frozen=True, order=True)
-class Point:
-    tp: int
-    pp: int
-    dp: int
-    cp: int
-    ep: int
-    zero: int
-    micro_batch_size: int
-    num_microbatches: int
+class Point(Parallelism):
+    """One configuration (every dimension given), ordered by its fields."""
 
     def training(self, req: Request, recompute: str = "none") -> TrainingConfig:
         """The training config of this point under `req`'s sequence length and runtime settings."""
-        return TrainingConfig(
-            num_microbatches=self.num_microbatches,
-            micro_batch_size=self.micro_batch_size,
-            seq_len=req.seq_len,
-            pp=self.pp,
-            tp=self.tp,
-            dp=self.dp,
-            cp=self.cp,
-            ep=self.ep,
-            zero=self.zero,
-            recompute=recompute,
-            dp_overlap=req.dp_overlap,
-            attention=req.attention,
-            tp_comm_overlap=req.tp_comm_overlap,
-        )
+        return TrainingConfig.of(self, req.seq_len, recompute, req.runtime)
 
     @property
     def label(self) -> str:
@@ -200,14 +174,14 @@ def screen_strategy(req: Request, chunks: int = 1) -> tuple[str, int]:
     at `chunks` stages per device where the estimate chose an interleaving degree (`_degrees`)."""
     if chunks > 1:
         return "Interleaved1F1B", chunks
-    strategy = SCREEN_STRATEGY if req.strategy.lower() == "adaptive" else req.strategy
-    return strategy, req.stages_per_device or get_spec(strategy).default_stages_per_device
+    strategy = SCREEN_STRATEGY if req.pipeline.strategy.lower() == "adaptive" else req.pipeline.strategy
+    return strategy, req.pipeline.stages_per_device or get_spec(strategy).default_stages_per_device
 
 
 def _degrees(req: Request) -> bool:
     """Whether the screen chooses an interleaving degree: adaptive, or Interleaved1F1B, without
     --stages-per-device."""
-    return req.stages_per_device is None and req.strategy.lower() in ("adaptive", "interleaved1f1b")
+    return req.pipeline.stages_per_device is None and req.pipeline.strategy.lower() in ("adaptive", "interleaved1f1b")
 
 
 @dataclass
@@ -428,8 +402,8 @@ def _estimate(
     if pp > 1 and _degrees(req):
         deeper = [k for k in range(2, MAX_SCREEN_CHUNKS + 1) if pp * k <= most]
         # an Interleaved1F1B request interleaves: 1F1B is adaptive's own alternative only
-        degrees = deeper if req.strategy.lower() != "adaptive" and deeper else degrees + deeper
-    modes = RECOMPUTE_LADDER if req.recompute == "auto" else (req.recompute,)
+        degrees = deeper if req.pipeline.strategy.lower() != "adaptive" and deeper else degrees + deeper
+    modes = RECOMPUTE_LADDER if req.pipeline.recompute == "auto" else (req.pipeline.recompute,)
     limit = float(plain.mem_limit_bytes.min())
     limits = plain.mem_limit_bytes[:pp] + MEM_SLACK  # what the simulator lets each device hold
     group = -(-m // max(1, m // pp))  # the first micro-batch group's size (`microbatch_groups`)
@@ -437,7 +411,7 @@ def _estimate(
     sizes = np.array([len(g) for g in microbatch_groups(m, pp)])
     # the balanced partition's min-max search costs ~10x the rest of a point's estimate: its ordering takes
     # the ends-as-layers cuts (as many stages allowed), and it proves no overflow (the cuts differ)
-    exact = req.partition != "balanced"
+    exact = req.pipeline.partition != "balanced"
     for mode in modes:
         costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
         work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
@@ -474,11 +448,11 @@ def _most_stages(model: ModelSpec, req: Request) -> int:
 
 def _split(model: ModelSpec, req: Request, stages: int) -> str:
     """The partition of a point's classic schedule over `stages` stages: a classic request's own
-    (`Request.partition`); for adaptive, which searches its own, Megatron's uniform split while it has
+    (`Request.pipeline.partition`); for adaptive, which searches its own, Megatron's uniform split while it has
     a decoder layer per stage, else ends-as-layers (the embedding and the head count as layers)."""
-    if req.strategy.lower() == "adaptive" and stages > model.num_layers - 2:
+    if req.pipeline.strategy.lower() == "adaptive" and stages > model.num_layers - 2:
         return "ends-as-layers"
-    return req.partition
+    return req.pipeline.partition
 
 
 def _warmup_chunks(forwards: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray:
@@ -583,7 +557,7 @@ def search_configuration(
     order = sorted(
         (r for r in rows if r.status != "out_of_memory"), key=lambda r: (r.estimate_s, r.bound_s, r.point.preference)
     )
-    fixed_mode = None if req.recompute == "auto" else req.recompute
+    fixed_mode = None if req.pipeline.recompute == "auto" else req.pipeline.recompute
     modes = (fixed_mode,) if fixed_mode else RECOMPUTE_LADDER
     screened: list[_Screen] = []
     best = math.inf
@@ -667,7 +641,7 @@ def search_configuration(
         oom = [r for r in rows if r.status == "out_of_memory"]
         if not oom:
             why = next((r.reason for r in rows if r.status == "inapplicable"), "")
-            raise InputError(f"--strategy {req.strategy} applies to no legal configuration: {why}")
+            raise InputError(f"--strategy {req.pipeline.strategy} applies to no legal configuration: {why}")
         worst = min(oom, key=lambda r: (r.overflow_bytes, r.point.preference))
         head = f"no configuration of {model.name} on {req.gpus} GPUs fits in memory; the closest, {worst.point.label},"
         if all(r.reason.startswith(_STATIC_REASON) for r in oom):
@@ -732,7 +706,7 @@ def _margin_reason(model: ModelSpec, hw: HardwareProfile, req: Request, row: Con
     most = _most_stages(model, req)
     if row.point.pp > most:
         return f"pp {row.point.pp}: more pipeline stages than the {most} layers its partition can give a stage each"
-    mode = RECOMPUTE_LADDER[-1] if req.recompute == "auto" else req.recompute
+    mode = RECOMPUTE_LADDER[-1] if req.pipeline.recompute == "auto" else req.pipeline.recompute
     over = _closed_form_overflow(model, hw, req, row.point, mode)
     return f"does not fit: {_gib(over)} over the memory limit (1F1B with {mode} recomputation, uniform partition)"
 
@@ -799,8 +773,8 @@ def _check_options(model: ModelSpec, req: Request) -> None:
     """The pipeline options of `req` that do not depend on the point, checked before any point is
     searched: a point's search that refuses its input plans nothing there (`_search`), which must not
     hide a bad option (--search, --head-chunks, --target) behind a classic fallback."""
-    check_components(req.components)
-    driver.forced_head_split(model, req.head_chunks, 1, get_target(req.target))
+    check_components(req.pipeline.components)
+    driver.forced_head_split(model, req.pipeline.head_chunks, 1, get_target(req.pipeline.target))
 
 
 def _table_key(table: CostTable) -> tuple:
@@ -834,14 +808,14 @@ def _plan_point(
     recompute, training, tables = _search_inputs(req, got, hw)
     planned: driver.PipelinePlan | None = None
     step: TrainingStep | None = None
-    if req.strategy.lower() == "adaptive":
+    if req.pipeline.strategy.lower() == "adaptive":
         # auto searches without recomputation and, where memory binds, each forced mode and per-stage
         # choices (`driver`): never worse than the uniform mode the screen needed
         planned, step = _adaptive(
             model, hw, p, training, tables, recompute, _seeds(model, req, got), req, budget, deadline, progress,
             searched,
         )  # fmt: skip
-    ablation = set(req.components) != set(ALL_COMPONENTS)  # --search: classic plans are no candidates
+    ablation = set(req.pipeline.components) != set(ALL_COMPONENTS)  # --search: classic plans are no candidates
     if step is None or (step.step_time_s > got.step.step_time_s and not ablation):
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
         searched_step = None if step is None else step.step_time_s
@@ -850,14 +824,12 @@ def _plan_point(
         tables = got.tables or CostTables(hw, training, default_mode=got.mode)
         planned = driver.classic_pipeline(
             model, tables, strategy, pp=p.pp, num_microbatches=p.num_microbatches,
-            partition=_split(model, req, p.pp * chunks), stages_per_device=chunks, head_chunks=req.head_chunks,
-            target=req.target,
+            partition=_split(model, req, p.pp * chunks), stages_per_device=chunks, head_chunks=req.pipeline.head_chunks,
+            target=req.pipeline.target,
         )  # fmt: skip
         best = planned.best
-        best.result = with_expected(best.layout, planned.costs, best.programs, p.num_microbatches,
-                                    best.result or simulate(best.layout, planned.costs, best.programs,
-                                                            p.num_microbatches))  # fmt: skip
-        if req.strategy.lower() == "adaptive":  # the report says why the search's own plan was not kept
+        best.result = judged(best.layout, planned.costs, best.programs, p.num_microbatches, best.result)
+        if req.pipeline.strategy.lower() == "adaptive":  # the report says why the search's own plan was not kept
             planned.info["fallback"] = {"requested": "adaptive", "adaptive_step_time_s": searched_step}
         step = got.step
         row.strategy, row.recompute = strategy, got.mode
@@ -906,10 +878,7 @@ def _adaptive(
     if planned is None:
         return None, None
     best = planned.best
-    result = with_expected(
-        best.layout, planned.costs, best.programs, p.num_microbatches,
-        best.result or simulate(best.layout, planned.costs, best.programs, p.num_microbatches),
-    )  # fmt: skip
+    result = judged(best.layout, planned.costs, best.programs, p.num_microbatches, best.result)
     if not result.fits_memory:
         return None, None
     best.result = result
@@ -926,7 +895,7 @@ def _search_key(
     it may use (`_adaptive`)."""
     modes = RECOMPUTE_LADDER if recompute == "auto" else (recompute,)
     tables = (_table_key(CostTables(hw, training, default_mode=m).table(model)) for m in modes)
-    asked = (req.seed, req.target, req.components, req.head_chunks)
+    asked = (req.seed, req.pipeline.target, req.pipeline.components, req.pipeline.head_chunks)
     return (p.pp, p.num_microbatches, recompute, seeds, *asked, budget, *tables)
 
 
@@ -944,9 +913,7 @@ def _search(
     try:
         return driver.search_pipeline(
             model, tables, pp=p.pp, num_microbatches=p.num_microbatches, budget=budget, deadline=deadline,
-            options=driver.PipelineOptions(
-                req.components, req.seed, req.head_chunks, recompute, req.target, classic=seeds
-            ),
+            options=driver.PipelineOptions.of(req.pipeline, req.seed, recompute, classic=seeds),
             progress=progress,
         )  # fmt: skip
     except (InfeasibleError, InputError):
@@ -956,7 +923,7 @@ def _search(
 def _search_inputs(req: Request, got: _Screen, hw: HardwareProfile) -> tuple[str, TrainingConfig, CostTables]:
     """The recompute request, training config and cost tables `_plan_point` searches a screened point with."""
     p = got.considered.point
-    recompute = req.recompute
+    recompute = req.pipeline.recompute
     if recompute == "auto" and p.pp * p.num_microbatches >= BIG_PIPELINE:
         recompute = got.mode
     training = p.training(req, recompute)
@@ -974,7 +941,7 @@ def _presearch(
     """The distinct adaptive searches of the points to plan, run side by side (`workers.pmap`) when there
     are several, keyed as `_adaptive` looks them up; empty for a classic request, a single search or a
     single worker."""
-    if req.strategy.lower() != "adaptive" or workers() < 2:
+    if req.pipeline.strategy.lower() != "adaptive" or workers() < 2:
         return {}  # one process: `_adaptive` runs each search in turn, with its progress shown
     jobs: dict[tuple, tuple[Point, CostTables, str, tuple[tuple[str, str, int], ...]]] = {}
     for got in chosen:

@@ -4,7 +4,7 @@ the generator, for one pipeline shape (PP devices, M micro-batches).
 Contract: `search_pipeline(model, tables, pp=..., num_microbatches=..., budget=..., deadline=...)`
 needs nothing but a model, a cost-table builder (`cost.source.CostTables`), the pipeline shape and a
 budget, so a whole-configuration search (TP x PP x DP ...) can call it once per configuration.
-It returns the best candidate with its record; the caller judges it (`judge.simulate.with_expected`)
+It returns the best candidate with its record; the caller judges it (`judge.simulate.judged`)
 and writes the plan.
 
 Data flow: `CostTables` -> one cost table per head variant -> `search.generator.search_plan` on
@@ -49,6 +49,7 @@ from adaptis_plan.search.recompute import (
     why_not_recompute,
 )
 from adaptis_plan.search.workers import pmap, workers
+from adaptis_plan.spec.config import PipelineSettings
 from adaptis_plan.spec.model import ModelSpec
 
 #: A model variant (its head split or not) and its cost table.
@@ -75,6 +76,18 @@ class PipelineOptions:
     recompute: str = "none"
     target: str = "adaptis"
     classic: tuple[tuple[str, str, int], ...] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        pipeline: PipelineSettings,
+        seed: int,
+        recompute: str,
+        classic: tuple[tuple[str, str, int], ...] | None = None,
+    ) -> PipelineOptions:
+        """The options of a request's pipeline section (`spec.config.PipelineSettings`) and search seed,
+        under `recompute` (the request's mode as resolved for this search)."""
+        return cls(pipeline.components, seed, pipeline.head_chunks, recompute, pipeline.target, classic)
 
 
 #: the deepest interleaving `deep_classic` seeds: one layer per stage at pp 16 on a 128-layer model

@@ -1,16 +1,19 @@
 """Training configuration (pydantic boundary model): what is being run, at which sizes.
 
 Data flow: the CLI's options (or a plan file's `training`) -> the cost model, the planner and
-the simulator. Imports only `spec.limits` (the physical-sense bounds).
+the simulator. Imports only `spec.limits` (the physical-sense bounds) and `spec.config` (the
+sections a planning request is made of, `TrainingConfig.of`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from adaptis_plan.spec.base import StrictModel
+from adaptis_plan.spec.config import Parallelism, RuntimeSettings
 from adaptis_plan.spec.limits import (
     MAX_CP,
     MAX_DEVICE_MICROBATCHES,
@@ -85,6 +88,15 @@ class TrainingConfig(StrictModel):
             " stages[].recompute records what each stage does"
         ),
     )
+
+    @classmethod
+    def of(cls, parallelism: Parallelism, seq_len: int, recompute: str, runtime: RuntimeSettings) -> TrainingConfig:
+        """The step of a planning request's parts (`spec.config`): its split, sequence length,
+        recompute request and runtime settings. Raises pydantic's ValidationError (a ValueError)
+        for a split these fields refuse."""
+        return cls(
+            **dataclasses.asdict(parallelism), seq_len=seq_len, recompute=recompute, **dataclasses.asdict(runtime)
+        )
 
     def runtime_settings(self) -> list[str]:
         """The runtime settings that differ from the defaults, as the reports name them ('attention cudnn',

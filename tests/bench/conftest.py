@@ -11,7 +11,7 @@ from adaptis_plan.usecases import PlanRequest, make_plan_for
 @pytest.fixture(scope="package")
 def zbv_plan_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A small tiny-llama ZBVZeroBubble plan at PP 2 (analytic CPU costs), written to a file."""
-    req = PlanRequest(
+    req = PlanRequest.of(
         model_arg="tiny-llama", hardware_arg="cpu", pp=2, num_microbatches=4, seq_len=64, micro_batch_size=1,
         strategy="ZBVZeroBubble", partition="uniform", time_limit_s=1.0,
     )  # fmt: skip

@@ -23,7 +23,7 @@ FAMILIES = ["tiny-llama", "tiny-gemma", "tiny-deepseek", "tiny-nemotron-h"]
 def test_every_strategy_and_adaptive_verify(model: str, tmp_path: Path) -> None:
     jobs, labels = [], []
     for strategy in (*STRATEGIES, "adaptive"):
-        req = PlanRequest(
+        req = PlanRequest.of(
             model_arg=model,
             hardware_arg="cpu",
             pp=2,
@@ -84,7 +84,7 @@ def test_run_reports_the_expected_step_of_a_plan_made_with_measured_variation(
 
     costs, plan = tmp_path / "costs.json", tmp_path / "plan.json"
     costs.write_text(json.dumps(tiny_cost_profile() | {"time_spread": 0.1}))
-    req = PlanRequest(
+    req = PlanRequest.of(
         "tiny-llama", "cpu", pp=2, num_microbatches=4, seq_len=128, strategy="1F1B", costs_path=str(costs)
     )
     write_plan(make_plan_for(req).plan, plan)

@@ -24,7 +24,7 @@ CASES = [
 def test_adaptive_plan_csv_passes_torch_validation(model, hw, pp, mb, seq, chunks) -> None:
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
     outcome = make_plan_for(
-        PlanRequest(
+        PlanRequest.of(
             model_arg=model,
             hardware_arg=hw,
             pp=pp,

@@ -163,7 +163,7 @@ def test_a_big_plan_stays_small_and_loads_fast(tmp_path: Path) -> None:
     model = tmp_path / "deep.json"
     model.write_text(json.dumps(spec))
     outcome = make_plan_for(
-        PlanRequest(
+        PlanRequest.of(
             model_arg=str(model),
             hardware_arg="h200",
             pp=64,

@@ -12,8 +12,17 @@ from adaptis_plan.errors import InputError
 from adaptis_plan.inputs.hardware import load_hardware
 from adaptis_plan.inputs.models.load import load_model
 from adaptis_plan.search.configuration import Request, cluster, legal_points
+from adaptis_plan.spec.config import PipelineSettings
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
+
+
+def _pipeline(**settings: object) -> PipelineSettings:
+    """A configuration request's pipeline section: `Request`'s default (auto recomputation, the uniform
+    split) with `settings`."""
+    return PipelineSettings(**{"recompute": "auto", "partition": "uniform", **settings})  # type: ignore[arg-type]
+
+
 SMALL = ("--model", "llama-2-7b", "--hardware", "h100", "--seq-len", "2048", "--time-limit", "2", "--no-hard-stop")
 
 
@@ -60,12 +69,14 @@ def test_the_screen_chooses_an_interleaving_degree_by_its_closed_form() -> None:
     assert row.record()["stages_per_device"] == row.chunks
     assert row.estimate_s == pytest.approx(got.step.step_time_s, rel=0.10)
     for strategy, k in (("1F1B", None), ("Interleaved1F1B", 2 if row.chunks != 2 else 4)):
-        forced = Request(gpus=16, global_batch_size=16, seq_len=2048, strategy=strategy, stages_per_device=k)
+        forced = Request(
+            gpus=16, global_batch_size=16, seq_len=2048, pipeline=_pipeline(strategy=strategy, stages_per_device=k)
+        )
         other = C._screen(model, hw, forced, C._screen_bound(model, hw, forced, point), ("none",))
         assert other.considered.chunks == (k or 1)
         assert got.step.step_time_s < other.step.step_time_s
     # Interleaved1F1B without a degree: the same choice among the interleaved degrees
-    asked = Request(gpus=16, global_batch_size=16, seq_len=2048, strategy="Interleaved1F1B")
+    asked = Request(gpus=16, global_batch_size=16, seq_len=2048, pipeline=_pipeline(strategy="Interleaved1F1B"))
     same = C._screen(model, hw, asked, C._screen_bound(model, hw, asked, point), ("none",))
     assert same.considered.chunks == row.chunks and same.candidate.layout.num_stages == 8 * row.chunks
 
@@ -75,7 +86,7 @@ def _twins() -> tuple:
     with 1: the same tokens per rank and ZeRO group of 8), then one with 4 micro-batches."""
     from adaptis_plan.search.configuration import Point
 
-    req = Request(gpus=32, global_batch_size=64, seq_len=4096, recompute="none")
+    req = Request(gpus=32, global_batch_size=64, seq_len=4096, pipeline=_pipeline(recompute="none"))
     points = (Point(2, 2, 4, 2, 1, 1, 2, 8), Point(2, 2, 8, 1, 1, 1, 1, 8), Point(2, 2, 8, 1, 1, 1, 2, 4))
     return load_model("llama-2-7b"), cluster(load_hardware("h100"), 32), req, points
 
@@ -266,7 +277,8 @@ def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(
     hw = cluster(load_hardware("h100"), gpus)
     req = Request(gpus=gpus, global_batch_size=batch, seq_len=seq)
     if partition != "uniform":
-        req = Request(gpus=gpus, global_batch_size=batch, seq_len=seq, strategy="Interleaved1F1B", partition=partition)
+        req = Request(gpus=gpus, global_batch_size=batch, seq_len=seq,
+                      pipeline=_pipeline(strategy="Interleaved1F1B", partition=partition))  # fmt: skip
     points = [p for p in legal_points(model, hw, req) if p.pp > 1 and p.pp * p.num_microbatches <= 256]
     random.Random(0).shuffle(points)
     checked = 0
@@ -290,7 +302,7 @@ def test_adaptive_plans_more_stages_than_the_decoder_layers_as_without_gpus(pp: 
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     fixed = {"tp": 1, "pp": pp, "dp": 8, "cp": 1, "ep": 1, "zero": 1, "micro_batch_size": 1, "num_microbatches": 4}
-    out = make_plan_for(PlanRequest(model_arg="tiny-llama", hardware_arg="h100", pp=1, num_microbatches=1,
+    out = make_plan_for(PlanRequest.of(model_arg="tiny-llama", hardware_arg="h100", pp=1, num_microbatches=1,
                                     seq_len=256, gpus=8 * pp, global_batch_size=32, fixed=fixed,
                                     hard_stop=False))  # fmt: skip
     assert out.cluster["configuration"]["pp"] == pp
@@ -309,16 +321,16 @@ def test_a_classic_request_screens_and_plans_its_own_partition() -> None:
              "gpus": 8, "global_batch_size": 16, "fixed": fixed, "recompute": "none", "strategy": "Interleaved1F1B",
              "stages_per_device": layers // 2, "hard_stop": False}  # fmt: skip
     with pytest.raises(InputError, match="decoder layers"):
-        make_plan_for(PlanRequest(**asked))
-    out = make_plan_for(PlanRequest(**asked, partition="ends-as-layers"))
+        make_plan_for(PlanRequest.of(**asked))
+    out = make_plan_for(PlanRequest.of(**asked, partition="ends-as-layers"))
     assert out.layout.bounds == ends_as_layers_bounds(layers, layers)
     assert out.cluster["configuration"]["pp"] == 2
     adaptive = {**asked, "strategy": "adaptive", "stages_per_device": None}
     with pytest.raises(InputError, match="apply to classic strategies; adaptive searches both"):
-        make_plan_for(PlanRequest(**adaptive, partition="balanced"))
+        make_plan_for(PlanRequest.of(**adaptive, partition="balanced"))
     for v in (1, 2):  # was dropped (1) or screened as 1F1B at 2 stages per device (2)
         with pytest.raises(InputError, match="apply to classic strategies; adaptive searches both"):
-            make_plan_for(PlanRequest(**{**adaptive, "stages_per_device": v}))
+            make_plan_for(PlanRequest.of(**{**adaptive, "stages_per_device": v}))
 
 
 @pytest.mark.parametrize("found", [None, 1e9])
@@ -342,7 +354,7 @@ def test_an_adaptive_request_that_keeps_the_screened_classic_plan_says_so(monkey
     [line] = classic_lines(SimpleNamespace(search_info=got.plan.info, plan=got.plan))
     assert "--strategy adaptive" not in line and "the screened classic plan is kept" in line
     assert ("no plan that fits" in line) == (found is None)
-    classic = C._plan_point(model, hw, dataclasses.replace(req, strategy="1F1B"), screen,
+    classic = C._plan_point(model, hw, dataclasses.replace(req, pipeline=dataclasses.replace(req.pipeline, strategy="1F1B")), screen,
                             SearchBudget.for_time_limit(1.0), Deadline.after(1e9), None, {})  # fmt: skip
     assert "fallback" not in classic.plan.info
     [line] = classic_lines(SimpleNamespace(search_info=classic.plan.info, plan=classic.plan))
@@ -407,13 +419,13 @@ def test_the_screens_interleaving_seeds_the_adaptive_search() -> None:
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     fixed = {"tp": 1, "pp": 2, "dp": 1, "cp": 1, "ep": 1, "zero": 1, "micro_batch_size": 1, "num_microbatches": 4}
-    req = C.Request(gpus=2, global_batch_size=4, seq_len=256, fixed=fixed, recompute="none")
+    req = C.Request(gpus=2, global_batch_size=4, seq_len=256, fixed=fixed, pipeline=_pipeline(recompute="none"))
     model, hw = load_model("tiny-llama"), cluster(load_hardware("h100"), 2)
     point = C.Point(**fixed)
     got = C._screen(model, hw, req, C._screen_bound(model, hw, req, point), ("none",))
     seeds = C._seeds(model, req, got)
     assert got.schedule[1] > 2 and [s[0] for s in seeds] == ["Interleaved1F1B", "InterleavedZeroBubble"]
-    out = make_plan_for(PlanRequest(model_arg="tiny-llama", hardware_arg="h100", pp=1, num_microbatches=1,
+    out = make_plan_for(PlanRequest.of(model_arg="tiny-llama", hardware_arg="h100", pp=1, num_microbatches=1,
                                     seq_len=256, gpus=2, global_batch_size=4, fixed=fixed, recompute="none",
                                     hard_stop=False))  # fmt: skip
     k, split = got.schedule[1], seeds[0][1]
@@ -472,7 +484,7 @@ def test_one_planned_point_gets_the_budget_two_would_share(monkeypatch) -> None:
     budget = SearchBudget.for_time_limit(1.0)
     fixed = {"tp": 2, "pp": 4, "dp": 2, "zero": 1, "cp": 1, "ep": 1, "micro_batch_size": 1}
     for f in (fixed, {k: v for k, v in fixed.items() if k != "zero"}):
-        req = Request(gpus=16, global_batch_size=32, seq_len=4096, fixed=f, recompute="none")
+        req = Request(gpus=16, global_batch_size=32, seq_len=4096, fixed=f, pipeline=_pipeline(recompute="none"))
         C.search_configuration(load_model("llama-2-7b"), load_hardware("h100"), req, budget=budget,
                                deadline=Deadline.after(1e9))  # fmt: skip
     assert shares == [budget.schedule_actions // 2] + [budget.schedule_actions // 4] * 2

@@ -27,7 +27,7 @@ def _tables() -> CostTables:
 
 def test_the_driver_alone_plans_what_the_use_case_plans() -> None:
     budget = SearchBudget.for_time_limit(5.0).scaled(0.2)
-    req = PlanRequest("tiny-llama", "cpu", 2, 4, seq_len=128, budget=budget, hard_stop=False, target="torch")
+    req = PlanRequest.of("tiny-llama", "cpu", 2, 4, seq_len=128, budget=budget, hard_stop=False, target="torch")
     out = make_plan_for(req)
     got = search_pipeline(
         load_model("tiny-llama"), _tables(), **SHAPE, budget=budget, deadline=Deadline(math.inf),

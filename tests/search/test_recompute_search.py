@@ -155,7 +155,7 @@ def test_memory_does_not_bind_on_the_papers_small_cases_at_2k(model: str) -> Non
     """The paper's S cases (PP 4, 16 micro-batches, seq 2048, h200, analytic costs): memory does not
     bind (no device comes near its limit without recomputation), so auto recomputes nothing and
     tries no recompute candidate: it is the search without recomputation."""
-    out = make_plan_for(PlanRequest(model, "h200", 4, 16, seq_len=2048, recompute="auto", time_limit_s=1.0))
+    out = make_plan_for(PlanRequest.of(model, "h200", 4, 16, seq_len=2048, recompute="auto", time_limit_s=1.0))
     assert {s.recompute for s in out.plan.stages} == {"none"}
     info = out.search_info["recompute"]
     assert info["requested"] == "auto" and not info.get("candidates"), info
@@ -163,7 +163,7 @@ def test_memory_does_not_bind_on_the_papers_small_cases_at_2k(model: str) -> Non
 
 
 def _tiny(recompute: str, **kw: object) -> PlanRequest:
-    return PlanRequest("tiny-llama", "cpu", 2, 4, seq_len=128, recompute=recompute, time_limit_s=2.0, **kw)  # type: ignore[arg-type]
+    return PlanRequest.of("tiny-llama", "cpu", 2, 4, seq_len=128, recompute=recompute, time_limit_s=2.0, **kw)  # type: ignore[arg-type]
 
 
 def test_auto_plans_as_none_where_memory_does_not_bind() -> None:
@@ -283,7 +283,7 @@ def test_auto_is_never_slower_than_a_forced_mode_where_memory_binds(
     hw = _small_memory_hardware(tmp_path, hbm_bytes)
 
     def req(mode: str) -> PlanRequest:
-        return PlanRequest(
+        return PlanRequest.of(
             "tiny-llama", hw, pp, num_microbatches, seq_len=1024, recompute=mode, time_limit_s=1.0, hard_stop=False,
             target=target,
         )  # fmt: skip
@@ -312,7 +312,7 @@ def test_auto_plans_the_500_layer_pipeline_that_full_recomputation_plans(tmp_pat
     spec.write_text(base.model_copy(update={"name": "llama-2-s-500", "layers": layers}).model_dump_json())
 
     def req(mode: str) -> PlanRequest:
-        return PlanRequest(str(spec), "h200", 64, 512, seq_len=4096, recompute=mode)
+        return PlanRequest.of(str(spec), "h200", 64, 512, seq_len=4096, recompute=mode)
 
     full = make_plan_for(req("full"))
     auto = make_plan_for(req("auto"))

@@ -108,9 +108,9 @@ def test_no_hard_stop_lets_the_budget_alone_end_the_search() -> None:
 
     case = dict(model_arg="deepseek-s", hardware_arg="h200", pp=4, num_microbatches=8, seq_len=1024)
     budget = SearchBudget.for_time_limit(0.5)
-    cut = make_plan_for(PlanRequest(**case, time_limit_s=0.01, budget=budget))
-    free = make_plan_for(PlanRequest(**case, time_limit_s=0.01, budget=budget, hard_stop=False))
-    roomy = make_plan_for(PlanRequest(**case, time_limit_s=1000.0, budget=budget, hard_stop=False))
+    cut = make_plan_for(PlanRequest.of(**case, time_limit_s=0.01, budget=budget))
+    free = make_plan_for(PlanRequest.of(**case, time_limit_s=0.01, budget=budget, hard_stop=False))
+    roomy = make_plan_for(PlanRequest.of(**case, time_limit_s=1000.0, budget=budget, hard_stop=False))
     assert cut.search_info["aborted"] and cut.search_info["abort_phase"]
     assert not free.search_info["aborted"] and not roomy.search_info["aborted"]
     assert free.plan.model_dump() == roomy.plan.model_dump()

@@ -221,7 +221,9 @@ def test_real_models_plan_or_refuse_with_exit_3(model, hardware, pp, mb, seq):
     from adaptis_plan.planfile.io import plan_layout, plan_programs
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
-    req = PlanRequest(model_arg=model, hardware_arg=hardware, pp=pp, num_microbatches=mb, seq_len=seq, time_limit_s=0.5)
+    req = PlanRequest.of(
+        model_arg=model, hardware_arg=hardware, pp=pp, num_microbatches=mb, seq_len=seq, time_limit_s=0.5
+    )
     try:
         out = make_plan_for(req)
     except InfeasibleError as e:
@@ -401,9 +403,9 @@ def test_the_deepest_interleaving_the_layers_allow_is_among_the_classic_plans() 
     )
     assert deep_classic(34, 4) == (("Interleaved1F1B", "uniform", 8), ("InterleavedZeroBubble", "uniform", 8))
     assert deep_classic(10, 4) == ()  # 2 per device: the default baselines
-    out = make_plan_for(PlanRequest("llama-2-7b", "h100", 4, 16, seq_len=2048, hard_stop=False, time_limit_s=2))
+    out = make_plan_for(PlanRequest.of("llama-2-7b", "h100", 4, 16, seq_len=2048, hard_stop=False, time_limit_s=2))
     deep = {k: v for k, v in out.baselines.items() if " x8" in k}
     assert set(deep) == {"Interleaved1F1B x8", "InterleavedZeroBubble x8"}
     assert out.result.step_time_s <= min(v.step_time_s for v in deep.values() if v.fits_memory) * (1 + 1e-9)
-    big = make_plan_for(PlanRequest("tiny-llama", "h100", 2, 4096, seq_len=256, hard_stop=False, time_limit_s=1))
+    big = make_plan_for(PlanRequest.of("tiny-llama", "h100", 2, 4096, seq_len=256, hard_stop=False, time_limit_s=1))
     assert not any(" x" in k for k in big.baselines)
