@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
 from adaptis_plan.cost.recompute import stage_recompute
@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # the executor (torch) is imported only when a plan is run or
 if TYPE_CHECKING:
     from adaptis_plan.inputs.hardware import HardwareOverrides
     from adaptis_plan.search.budget import Deadline, SearchBudget
+    from adaptis_plan.search.driver import PipelinePlan
 
 #: Seconds per planned action kept back from `--time-limit` for assembling and writing the plan file,
 #: and the share of the limit at which the search aborts (the rest absorbs the last step's overrun).
@@ -202,9 +203,9 @@ def make_plan_for(
     profile = load_costs_profile(req.costs_path)
     # auto starts from no recomputation; the driver then tries per-stage choices
     tables = CostTables(hw, training, profile, req.costs_path, "none" if recompute == "auto" else recompute)
-    shape = {"pp": req.parallelism.pp, "num_microbatches": req.parallelism.num_microbatches}
+    shape: dict[str, Any] = {"pp": req.parallelism.pp, "num_microbatches": req.parallelism.num_microbatches}
     if classic is not None:
-        kw = {"partition": req.pipeline.partition, "stages_per_device": req.pipeline.stages_per_device}
+        kw: dict[str, Any] = {"partition": req.pipeline.partition, "stages_per_device": req.pipeline.stages_per_device}
         got = driver.classic_pipeline(
             model, tables, classic, **shape, **kw, head_chunks=req.pipeline.head_chunks, target=req.pipeline.target
         )
@@ -249,6 +250,7 @@ def make_configuration_plan(
         )
     if req.global_batch_size is None:
         raise InputError("--gpus needs --global-batch-size B (sequences per optimizer step)")
+    assert req.gpus is not None  # make_plan_for sends only --gpus requests here
     _recompute_request(req, None)
     classic = _classic_strategy(req.pipeline.strategy)
     _classic_layout_options(req, classic)
@@ -272,6 +274,7 @@ def make_configuration_plan(
     got, training = choice.plan, choice.training
     shape = {"pp": choice.point.pp, "num_microbatches": choice.point.num_microbatches}
     req = dataclasses.replace(req, parallelism=dataclasses.replace(req.parallelism, **shape))
+    assert got.best.result is not None  # the configuration search judged its chosen plan
     outcome = _outcome(req, choice.hardware, training, None, got, got.best.result, t0)
     outcome.step = choice.step
     outcome.cluster = config.configuration_record(choice, model, request)
@@ -372,7 +375,15 @@ def cluster_notes(hw: HardwareProfile, training: TrainingConfig) -> list[str]:
     ]
 
 
-def _outcome(req: PlanRequest, hw, training, profile, got, result: SimResult, t0: float) -> PlanOutcome:  # noqa: ANN001
+def _outcome(
+    req: PlanRequest,
+    hw: HardwareProfile,
+    training: TrainingConfig,
+    profile: CostProfile | str | None,
+    got: PipelinePlan,
+    result: SimResult,
+    t0: float,
+) -> PlanOutcome:
     """The plan file and the outcome of a finished pipeline search (`got`, a `driver.PipelinePlan`)."""
     best = got.best
     plan = make_plan(
@@ -387,7 +398,7 @@ def _outcome(req: PlanRequest, hw, training, profile, got, result: SimResult, t0
         profile=None if isinstance(profile, str) else profile,
         cost_source="paper" if isinstance(profile, str) else None,
         stage_recompute=stage_recompute(best.layout.bounds, got.modes, [layer.kind for layer in got.model.layers]),
-        search=plan_file_search_info(got.info),
+        search=_search_record(got.info),
         target=req.pipeline.target.lower(),
     )
     return PlanOutcome(
@@ -404,6 +415,13 @@ def _outcome(req: PlanRequest, hw, training, profile, got, result: SimResult, t0
         notes=costs_notes(profile, hw, req.costs_path or "--costs"),
         step=training_step(best.layout, best.programs, result, got.model, training, hw, got.costs.device_names),
     )
+
+
+def _search_record(info: dict) -> dict:
+    """The search's record as the plan file stores it (`planfile.io.plan_file_search_info`)."""
+    record = plan_file_search_info(info)
+    assert isinstance(record, dict)  # a dict's record is a dict
+    return record
 
 
 def _budget_for(time_limit_s: float) -> SearchBudget:
@@ -866,8 +884,10 @@ def profile_for(req: ProfileRequest, note: Callable[[str], None] | None = None) 
     from adaptis_plan.inputs.models.load import load_model
 
     model = load_model(req.model_arg)
-    shape = dict(seq_len=req.seq_len, micro_batch_size=req.micro_batch_size, device=req.device, dtype=req.dtype)
-    timing = dict(repeats=req.repeats, **({} if req.rounds is None else {"rounds": req.rounds}))
+    shape: dict[str, Any] = dict(
+        seq_len=req.seq_len, micro_batch_size=req.micro_batch_size, device=req.device, dtype=req.dtype
+    )
+    timing: dict[str, Any] = dict(repeats=req.repeats, **({} if req.rounds is None else {"rounds": req.rounds}))
     if note is not None:
         for line in profile_notes(model, req, estimate_profile(model, head_chunks=req.head_chunks, **shape, **timing)):
             note(line)
