@@ -93,9 +93,11 @@ def held_extras(
     training: TrainingConfig,
     hardware: HardwareProfile,
     device_types: tuple[str, ...],
+    shares: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[StepExtras]:
-    """`cost.comm.step_extras` of pipeline ranks holding the layers `held[d]` each."""
-    dense, expert = layer_param_shares(model, training)
+    """`cost.comm.step_extras` of pipeline ranks holding the layers `held[d]` each (`shares`: the
+    model's `layer_param_shares` under `training`, when the caller has them)."""
+    dense, expert = shares if shares is not None else layer_param_shares(model, training)
     place = placement(hardware, training)
     out = []
     for d, layers in enumerate(held):

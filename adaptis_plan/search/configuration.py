@@ -64,7 +64,7 @@ import numpy as np
 from adaptis_plan.core import ALL_COMPONENTS, CostTable, ProgressFn
 from adaptis_plan.cost.comm import devices_per_node
 from adaptis_plan.cost.source import CostTables
-from adaptis_plan.cost.table import check_tensor_parallel
+from adaptis_plan.cost.table import check_tensor_parallel, layer_param_shares
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.simulate import MEM_SLACK, simulate, with_expected
@@ -450,6 +450,7 @@ def _estimate(
     # the ends-as-layers cuts (as many stages allowed), and it proves no overflow (the cuts differ)
     exact = req.partition != "balanced"
     training = point.training(req)
+    shares = layer_param_shares(model, training)  # the same under every recompute mode and degree
     for mode in modes:
         costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
         work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
@@ -472,7 +473,9 @@ def _estimate(
             if exact and np.any(static + held > limits):
                 over.add(k)
             if np.all(static + held <= limit):
-                step = _whole_step(model, hw, training, costs, step, cuts, np.add.reduceat(forward, cuts), stage)
+                step = _whole_step(
+                    model, hw, training, costs, step, cuts, np.add.reduceat(forward, cuts), stage, shares
+                )
                 if step < best:
                     best, chunks = step, k
         unfit[mode] = frozenset(over)
@@ -490,6 +493,7 @@ def _whole_step(
     cuts: np.ndarray,
     forward: np.ndarray,
     work: np.ndarray,
+    shares: tuple[np.ndarray, np.ndarray],
 ) -> float:
     """The screen's estimate (not a bound) of the whole step around a closed-form pipeline of
     `pipeline_s` whose stages (device s % pp, start layers `cuts`) take `forward` / `work` (F + B)
@@ -501,7 +505,7 @@ def _whole_step(
     backward = work - forward
     bounds = [int(c) for c in cuts] + [model.num_layers]
     held = [[n for s in range(d, len(cuts), pp) for n in range(bounds[s], bounds[s + 1])] for d in range(pp)]
-    extras = held_extras(held, model, training, hw, tuple(costs.device_names[:pp]))
+    extras = held_extras(held, model, training, hw, tuple(costs.device_names[:pp]), shares)
     first_f = forward.reshape(-1, pp).sum(axis=0)
     if not training.dp_overlap:
         ends = [pipeline_s + x.grad_sync_s + x.optimizer_s for x in extras]
