@@ -59,7 +59,9 @@ exceeds (the rank's finish - its earliest backward start), and the link never ca
 step's worth of traffic per step. ZeRO 3's per-op gathers and reduce-scatters take the same link
 inside each op (an op lasts at least its collective, and a rank's ops run one at a time), so they
 queue one after another too. Without overlap every one of these transfers is exposed: ZeRO 0-2's
-after the pipeline drains, ZeRO 3's added to its op.
+after the pipeline drains, ZeRO 3's added to its op. Not modelled: the pipeline's own inter-node
+sends and receives use the same NIC as a data-parallel group that crosses nodes; the simulator
+times them on a link of their own, so where both are busy at once the step is under-estimated.
 
 Optimizer step (Adam, fp32 master weights, multi-tensor apply: memory-bound): per parameter it
 reads the fp32 master, m, v and the fp32 gradient (16 bytes) and writes master, m, v (12) and the
