@@ -801,7 +801,8 @@ def op_seconds(
 
     Under ZeRO-3 (`place.zero == 3`) each op waits for its parameters' all-gather over the
     data-parallel group, prefetched under the previous layer's op (FSDP), and W for its gradients'
-    reduce-scatter: an op takes max(compute, its collective) (`cost.comm`)."""
+    reduce-scatter: an op takes max(compute, its collective) (`cost.comm`); without data-parallel
+    overlap (`place.dp_overlap` false) nothing is prefetched and an op takes compute + collective."""
     f = work_seconds(work.f, device, work.tp, link, place)
     i = work_seconds(work.i, device, work.tp, link, place)
     w = work_seconds(work.w, device, work.tp, link, place)
@@ -809,7 +810,10 @@ def op_seconds(
         i += work_seconds(work.recompute_i, device, work.tp, link, place)
     if place is not None and place.zero == 3:
         gather, scatter = zero3_collectives(work, place)
-        f, i, w = max(f, gather), max(i, gather), max(w, scatter)
+        if place.dp_overlap:
+            f, i, w = max(f, gather), max(i, gather), max(w, scatter)
+        else:
+            f, i, w = f + gather, i + gather, w + scatter
     return f, i, w
 
 

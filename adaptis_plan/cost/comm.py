@@ -28,18 +28,37 @@ Data-parallel gradient sync, per pipeline rank, over its dense parameters on the
 its expert parameters on the dp x cp / ep group (Megatron reduces over data- and context-parallel
 ranks together). Gradients are reduced in fp32 (Megatron-LM forces
 `accumulate_allreduce_grads_in_fp32` with bf16: megatron/training/arguments.py):
-- ZeRO 0: all-reduce of the fp32 gradients, once per step;
-- ZeRO 1 (Megatron's distributed optimizer): reduce-scatter of the fp32 gradients, then an
-  all-gather of the updated bf16 parameters;
-- ZeRO 2: gradients are sharded, so each micro-batch's are reduce-scattered as its backward ends
-  (as DeepSpeed's ZeRO-2 does under gradient accumulation): M reduce-scatters, one all-gather;
+- ZeRO 0: all-reduce of the fp32 gradients, once per step (Megatron's DDP: gradient accumulation
+  runs under `no_sync` and the buckets are reduced during the last micro-batch's backward only);
+- ZeRO 1 (Megatron's distributed optimizer): reduce-scatter of the fp32 gradients once per step,
+  during the last micro-batch's backward as ZeRO 0's all-reduce, then an all-gather of the updated
+  bf16 parameters;
+- ZeRO 2 (DeepSpeed's ZeRO-2): gradients are sharded, so a rank keeps only its shard of the
+  accumulated gradients and must reduce-scatter every micro-batch's, bucket by bucket during that
+  micro-batch's backward (DeepSpeed's stage_1_and_2.py reduces after every backward, not only at the
+  accumulation boundary: deepspeedai/DeepSpeed issue 2252): M reduce-scatters, one all-gather;
 - ZeRO 3: parameters are sharded too: each stage all-gathers its parameters before every F and
   every backward and reduce-scatters its gradients after it, prefetched one layer ahead (FSDP);
-  `cost.analytic` prices that inside the ops (`zero3_op_seconds`); nothing is left for the step end.
-With `overlap` (Megatron's --overlap-grad-reduce / --overlap-param-gather, FSDP's prefetch) the
-reduce-scatter / all-reduce runs bucket by bucket under the backward of the last micro-batch on
-that pipeline rank, and the parameter all-gather under the next step's first forward; what does
-not fit in those windows is exposed. Without it both run after the pipeline drains.
+  `cost.analytic` prices that inside the ops (`zero3_collectives`); nothing is left for the step end.
+
+How much of it hides (`dp_link_end`, used by `judge.training_step` and, in closed form, by the
+configuration search): a pipeline rank's data-parallel traffic runs on one link, its share of the
+node's NICs (or NVLink, for a group inside a node), which serves one transfer after another (a
+FIFO queue, as NCCL runs the collectives of one communicator in issue order on one stream). Each
+transfer becomes available when its gradients start to appear (the buckets go out during the
+backward, Megatron's --overlap-grad-reduce, DeepSpeed's overlap_comm) and is served once the link
+is free: ZeRO 0/1's one all-reduce / reduce-scatter from the start of the rank's last micro-batch
+backward, ZeRO 2's reduce-scatter of micro-batch k from the start of micro-batch k's backward. The
+parameter all-gather (ZeRO 1/2, Megatron's --overlap-param-gather) goes first, at the start of the
+step, under the first micro-batch's forward, and holds the link until it is done. Whatever the
+link still has to send when the rank's last action ends is exposed, so the hidden sync never
+exceeds (the rank's finish - its earliest backward start), and the link never carries more than a
+step's worth of traffic per step. ZeRO 3's per-op gathers and reduce-scatters take the same link
+inside each op (an op lasts at least its collective, and a rank's ops run one at a time), so they
+queue one after another too. Without overlap every one of these transfers is exposed: ZeRO 0-2's
+after the pipeline drains, ZeRO 3's added to its op. Not modelled: the pipeline's own inter-node
+sends and receives use the same NIC as a data-parallel group that crosses nodes; the simulator
+times them on a link of their own, so where both are busy at once the step is under-estimated.
 
 Optimizer step (Adam, fp32 master weights, multi-tensor apply: memory-bound): per parameter it
 reads the fp32 master, m, v and the fp32 gradient (16 bytes) and writes master, m, v (12) and the
@@ -49,6 +68,7 @@ apex's / torch's fused Adam kernels move them), on the parameters the rank owns 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from adaptis_plan.spec.hardware import HardwareProfile, LinkSpec
@@ -129,6 +149,7 @@ class GroupLinks:
     zero: int = 1
     param_bytes: int = 2  # bytes of one weight in the training dtype
     tp_overlap: bool = False  # tensor-parallel collectives hide under the op's GEMMs
+    dp_overlap: bool = True  # ZeRO-3's per-op collectives hide under the op's compute
 
     def group(self, dim: str) -> GroupLink:
         return getattr(self, dim)
@@ -156,6 +177,7 @@ def placement(hardware: HardwareProfile, training: TrainingConfig) -> GroupLinks
         zero=training.zero,
         param_bytes=4 if training.dtype == "fp32" else 2,
         tp_overlap=training.tp_comm_overlap,
+        dp_overlap=training.dp_overlap,
     )
 
 
@@ -163,9 +185,10 @@ def placement(hardware: HardwareProfile, training: TrainingConfig) -> GroupLinks
 class StepExtras:
     """What one pipeline rank spends around the pipeline per step (seconds) and why."""
 
-    grad_sync_s: float  # reduce-scatter / all-reduce of its gradients
+    grad_sync_s: float  # reduce-scatter / all-reduce of its gradients, all of them
     param_gather_s: float  # all-gather of updated parameters (ZeRO >= 1)
     optimizer_s: float  # Adam over the parameters it owns
+    num_syncs: int = 1  # the equal transfers `grad_sync_s` is made of (ZeRO 2: one per micro-batch)
 
 
 def step_extras(
@@ -186,9 +209,20 @@ def step_extras(
             sync += group.ring("reduce_scatter", grads) * (m if z == 2 else 1)
             gather += group.ring("all_gather", params * e)
     owned = dense_params / (place.dp.size if z >= 1 else 1) + expert_params / (place.edp.size if z >= 1 else 1)
-    return StepExtras(sync, gather, owned * ADAM_BYTES_PER_PARAM / hbm_bps)
+    syncs = m if z == 2 and sync > 0 else 1
+    return StepExtras(sync, gather, owned * ADAM_BYTES_PER_PARAM / hbm_bps, syncs)
 
 
 def exposed(comm_s: float, window_s: float, overlap: bool) -> float:
     """What of `comm_s` is left when it may hide under `window_s` of compute."""
     return max(0.0, comm_s - window_s) if overlap else comm_s
+
+
+def dp_link_end(free_s: float, transfers: Sequence[tuple[float, float]]) -> float:
+    """When a rank's data-parallel link has sent `transfers` ((available at, seconds) each), served one
+    after another in the order they become available, the link being busy until `free_s` (module
+    docstring)."""
+    t = free_s
+    for ready, seconds in sorted(transfers):
+        t = max(t, ready) + seconds
+    return t

@@ -6,33 +6,56 @@ and the hardware -> `training_step` -> `TrainingStep` (seconds and what they are
 pipeline's `step_time_s` stays the simulator's; `TrainingStep.step_time_s` is what one optimizer
 step of the whole cluster takes, and what tokens per second and the configuration search use.
 
-Per pipeline rank d (device d of the plan), with finish_d its last action's end:
-- gradient sync (reduce-scatter or all-reduce, `cost.comm.step_extras`) starts bucket by bucket
-  under the backward of the last micro-batch on d, so with overlap only what exceeds that window
-  (from the start of d's first backward action of the last micro-batch to finish_d) is exposed;
-- then Adam over the parameters d owns;
-- the all-gather of updated parameters (ZeRO >= 1) hides under the next step's first forward on
-  d (its F actions of micro-batch 0), else it is exposed.
-step = max_d (finish_d + exposed sync_d + optimizer_d) + max_d exposed gather_d.
+Per pipeline rank d (device d of the plan), with finish_d its last action's end, its data-parallel
+traffic on one link served one transfer after another (`cost.comm`'s module docstring: the queue,
+its evidence, `cost.comm.dp_link_end`):
+- the all-gather of updated parameters (ZeRO 1/2) runs first, under the step's first forward on d
+  (its F actions of micro-batch 0); what does not fit delays the whole step (the largest of any
+  rank's, X) and holds d's link until g_d - X in the pipeline's time;
+- the gradient sync (`cost.comm.step_extras`): ZeRO 0/1's all-reduce / reduce-scatter becomes
+  available when the backward of d's last micro-batch starts (the micro-batch whose backward starts
+  last on d), ZeRO 2's reduce-scatter of micro-batch k when micro-batch k's backward starts on d;
+  the link sends them in that order; what it still has to send at finish_d is exposed;
+- then Adam over the parameters d owns.
+step = max_d (max(finish_d, link end_d) + optimizer_d) + X. Without overlap every transfer is
+exposed: step = max_d (finish_d + sync_d + optimizer_d) + max_d gather_d.
+So the hidden sync of a rank is at most finish_d - (its earliest backward start), and every rank's
+link carries at most one step of traffic per step (`layer_link_seconds` per layer).
 Per layer, what its parameters add to their rank's step end (`layer_extras`): the optimizer step
-(+ the sync when it cannot overlap), the part of a lower bound `search.configuration` adds to the
+(+ the sync and gather when they cannot overlap), and what they put on their rank's link
+(`layer_link_seconds`); both are parts of the lower bound `search.configuration` adds to the
 pipeline's.
 Imports `core`, `cost` and the specs only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from adaptis_plan.core import Layout, Programs
-from adaptis_plan.cost.comm import StepExtras, exposed, placement, step_extras
+from adaptis_plan.cost.comm import StepExtras, dp_link_end, exposed, placement, step_extras
 from adaptis_plan.cost.table import layer_param_shares
 from adaptis_plan.judge.simulate import SimResult
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
+
+
+@dataclass(frozen=True)
+class RankStep:
+    """One pipeline rank's part of the step, in the pipeline's time (seconds from its start)."""
+
+    finish_s: float  # its last action's end
+    first_backward_s: float  # its first backward action's start (finish_s when it has none)
+    last_backward_s: float  # the start of the backward of the micro-batch whose backward starts last
+    grad_sync_s: float  # all its gradient sync traffic
+    grad_sync_exposed_s: float  # what of it ends after finish_s
+    param_gather_s: float  # its parameter all-gather
+    optimizer_s: float
+    end_s: float  # finish, exposed sync and optimizer step: where the rank is done
 
 
 @dataclass(frozen=True)
@@ -43,6 +66,7 @@ class TrainingStep:
     grad_sync_exposed_s: float  # what of it extends the step
     param_gather_exposed_s: float
     optimizer_s: float  # the slowest rank's optimizer step
+    ranks: tuple[RankStep, ...] = ()  # per pipeline rank, what its step end is made of
 
     def summary(self) -> dict[str, float]:
         return {
@@ -59,14 +83,27 @@ def device_extras(
     layout: Layout, model: ModelSpec, training: TrainingConfig, hardware: HardwareProfile, device_types: tuple[str, ...]
 ) -> list[StepExtras]:
     """`cost.comm.step_extras` of every pipeline rank of `layout`."""
-    dense, expert = layer_param_shares(model, training)
+    held = [[layer for s in layout.stages_of(d) for layer in layout.layers(s)] for d in range(layout.num_devices)]
+    return held_extras(held, model, training, hardware, device_types)
+
+
+def held_extras(
+    held: list[list[int]],
+    model: ModelSpec,
+    training: TrainingConfig,
+    hardware: HardwareProfile,
+    device_types: tuple[str, ...],
+    shares: tuple[np.ndarray, np.ndarray] | None = None,
+) -> list[StepExtras]:
+    """`cost.comm.step_extras` of pipeline ranks holding the layers `held[d]` each (`shares`: the
+    model's `layer_param_shares` under `training`, when the caller has them)."""
+    dense, expert = shares if shares is not None else layer_param_shares(model, training)
     place = placement(hardware, training)
     out = []
-    for d in range(layout.num_devices):
-        held = [layer for s in layout.stages_of(d) for layer in layout.layers(s)]
+    for d, layers in enumerate(held):
         dev = hardware.device_types[device_types[d]]
         hbm = dev.hbm_bandwidth_gbps * 1e9 * dev.memory_efficiency
-        out.append(step_extras(float(dense[held].sum()), float(expert[held].sum()), training, place, hbm))
+        out.append(step_extras(float(dense[layers].sum()), float(expert[layers].sum()), training, place, hbm))
     return out
 
 
@@ -81,57 +118,91 @@ def training_step(
 ) -> TrainingStep:
     """The whole step of a simulated plan (module docstring)."""
     extras = device_extras(layout, model, training, hardware, device_types)
-    last = result.num_microbatches - 1
-    ends, gathers = [], []
-    sync_exposed = 0.0
-    for d, (prog, times) in enumerate(zip(programs, result.times, strict=True)):
+    overlap = training.dp_overlap
+    finishes, backward, gathers = [], [], []
+    for x, prog, times in zip(extras, programs, result.times, strict=True):
+        starts: dict[int, float] = {}  # per micro-batch: when its backward starts on this rank
+        first_f = 0.0  # the compute the parameter gather hides under
+        for a, (start, end) in zip(prog, times, strict=True):
+            if a.op != "F":
+                starts[a.mb] = min(start, starts.get(a.mb, start))
+            elif a.mb == 0:
+                first_f += end - start
+        finishes.append(max((end for _, end in times), default=0.0))
+        backward.append(starts)
+        gathers.append(exposed(x.param_gather_s, first_f, overlap) if prog else 0.0)
+    shift = max(gathers)
+    ranks = []
+    for x, finish, starts, prog in zip(extras, finishes, backward, programs, strict=True):
         if not prog:
-            ends.append(0.0)
-            gathers.append(0.0)
+            ranks.append(RankStep(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
             continue
-        finish = max(end for _, end in times)
-        backward = [start for a, (start, _) in zip(prog, times, strict=True) if a.mb == last and a.op != "F"]
-        window = finish - min(backward) if backward else 0.0
-        first_f = sum(end - start for a, (start, end) in zip(prog, times, strict=True) if a.mb == 0 and a.op == "F")
-        x = extras[d]
-        if training.zero == 2:  # every micro-batch's reduce-scatter runs under its own backward
-            window *= result.num_microbatches
-        hidden = exposed(x.grad_sync_s, window, training.dp_overlap)
-        sync_exposed = max(sync_exposed, hidden)
-        ends.append(finish + hidden + x.optimizer_s)
-        gathers.append(exposed(x.param_gather_s, first_f, training.dp_overlap))
-    step = max(ends) + max(gathers)
+        if overlap:
+            link_end = dp_link_end(x.param_gather_s - shift, _sync_transfers(x, starts))
+            sync = max(0.0, link_end - finish)
+        else:
+            sync = x.grad_sync_s
+        first, last = min(starts.values(), default=finish), max(starts.values(), default=finish)
+        end = finish + sync + x.optimizer_s
+        ranks.append(RankStep(finish, first, last, x.grad_sync_s, sync, x.param_gather_s, x.optimizer_s, end))
     return TrainingStep(
-        step_time_s=step,
+        step_time_s=max(r.end_s for r in ranks) + shift,
         pipeline_step_time_s=result.step_time_s,
         grad_sync_s=max(x.grad_sync_s for x in extras),
-        grad_sync_exposed_s=sync_exposed,
-        param_gather_exposed_s=max(gathers),
+        grad_sync_exposed_s=max(r.grad_sync_exposed_s for r in ranks),
+        param_gather_exposed_s=shift,
         optimizer_s=max(x.optimizer_s for x in extras),
+        ranks=tuple(ranks),
     )
+
+
+def _sync_transfers(x: StepExtras, starts: dict[int, float]) -> list[tuple[float, float]]:
+    """(available at, seconds) of a rank's gradient sync transfers, `starts` its micro-batches' backward
+    starts: one per micro-batch under ZeRO 2 (`StepExtras.num_syncs`), else one from the latest."""
+    if x.grad_sync_s <= 0 or not starts:
+        return []
+    if x.num_syncs > 1:
+        each = x.grad_sync_s / len(starts)
+        return [(start, each) for start in starts.values()]
+    return [(max(starts.values()), x.grad_sync_s)]
 
 
 def layer_extras(model: ModelSpec, training: TrainingConfig, hardware: HardwareProfile, device_type: str) -> np.ndarray:
     """Per layer, what its parameters add to their rank's step end: the optimizer step, plus the
-    gradient sync when it cannot overlap (sync is linear in bytes up to latencies, so the per-layer
-    sum under-counts a rank's total: a valid part of a lower bound, `search.configuration`)."""
+    gradient sync and parameter gather when they cannot overlap. Their bandwidth parts only: latency
+    is paid once per ring per rank, not per layer, so the per-layer sum under-counts a rank's total
+    (a valid part of a lower bound, `search.configuration`)."""
+    sync, gather, optimizer = _per_layer(model, training, hardware, device_type)
+    return optimizer if training.dp_overlap else optimizer + sync + gather
+
+
+def layer_link_seconds(
+    model: ModelSpec, training: TrainingConfig, hardware: HardwareProfile, device_type: str
+) -> np.ndarray:
+    """Per layer, the seconds its gradient sync and parameter gather hold their rank's data-parallel
+    link each step (bandwidth part only, as `layer_extras`) plus its optimizer step. A rank's link
+    serves its transfers one after another within the step and its optimizer step follows the last
+    sync, so every rank's sum of these is at most the step, with or without overlap (module
+    docstring): a part of a lower bound."""
+    sync, gather, optimizer = _per_layer(model, training, hardware, device_type)
+    return sync + gather + optimizer
+
+
+def _per_layer(
+    model: ModelSpec, training: TrainingConfig, hardware: HardwareProfile, device_type: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per layer, (gradient sync, parameter gather, optimizer) seconds of its parameters alone, the
+    collectives without their latencies (`step_extras` on the same groups with zero latency)."""
     dense, expert = layer_param_shares(model, training)
     place = placement(hardware, training)
+    bare = {"intra_latency_s": 0.0, "inter_latency_s": 0.0}
+    place = dataclasses.replace(
+        place, dp=dataclasses.replace(place.dp, **bare), edp=dataclasses.replace(place.edp, **bare)
+    )
     dev = hardware.device_types[device_type]
     hbm = dev.hbm_bandwidth_gbps * 1e9 * dev.memory_efficiency
-    out = np.empty(len(dense))
+    out = np.zeros((3, len(dense)))
     for n, (a, b) in enumerate(zip(dense, expert, strict=True)):
         x = step_extras(float(a), float(b), training, place, hbm)
-        sync = x.grad_sync_s - _latencies(training, place, float(a) > 0, float(b) > 0)
-        out[n] = x.optimizer_s + (0.0 if training.dp_overlap else sync)
-    return np.maximum(out, 0.0)
-
-
-def _latencies(training: TrainingConfig, place, dense: bool, expert: bool) -> float:  # noqa: ANN001
-    """The latency part of a layer's sync: the rings of the groups its parameters sync over (data-parallel
-    for `dense`, expert-data-parallel for `expert`), as `step_extras` runs them. Latency is paid once per
-    ring per rank, not per layer, so it is taken out of each layer's share (a valid part of a bound)."""
-    groups = [g for g, held in ((place.dp, dense), (place.edp, expert)) if held and g.size > 1]
-    per_ring = sum((g.size - 1) * g.latency_s for g in groups)
-    rings = {0: 2, 1: 1, 2: training.num_microbatches}.get(training.zero, 0)
-    return per_ring * rings
+        out[:, n] = x.grad_sync_s, x.param_gather_s, x.optimizer_s
+    return out[0], out[1], out[2]

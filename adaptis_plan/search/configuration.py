@@ -21,8 +21,11 @@ Then, per point, without planning (`_screen_bound`): a proven memory check (para
 and optimizer state over an even split of the layers must fit; no schedule holds less on its
 fullest rank) and a lower bound on the whole step: the pipeline's bound (`judge.bound.lower_bound`,
 any partition, placement and schedule, on the costs without recomputation, which only adds work)
-plus the optimizer step (`judge.training_step.layer_extras`): every rank ends with its own, so
-step >= max(pipeline bound + the smallest layer's, (all work + all optimizer steps) / pp).
+plus the optimizer step (`judge.training_step.layer_extras`; the gradient sync and parameter gather
+too without data-parallel overlap): every rank ends with its own, so
+step >= max(pipeline bound + the smallest layer's, (all work + all optimizer steps) / pp); and each
+rank's data-parallel link carries its layers' sync and gather within the step before its optimizer
+step (`judge.training_step.layer_link_seconds`), so step >= the largest layer's and their sum / pp.
 The least bound over every point that may fit is the configuration-level lower bound.
 
 Points are screened in the order of an estimate (`_estimate`: the fastest classic schedule in closed
@@ -30,7 +33,7 @@ form, 1F1B or, for adaptive and an Interleaved1F1B of unstated degree, Interleav
 `MAX_SCREEN_CHUNKS` stages per device, on the uniform partition (a classic strategy's requested one,
 `Request.pipeline.partition`; for adaptive, ends-as-layers where uniform has too few decoder layers: `_split`)
 under the first recompute mode where
-one fits, plus the optimizer step) with that schedule simulated (the same partition; recomputation
+one fits, with the data-parallel sync, gather and optimizer step around it: `_whole_step`) with that schedule simulated (the same partition; recomputation
 none, selective, then full: the first that fits; 1F1B where the interleaving overflows), priced as
 whole steps (a schedule whose closed-form memory already overflows is not simulated: `_estimate`);
 a point whose bound is above the best screened step is pruned (it cannot win); screening stops when
@@ -63,11 +66,17 @@ import numpy as np
 from adaptis_plan.core import ALL_COMPONENTS, CostTable, ProgressFn
 from adaptis_plan.cost.comm import devices_per_node
 from adaptis_plan.cost.source import CostTables
-from adaptis_plan.cost.table import check_tensor_parallel
+from adaptis_plan.cost.table import check_tensor_parallel, layer_param_shares
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.simulate import MEM_SLACK, judged, simulate
-from adaptis_plan.judge.training_step import TrainingStep, layer_extras, training_step
+from adaptis_plan.judge.training_step import (
+    TrainingStep,
+    held_extras,
+    layer_extras,
+    layer_link_seconds,
+    training_step,
+)
 from adaptis_plan.schedules import get_spec
 from adaptis_plan.schedules._common import microbatch_groups
 from adaptis_plan.schedules.placement import placement
@@ -358,27 +367,31 @@ def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Po
             reason=f"weights, gradients and optimizer state alone need {_gib(static)} per GPU at best,"
             f" {_gib(limit)} usable", overflow_bytes=static - limit,
         )  # fmt: skip
-    extras = layer_extras(model, training, hw, costs.device_names[0])
-    work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
     m, pp = point.num_microbatches, point.pp
+    # per layer, the least over the pipeline's device types (a layer may sit on any of them)
+    kinds = sorted(set(costs.device_names[:pp]))
+    extras = np.min([layer_extras(model, training, hw, k) for k in kinds], axis=0)
+    link = np.min([layer_link_seconds(model, training, hw, k) for k in kinds], axis=0)
+    work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
     bound = max(
         lower_bound(costs, pp, m) + float(extras.min()),
         (m * float(work.sum()) + float(extras.sum())) / pp,
+        float(link.max()),
+        float(link.sum()) / pp,
     )
     row = Considered(point, bound, "not_screened")
-    row.estimate_s, row.chunks, row.unfit = _estimate(model, hw, req, point, costs, float(extras.sum()) / pp)
+    row.estimate_s, row.chunks, row.unfit = _estimate(model, hw, req, point, costs)
     return row
 
 
 def _estimate(
-    model: ModelSpec, hw: HardwareProfile, req: Request, point: Point, plain: CostTable, optimizer_s: float
+    model: ModelSpec, hw: HardwareProfile, req: Request, point: Point, plain: CostTable
 ) -> tuple[float, int, dict[str, frozenset[int]]]:
     """The screening order (not a bound), the stages per device it chose, and per recompute mode it
     looked at, the degrees (1: 1F1B) whose held activations alone overflow some device. Under the
     first recompute mode (none, selective, full, or the requested one) in which some classic schedule
     fits, the fastest of them in closed form on the requested partition (`Request.partition`: uniform
-    unless a classic strategy asks for another), plus the optimizer step;
-    infinite when none fits.
+    unless a classic strategy asks for another), as a whole step (`_whole_step`); infinite when none fits.
 
     - 1F1B: sum over stages of (F + B) + (M - 1) x the slowest stage's (F + B); stage s holds static
       bytes + min(pp - s, M) micro-batches of activations.
@@ -412,9 +425,12 @@ def _estimate(
     # the balanced partition's min-max search costs ~10x the rest of a point's estimate: its ordering takes
     # the ends-as-layers cuts (as many stages allowed), and it proves no overflow (the cuts differ)
     exact = req.pipeline.partition != "balanced"
+    training = point.training(req)
+    shares = layer_param_shares(model, training)  # the same under every recompute mode and degree
     for mode in modes:
         costs = plain if mode == "none" else CostTables(hw, point.training(req, mode), default_mode=mode).table(model)
         work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
+        forward = costs.f_s.min(axis=0)
         best, chunks = math.inf, 1
         over: set[int] = set()
         for k in degrees:
@@ -432,12 +448,57 @@ def _estimate(
                 step = float(m * stage.reshape(k, pp).sum(axis=0).max() + (pp - 1) * stage.max())
             if exact and np.any(static + held > limits):
                 over.add(k)
-            if np.all(static + held <= limit) and step < best:
-                best, chunks = step, k
+            if np.all(static + held <= limit):
+                step = _whole_step(
+                    model, hw, training, costs, step, cuts, np.add.reduceat(forward, cuts), stage, shares
+                )
+                if step < best:
+                    best, chunks = step, k
         unfit[mode] = frozenset(over)
         if best < math.inf:
-            return best + optimizer_s, chunks, unfit
+            return best, chunks, unfit
     return math.inf, 1, unfit
+
+
+def _whole_step(
+    model: ModelSpec,
+    hw: HardwareProfile,
+    training: TrainingConfig,
+    costs: CostTable,
+    pipeline_s: float,
+    cuts: np.ndarray,
+    forward: np.ndarray,
+    work: np.ndarray,
+    shares: tuple[np.ndarray, np.ndarray],
+) -> float:
+    """The screen's estimate (not a bound) of the whole step around a closed-form pipeline of
+    `pipeline_s` whose stages (device s % pp, start layers `cuts`) take `forward` / `work` (F + B)
+    seconds per micro-batch: `judge.training_step`'s rule on the times a 1F1B-like schedule gives.
+    Device d's first backward starts when micro-batch 0 has gone forward through every stage and back
+    through the stages after d's last, its last backward one stage backward before d finishes, and d
+    finishes when the backward of the last micro-batch still has the stages before d to go."""
+    pp, m = training.pp, training.num_microbatches
+    backward = work - forward
+    bounds = [int(c) for c in cuts] + [model.num_layers]
+    held = [[n for s in range(d, len(cuts), pp) for n in range(bounds[s], bounds[s + 1])] for d in range(pp)]
+    extras = held_extras(held, model, training, hw, tuple(costs.device_names[:pp]), shares)
+    first_f = forward.reshape(-1, pp).sum(axis=0)
+    if not training.dp_overlap:
+        ends = [pipeline_s + x.grad_sync_s + x.optimizer_s for x in extras]
+        return max(ends) + max(x.param_gather_s for x in extras)
+    shift = max(max(0.0, x.param_gather_s - f) for x, f in zip(extras, first_f, strict=True))
+    ends = []
+    for d, x in enumerate(extras):
+        finish = pipeline_s - float(backward[:d].sum())
+        last = finish - float(backward[d])
+        first = float(forward.sum() + backward[len(cuts) - pp + d + 1 :].sum())
+        free = x.param_gather_s - shift
+        if x.num_syncs > 1:  # one per micro-batch, from the first backward on, the last from the last
+            link = max(max(free, first) + x.grad_sync_s, last + x.grad_sync_s / m)
+        else:
+            link = max(free, last) + x.grad_sync_s
+        ends.append(max(finish, link) + x.optimizer_s)
+    return max(ends) + shift
 
 
 def _most_stages(model: ModelSpec, req: Request) -> int:

@@ -159,9 +159,10 @@ def test_the_training_step_adds_what_the_pipeline_does_not_hide() -> None:
 
 
 def test_a_layer_s_share_of_the_sync_drops_only_its_own_groups_latency() -> None:
-    """Without overlap, each layer carries its sync less the latency of the rings its parameters sync
-    over (paid once per rank, not per layer): a dense layer of a MoE model keeps every byte of its
-    data-parallel sync, and the shares of a rank's layers never add up to more than its whole sync."""
+    """Without overlap, each layer carries its sync and parameter gather less the latency of the rings
+    its parameters sync over (paid once per rank, not per layer): a dense layer of a MoE model keeps
+    every byte of its data-parallel sync and gather, and the shares of a rank's layers never add up to
+    more than its whole sync, gather and optimizer step."""
     from adaptis_plan.cost.table import layer_param_shares
     from adaptis_plan.judge.training_step import layer_extras
 
@@ -176,6 +177,8 @@ def test_a_layer_s_share_of_the_sync_drops_only_its_own_groups_latency() -> None
     n = next(i for i, layer in enumerate(model.layers) if layer.kind == "decoder" and layer.moe is None)
     x = step_extras(float(dense[n]), float(expert[n]), training, place, hbm)
     assert expert[n] == 0 and place.edp.size > 1
-    assert shares[n] == pytest.approx(x.optimizer_s + x.grad_sync_s - (place.dp.size - 1) * place.dp.latency_s)
+    # one reduce-scatter and one all-gather ring over the dense group, each of dp - 1 latencies
+    rings = 2 * (place.dp.size - 1) * place.dp.latency_s
+    assert shares[n] == pytest.approx(x.optimizer_s + x.grad_sync_s + x.param_gather_s - rings)
     whole = step_extras(float(dense.sum()), float(expert.sum()), training, place, hbm)
-    assert shares.sum() <= whole.optimizer_s + whole.grad_sync_s
+    assert shares.sum() <= whole.optimizer_s + whole.grad_sync_s + whole.param_gather_s
