@@ -11,6 +11,7 @@ are taken from the simulated action times here, not from what `training_step` re
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.judge.training_step import TrainingStep, device_extras, training_step
 from adaptis_plan.search.configuration import Point, Request, _screen, _screen_bound, cluster
 from adaptis_plan.search.generator import classic_candidate
+from adaptis_plan.spec.config import RuntimeSettings
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
@@ -273,6 +275,17 @@ def test_more_bandwidth_never_makes_the_step_longer(case: Case, nic: float, nvli
     assert _le(again.step_time_s, plan.step.step_time_s)
 
 
+def _request(t: TrainingConfig, **pipeline: str) -> Request:
+    """The configuration request of exactly `t`'s cluster and batch, its runtime settings and `pipeline`."""
+    return Request(
+        gpus=t.tp * t.pp * t.dp,
+        global_batch_size=t.dp * t.micro_batch_size * t.num_microbatches,
+        seq_len=t.seq_len,
+        pipeline=dataclasses.replace(Request.pipeline, **pipeline),
+        runtime=RuntimeSettings(attention=t.attention, tp_comm_overlap=t.tp_comm_overlap, dp_overlap=t.dp_overlap),
+    )
+
+
 @given(cases(zero3=False), st.floats(-0.2, 1.2), st.floats(1.0, 3.0))
 @settings(CASES, max_examples=50)
 def test_more_memory_never_makes_the_screened_step_worse(case: Case, where: float, more: float) -> None:
@@ -281,8 +294,7 @@ def test_more_memory_never_makes_the_screened_step_worse(case: Case, where: floa
     The smaller memory lies about `where` of the way from what 1F1B peaks at under full recomputation to
     what it peaks at without, so that the modes that fit change between the two."""
     t = case.training
-    req = Request(gpus=t.tp * t.pp * t.dp, global_batch_size=t.dp * t.micro_batch_size * t.num_microbatches,
-                  seq_len=t.seq_len, strategy="1F1B", dp_overlap=t.dp_overlap)  # fmt: skip
+    req = _request(t, strategy="1F1B")
     point = Point(t.tp, t.pp, t.dp, t.cp, t.ep, t.zero, t.micro_batch_size, t.num_microbatches)
     peak = {}
     for mode in ("none", "full"):
@@ -306,8 +318,7 @@ def test_the_configuration_bound_never_exceeds_a_plan_s_step(case: Case) -> None
     """`_screen_bound`'s bound of a point (any partition, schedule and recomputation there) is at most
     the whole step of the classic plan at that point."""
     t = case.training
-    req = Request(gpus=t.tp * t.pp * t.dp, global_batch_size=t.dp * t.micro_batch_size * t.num_microbatches,
-                  seq_len=t.seq_len, dp_overlap=t.dp_overlap)  # fmt: skip
+    req = _request(t)
     point = Point(t.tp, t.pp, t.dp, t.cp, t.ep, t.zero, t.micro_batch_size, t.num_microbatches)
     step = _plan(case).step
     row = _screen_bound(case.model, case.hardware, req, point)
