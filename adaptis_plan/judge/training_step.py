@@ -195,9 +195,10 @@ def _per_layer(
     collectives without their latencies (`step_extras` on the same groups with zero latency)."""
     dense, expert = layer_param_shares(model, training)
     place = placement(hardware, training)
-    bare = {"intra_latency_s": 0.0, "inter_latency_s": 0.0}
     place = dataclasses.replace(
-        place, dp=dataclasses.replace(place.dp, **bare), edp=dataclasses.replace(place.edp, **bare)
+        place,
+        dp=dataclasses.replace(place.dp, intra_latency_s=0.0, inter_latency_s=0.0),
+        edp=dataclasses.replace(place.edp, intra_latency_s=0.0, inter_latency_s=0.0),
     )
     dev = hardware.device_types[device_type]
     hbm = dev.hbm_bandwidth_gbps * 1e9 * dev.memory_efficiency

@@ -83,7 +83,7 @@ from adaptis_plan.schedules.placement import placement
 from adaptis_plan.schedules.targets import get_target
 from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
-from adaptis_plan.search.generator import check_components, classic_candidate
+from adaptis_plan.search.generator import Candidate, check_components, classic_candidate
 from adaptis_plan.search.partition import classic_bounds
 from adaptis_plan.search.workers import Pool, pmap, workers
 from adaptis_plan.spec.config import Parallelism, PipelineSettings, RuntimeSettings, field_names
@@ -351,6 +351,12 @@ class _Screen:
     schedule: tuple[str, int] = ("1F1B", 1)  # the screened classic (strategy, stages per device)
 
 
+def _screened_step_s(screen: _Screen) -> float:
+    """The whole step of a point the screen priced (one that fits: it has a step)."""
+    assert screen.step is not None
+    return screen.step.step_time_s
+
+
 def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Point) -> Considered:
     """The proven memory check and the lower bound of one point (module docstring)."""
     training = point.training(req, "none")
@@ -466,7 +472,7 @@ def _whole_step(
     training: TrainingConfig,
     costs: CostTable,
     pipeline_s: float,
-    cuts: np.ndarray,
+    cuts: Sequence[int],
     forward: np.ndarray,
     work: np.ndarray,
     shares: tuple[np.ndarray, np.ndarray],
@@ -513,7 +519,7 @@ def _split(model: ModelSpec, req: Request, stages: int) -> str:
     a decoder layer per stage, else ends-as-layers (the embedding and the head count as layers)."""
     if req.pipeline.strategy.lower() == "adaptive" and stages > model.num_layers - 2:
         return "ends-as-layers"
-    return req.pipeline.partition
+    return req.pipeline.partition or "uniform"  # a Request always names one (`usecases`)
 
 
 def _warmup_chunks(forwards: np.ndarray, k: int, sizes: np.ndarray) -> np.ndarray:
@@ -532,7 +538,7 @@ def _screen(
     req: Request,
     row: Considered,
     modes: Sequence[str],
-    classic: dict[tuple, object] | None = None,
+    classic: dict[tuple, Candidate | InputError] | None = None,
 ) -> _Screen:
     """The classic schedule the estimate chose (`screen_strategy`; where that interleaving does not
     fit, 1F1B for adaptive, the requested strategy at its default degree otherwise) at the point, with the
@@ -624,7 +630,7 @@ def search_configuration(
     best = math.inf
     tried = actions = 0
     steps: list[float] = []  # the PLAN_LIMIT best screened steps
-    classic: dict[tuple, object] = {}  # the screens' classic plans (`_screen`)
+    classic: dict[tuple, Candidate | InputError] = {}  # the screens' classic plans (`_screen`)
 
     def verdict(row: Considered, best: float, tried: int, actions: int, steps: list[float]) -> str | None:
         """Why `row` is not screened in this state (None: it is). On the loop's real state every reason
@@ -653,7 +659,8 @@ def search_configuration(
             ahead: dict[int, _Screen | Exception] = {}
             stop = start + 1
             if pool.parallel and cost(order[start]) >= SIDE_BY_SIDE_ACTIONS:
-                picked, t, a = [], tried, actions
+                picked: list[int] = []
+                t, a = tried, actions
                 for j in range(start, len(order)):
                     if len(picked) == pool.size:
                         break
@@ -708,7 +715,7 @@ def search_configuration(
         if all(r.reason.startswith(_STATIC_REASON) for r in oom):
             raise InfeasibleError(f"{head} {worst.reason}; {_least_gpus(oom, hw)}")
         raise InfeasibleError(f"{head} {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch")
-    screened.sort(key=lambda s: (s.step.step_time_s, s.considered.point.preference))
+    screened.sort(key=lambda s: (_screened_step_s(s), s.considered.point.preference))
     top = screened[0].considered.point
     chosen = screened[: 1 if top.pp * top.num_microbatches >= BIG_PIPELINE else PLAN_LIMIT]
     # each planned point's search: auto runs up to three searches of its budget where memory binds
@@ -816,7 +823,8 @@ def _no_legal_point(model: ModelSpec, hw: HardwareProfile, req: Request) -> str:
     dps = [n // (fixed_width * k) for k in _divisors(n // fixed_width)]
     if f.get("dp") is not None and f["dp"] not in dps:
         return f"{head}: --dp {f['dp']} is not --gpus / (tp x cp x pp) for any tp, cp and pp here; change --dp"
-    if not any(B % d == 0 for d in ([f["dp"]] if f.get("dp") else dps)):
+    dp = f.get("dp")
+    if not any(B % d == 0 for d in ([dp] if dp else dps)):
         return f"{head}: dp must divide the global batch and no dp here does; use a --global-batch-size divisible by dp"
     if f.get("micro_batch_size") is not None or f.get("num_microbatches") is not None:
         return (
@@ -877,7 +885,7 @@ def _plan_point(
             searched,
         )  # fmt: skip
     ablation = set(req.pipeline.components) != set(ALL_COMPONENTS)  # --search: classic plans are no candidates
-    if step is None or (step.step_time_s > got.step.step_time_s and not ablation):
+    if step is None or (step.step_time_s > _screened_step_s(got) and not ablation):
         # the screened classic plan (it fits): a classic request's own, or adaptive's fallback
         searched_step = None if step is None else step.step_time_s
         strategy, chunks = got.schedule
@@ -895,8 +903,10 @@ def _plan_point(
         step = got.step
         row.strategy, row.recompute = strategy, got.mode
     else:
+        assert planned is not None  # _adaptive returns a step with its plan
         row.strategy = planned.strategy
         row.recompute = recompute
+    assert step is not None  # the screened point fits: it has a step
     row.status, row.step_time_s = "planned", step.step_time_s
     return Choice(p, training, hw, planned, step, [], math.inf)
 
