@@ -9,7 +9,7 @@ record's reproduce line) / `render_readme_block` (a short paragraph between the 
 markers) / `render_pictures` (the speed-up bars and the timeline of the `paper` record). A suite
 without a record renders as "not run yet" with the command that makes it. Pure: records in, text
 out; nothing is read from markdown. Imports the suites' renderers (`bench.real`, `bench.zb`,
-`bench.gpu_check` lazily) and `adaptis_plan.cost.published`.
+`bench.megatron_check`, `bench.gpu_check` lazily) and `adaptis_plan.cost.published`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from pathlib import Path
 from bench import charts, paper, records
 from bench.common import REPO
 
-#: the suites in document order: `bench.run` runs all but gpu_check (it needs a GPU)
-SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm", "memory", "gpu_check")
+#: the suites in document order: `bench.run` runs all but gpu_check (it needs a GPU) and megatron_check
+#: (it needs a Megatron-LM checkout: `python -m bench.megatron_check --megatron DIR --record`)
+SUITES = (
+    "paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm", "memory", "megatron_check", "gpu_check",
+)  # fmt: skip
 #: each suite's heading when it has no record yet
 TITLES = {
     "paper": "## Paper cases (simulated, h200)",
@@ -38,6 +41,7 @@ TITLES = {
     "scale": "## Published runs at scale: predicted against measured tokens/s per GPU",
     "comm": "## Communication per parallel dimension: measured against predicted (CPU, gloo)",
     "memory": "## Memory against measured peaks",
+    "megatron_check": "## Megatron-LM's own argument checks",
     "gpu_check": "## GPU check",
 }
 MATCH_HEADING = "## Does the model match real runs?"
@@ -198,7 +202,24 @@ def headline_rows(recs: Mapping[str, Mapping], link: Callable[[str], str]) -> li
         )
     rows.append(_zb_row(recs, link))
     rows.append(_scale_row(recs, link))
+    megatron = _megatron_row(recs, link)
+    if megatron is not None:
+        rows.append(megatron)
     return rows
+
+
+def _megatron_row(recs: Mapping[str, Mapping], link: Callable[[str], str]) -> list[str] | None:
+    """Megatron-LM's own argument checks on the exports (`bench.megatron_check`); None without a record."""
+    rec = recs.get("megatron_check")
+    if rec is None:
+        return None
+    from bench import megatron_check
+
+    return [
+        "exports pass Megatron-LM's validate_args",
+        f"[megatron-launch exports, GPU arch {rec['settings']['arch']:.1f}]({link('megatron_check')})",
+        megatron_check.headline(rec),
+    ]
 
 
 def _scale_row(recs: Mapping[str, Mapping], link: Callable[[str], str]) -> list[str]:
@@ -252,6 +273,8 @@ def sections(recs: Mapping[str, Mapping]) -> dict[str, str]:
     out["scale"] = _foreign("scale", recs["scale"]) if "scale" in recs else _missing("scale")
     out["comm"] = _foreign("comm", recs["comm"]) if "comm" in recs else _missing("comm")
     out["memory"] = _foreign("memory", recs["memory"]) if "memory" in recs else _missing("memory")
+    if "megatron_check" in recs:
+        out["megatron_check"] = _foreign("megatron_check", recs["megatron_check"])
     if "gpu_check" in recs:
         out["gpu_check"] = _foreign("gpu_check", recs["gpu_check"])
     return out
