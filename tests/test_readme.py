@@ -73,11 +73,15 @@ def test_every_file_a_command_reads_is_written_before() -> None:
 
 
 @pytest.mark.slow
-def test_the_documented_commands_run_in_order_from_a_fresh_clone(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_the_readme_commands_run_in_order_from_a_fresh_clone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README.md's commands run for real; docs/usage.md's (five torchrun executions and a profile: minutes
+    on two cores) are held to the two checks above in the suite, and run in full by `ADAPTIS_WALK_DOCS=1`."""
     (tmp_path / "tests").symlink_to(ROOT / "tests")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    for doc, cmd in _walk():
+    walk = _walk() if os.environ.get("ADAPTIS_WALK_DOCS") else [w for w in _walk() if w[0] == "README.md"]
+    assert walk
+    for doc, cmd in walk:
         if cmd[0] != "adaptis":
             continue
         args = cmd[1:]
