@@ -328,14 +328,14 @@ def _device_hbm(run: dict) -> float:
 def plan_forced(run: dict, hbm_bytes: float):  # noqa: ANN201
     """The run planned with every dimension fixed (`bench.scale`'s request), on `hbm_bytes` of memory."""
     from adaptis_plan.usecases import PlanRequest, make_plan_for
-    from bench.scale import forced_request_args, model_spec, runtime
+    from bench.scale import forced_request_args, model_spec
 
     with tempfile.TemporaryDirectory() as tmp:
         model_path = Path(tmp) / f"{run['id']}.model.json"
         model_path.write_text(json.dumps(model_spec(run), indent=1))
         common = {"model_arg": str(model_path), "hardware_arg": _hardware(Path(tmp), run, hbm_bytes), "pp": 1,
                   "num_microbatches": 1, "seq_len": run["seq_len"], "gpus": run["gpus"],
-                  "global_batch_size": run["global_batch_size"], "hard_stop": False, **runtime(run)}  # fmt: skip
+                  "global_batch_size": run["global_batch_size"], "hard_stop": False, **_runtime(run)}  # fmt: skip
         return make_plan_for(PlanRequest.of(**common, **forced_request_args(run)))
 
 
@@ -599,3 +599,14 @@ def render(rec: Mapping) -> str:
                         "top-1 regret", "fastest / slowest measured", "predicted", "fit verdicts agree"], body))  # fmt: skip
     lines += ["", prov.line()]
     return "\n".join(lines)
+
+
+#: torchtitan's own defaults, for a row that does not state them: FSDP2 prefetches its all-gathers and
+#: overlaps its reduce-scatters with compute, attention is torch's SDPA (the flash kernel on these GPUs),
+#: and async tensor parallelism is off unless enabled.
+TORCHTITAN_RUNTIME = {"dp_overlap": True, "attention": "flash", "tp_comm_overlap": False}
+
+
+def _runtime(run: dict) -> dict:
+    """The runtime settings a memory row plans with: its own where it states them, else torchtitan's."""
+    return {k: run.get(k, default) for k, default in TORCHTITAN_RUNTIME.items()}
