@@ -19,6 +19,13 @@ def refusal(plan: PlanFile, model: ModelSpec | None = None) -> str | None:
     different configuration, so it is refused rather than run. With tp > 1 and `model` given, also
     the layers the executor cannot cut over tp (MLA, Mamba-2, MoE) and sizes tp does not divide."""
     t = plan.training
+    op = [s.stage for s in plan.stages if s.recompute == "op"]
+    if op:
+        return (
+            f"stages[{op[0]}].recompute = 'op': the executor recomputes none, the attention core (selective) or"
+            " whole blocks (full), not torchtitan's per-op selection; run this plan under torchtitan"
+            " (`adaptis export --format torchtitan`), or plan with --recompute none, selective or full to run it here"
+        )
     if t.cp > 1:
         return (
             f"training.cp = {t.cp}: `adaptis run` executes the pipeline, data-, tensor- and expert-parallel"

@@ -34,7 +34,7 @@ _RUN_MIN = 3  # write runs of at least this many equal letters as `t*n`
 _DOC_TEXT_MAX = 200  # characters of plan text (names, strategy) the torchtitan module's docstring shows
 _SHOWN_MAX = 60  # characters of a bad option value an error message shows
 
-_RECOMPUTE_ORDER = ("none", "selective", "full")  # by activation memory kept, most first
+_RECOMPUTE_ORDER = ("none", "selective", "op", "full")  # by activation memory kept, most first
 
 
 @dataclass(frozen=True)

@@ -188,6 +188,12 @@ def megatron_run(
             f" ({stage_modes(t.stage_recompute, [*more, *_stages_in(layout, kinds, mode, t.stage_recompute)])});"
             " re-plan with --recompute none, selective or full"
         )
+    if mode == "op":
+        raise InputError(
+            "megatron-args: recompute = 'op' (torchtitan's per-op selective checkpointing) has no Megatron-LM"
+            " flag: Megatron recomputes the attention core (selective) or whole blocks (full); re-plan with"
+            " --recompute none, selective or full"
+        )
     world = t.tp * pp * t.cp * t.dp
     notes = [
         f"Megatron-LM arguments for {doc_text(str(title))} (adaptis export --format megatron-args)",

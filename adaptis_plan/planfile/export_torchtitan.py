@@ -167,7 +167,7 @@ ACTIVATION_CHECKPOINT = {recompute!r}
 def _activation_checkpoint(mode):
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 
-    return {{"none": None, "selective": SelectiveAC.Config(), "full": FullAC.Config()}}[mode]
+    return {{"none": None, "selective": SelectiveAC.Config(), "op": SelectiveAC.Config(), "full": FullAC.Config()}}[mode]
 
 
 def _check_fields(config):
@@ -229,6 +229,8 @@ _TORCHTITAN_AC = {
     "none": "# activation checkpointing: none",
     "selective": "# activation checkpointing: torchtitan's selective AC (per-op: it recomputes all but the matmuls\n"
     "# and communication it saves), the closest to the plan's selective (the attention core recomputed)",
+    "op": "# activation checkpointing: torchtitan's selective AC, per-op (it saves the matmuls and communication\n"
+    "# its policy lists and recomputes the rest), as planned",
     "full": "# activation checkpointing: full, every block rerun from its input in the backward, as planned",
 }
 _TORCHTITAN_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
