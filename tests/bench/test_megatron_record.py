@@ -60,9 +60,13 @@ def fake_megatron(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (folder / "megatron" / "training" / "arguments.py").write_text(FAKE_ARGUMENTS)
     monkeypatch.setattr(megatron_check, "SIX_PLANS", TWO_PLANS)
     monkeypatch.setattr(sys, "path", list(sys.path))
+    installed = {m: mod for m, mod in sys.modules.items() if m == "megatron" or m.startswith("megatron.")}
     yield folder
+    # the check swapped the installed megatron for the stand-in: put the installed modules back, so that
+    # later tests in this process compare megatron-core's enums with the same classes they imported
     for name in [m for m in sys.modules if m == "megatron" or m.startswith("megatron.")]:
         del sys.modules[name]
+    sys.modules.update(installed)
 
 
 def test_record_is_well_formed(fake_megatron: Path, tmp_path: Path) -> None:
