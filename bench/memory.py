@@ -153,14 +153,9 @@ def check_run(run: dict) -> list[str]:
 
 def check_runs(runs: Sequence[dict]) -> list[str]:
     """Every problem of the list, each prefixed with the run's id; ids must be unique."""
-    problems, seen = [], set()
-    for i, run in enumerate(runs):
-        name = run.get("id", f"#{i}") if isinstance(run, dict) else f"#{i}"
-        if name in seen:
-            problems.append(f"{name}: id: duplicate")
-        seen.add(name)
-        problems += [f"{name}: {p}" for p in check_run(run)]
-    return problems
+    from bench.published_runs import check_each
+
+    return check_each(runs, check_run)
 
 
 #: the fields an inline sweep base states (`bench.scale`'s request and model spec read them)

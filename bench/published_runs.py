@@ -40,6 +40,7 @@ import json
 import math
 import operator
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -294,14 +295,19 @@ def _check_measured(run: dict) -> list[str]:
 
 def check_runs(runs: list[dict]) -> list[str]:
     """Every problem in the list, each prefixed with the run's id (or index); ids must be unique."""
-    problems = []
+    return check_each(runs, check_run)
+
+
+def check_each(runs: Sequence[dict], check: Callable[[dict], list[str]]) -> list[str]:
+    """`check`'s problems of every run, each prefixed with the run's id (or index); ids must be unique."""
+    problems: list[str] = []
     seen: set[str] = set()
     for i, run in enumerate(runs):
         name = run.get("id", f"#{i}") if isinstance(run, dict) else f"#{i}"
         if name in seen:
             problems.append(f"{name}: id: duplicate")
         seen.add(name)
-        problems += [f"{name}: {p}" for p in check_run(run)]
+        problems += [f"{name}: {p}" for p in check(run)]
     return problems
 
 
