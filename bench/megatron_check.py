@@ -60,9 +60,12 @@ SIX_PLANS = (
 )  # fmt: skip
 
 
-def launch_parts(script: str) -> tuple[dict[str, str | None], list[str], str]:
-    """(the environment the launch script exports, None for what it unsets; the training script's
-    arguments; the training script's name) from `adaptis export --format megatron-launch`'s text."""
+def launch_argv(script: str) -> tuple[dict[str, str | None], list[str], list[str]]:
+    """A `megatron-launch` script read back: (the environment it exports, None for what it unsets;
+    torchrun's own arguments; the training script and its arguments, without the trailing `"$@"`).
+
+    The script is one `torchrun` command continued over lines ending in ` \\` after `export` /
+    `unset` lines; `${VAR}` placeholders stay as written (shlex does not expand them)."""
     env: dict[str, str | None] = {}
     lines = script.splitlines()
     for line in lines:
@@ -81,8 +84,17 @@ def launch_parts(script: str) -> tuple[dict[str, str | None], list[str], str]:
         if not line.endswith(" \\"):
             break
     argv = shlex.split(" ".join(command))
-    at = next(i for i, word in enumerate(argv) if word.endswith(".py"))
-    return env, argv[at + 1 : -1], argv[at].rsplit("/", 1)[-1]
+    if argv[0] != "torchrun" or argv[-1] != "$@":
+        raise ValueError(f"not a megatron-launch command: {argv[:1]} ... {argv[-1:]}")
+    script_at = next(i for i, word in enumerate(argv) if word.endswith(".py"))
+    return env, argv[1:script_at], argv[script_at:-1]
+
+
+def launch_parts(script: str) -> tuple[dict[str, str | None], list[str], str]:
+    """(the environment the launch script exports, None for what it unsets; the training script's
+    arguments; the training script's name) from `adaptis export --format megatron-launch`'s text."""
+    env, _, command = launch_argv(script)
+    return env, command[1:], command[0].rsplit("/", 1)[-1]
 
 
 def model_args(plan: dict) -> list[str]:

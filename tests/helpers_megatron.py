@@ -79,35 +79,6 @@ def parse_megatron_args(text: str) -> argparse.Namespace:
     return megatron_parser().parse_args(argv_of(text))
 
 
-def launch_argv(script: str) -> tuple[dict[str, str | None], list[str], list[str]]:
-    """A `megatron-launch` script read back: (the environment it exports, None for what it unsets;
-    torchrun's own arguments; the training script and its arguments, without the trailing `"$@"`).
-
-    The script is one `torchrun` command continued over lines ending in ` \\` after `export` /
-    `unset` lines; `${VAR}` placeholders stay as written (shlex does not expand them)."""
-    env: dict[str, str | None] = {}
-    lines = script.splitlines()
-    for line in lines:
-        if not line.startswith(("export ", "unset ")):
-            continue
-        words = shlex.split(line, comments=True)
-        if words[:1] == ["export"]:
-            name, _, value = words[1].partition("=")
-            env[name] = value
-        elif words[:1] == ["unset"]:
-            env[words[1]] = None
-    start = next(i for i, line in enumerate(lines) if line.startswith("torchrun "))
-    command: list[str] = []
-    for line in lines[start:]:
-        command.append(line[:-2] if line.endswith(" \\") else line)
-        if not line.endswith(" \\"):
-            break
-    argv = shlex.split(" ".join(command))
-    assert argv[0] == "torchrun" and argv[-1] == "$@", argv
-    script_at = next(i for i, word in enumerate(argv) if word.endswith(".py"))
-    return env, argv[1:script_at], argv[script_at:-1]
-
-
 # ----------------------------------------------------------------------------- settings read back
 _ZERO_OF = {(False, None): 0, (True, None): 1, (True, "optim_grads"): 2, (True, "optim_grads_params"): 3}
 _ATTENTION_OF = {"flash": "flash", "fused": "cudnn", "unfused": "unfused"}

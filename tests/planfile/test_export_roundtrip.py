@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from helpers_megatron import (
     build_six_plans,
-    launch_argv,
     megatron_parser,
     parse_megatron_args,
     settings_from_args,
@@ -19,6 +18,7 @@ from helpers_megatron import (
     world_size_of,
 )
 
+from bench.megatron_check import launch_argv
 from tests.conftest import run_adaptis
 
 NAMES = ("dense-tp-pp-dp", "zero3-fsdp", "cp", "moe-ep", "pp1", "interleaved-layout")
