@@ -77,7 +77,7 @@ def adaptis() -> Callable[..., CliResult]:
 
 def _plan(folder: Path, name: str, *extra: str) -> Path:
     path = folder / name
-    r = run_adaptis("plan", *_TINY, "--time-limit", "1", *extra, "-o", path)
+    r = run_adaptis("plan", *_TINY, "--time-limit", "1", "--no-hard-stop", *extra, "-o", path)
     assert r.exit_code == 0, r.stderr
     return path
 

@@ -86,6 +86,6 @@ def test_the_readme_commands_run_in_order_from_a_fresh_clone(tmp_path: Path, mon
             continue
         args = cmd[1:]
         if args[0] == "plan" and "--time-limit" not in args:
-            args = [*args, "--time-limit", "1"]
+            args = [*args, "--time-limit", "1", "--no-hard-stop"]
         r = run_adaptis(*args)
         assert r.exit_code == 0, (doc, " ".join(cmd), r.stderr[-2000:])

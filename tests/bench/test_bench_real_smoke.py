@@ -209,7 +209,7 @@ def test_the_planning_profile_is_the_per_layer_median_of_its_sessions(
     not see it) does not move the planning profile: each layer's times are the sessions' median."""
     sessions = iter([1.0, 1.6, 1.1])  # the second session ran 1.6x slow
 
-    def one(model_arg, case, cfg, out):  # noqa: ANN001, ANN202
+    def one(model_arg, case, cfg, out, runtime=True):  # noqa: ANN001, ANN202
         k = next(sessions)
         return {"entries": [{"f_s": k, "i_s": 2 * k, "w_s": 3 * k, "b_s": 5 * k}], "head_chunks": []}
 
@@ -269,11 +269,33 @@ def test_launches_merge_round_by_round_and_the_in_launch_profile_is_the_median_o
     assert real.merge_launches([a]) is a
 
 
+def test_a_profile_taken_again_measures_the_layers_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The after-run and split-head profiles (`runtime_from`) run `profile --no-runtime` and carry the
+    planning profile's link and time per action: the host's costs are measured once per run."""
+    asked: list[bool] = []
+
+    def one(model_arg, case, cfg, out, runtime=True):  # noqa: ANN001, ANN202
+        asked.append(runtime)
+        return {"entries": [{"f_s": 1.0}], "head_chunks": [], **({"action_overhead_s": 9.0} if runtime else {})}
+
+    monkeypatch.setattr(real, "profile", one)
+    monkeypatch.setattr(real, "wait_quiet", lambda *a: 0.0)
+    cfg = real.RealConfig(cases=(), quiet_wait_s=0.0)
+    case = real.ModelCase("tiny-llama", 32, 2)
+    planning = {"link": {"latency_s": 1e-4}, "action_overhead_s": 2e-5}
+    ((got, _),) = real._profiles_with_link([("m", case, tmp_path / "a.json")], cfg, None, runtime_from=planning)
+    assert asked == [False]
+    assert got["action_overhead_s"] == 2e-5 and got["link"] == planning["link"]
+    assert json.loads((tmp_path / "a.json").read_text()) == got
+    ((got, _),) = real._profiles_with_link([("m", case, tmp_path / "b.json")], cfg, {"latency_s": 2e-4})
+    assert asked == [False, True] and got["action_overhead_s"] == 9.0 and got["link"] == {"latency_s": 2e-4}
+
+
 def test_profiling_sessions_go_round_the_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Model 1, model 2, model 1, model 2, ...: each model's sessions spread over the profiling phase."""
     order: list[str] = []
 
-    def one(model_arg, case, cfg, out):  # noqa: ANN001, ANN202
+    def one(model_arg, case, cfg, out, runtime=True):  # noqa: ANN001, ANN202
         order.append(str(model_arg))
         return {"entries": [{"f_s": float(len(order))}], "head_chunks": []}
 

@@ -127,7 +127,7 @@ def test_every_report_states_its_usable_memory(adaptis, tmp_path: Path) -> None:
 def test_gpus_beyond_the_profile_scale_it_with_a_note(adaptis, tmp_path: Path) -> None:
     plan = tmp_path / "plan.json"
     args = ("--model", "tiny-llama", "--hardware", "cpu", "--gpus", "16", "--global-batch-size", "16")
-    r = adaptis("plan", *args, "--seq-len", "128", "--pp", "2", "--time-limit", "1", "-o", plan)
+    r = adaptis("plan", *args, "--seq-len", "128", "--pp", "2", "--time-limit", "1", "--no-hard-stop", "-o", plan)
     assert r.exit_code == 0, r.stderr
     line = "note: --gpus 16: hardware 'cpu' holds 8 GPUs (1 node of 8); planned on 2 such nodes"
     assert line in r.stderr
@@ -136,7 +136,9 @@ def test_gpus_beyond_the_profile_scale_it_with_a_note(adaptis, tmp_path: Path) -
 def test_a_batch_coprime_with_the_gpus_says_dp_is_1_and_which_batch_opens_it(adaptis, tmp_path: Path) -> None:
     plan = tmp_path / "plan.json"
     args = ("--model", "tiny-llama", "--hardware", "cpu", "--gpus", "8", "--global-batch-size", "7")
-    r = adaptis("plan", *args, "--seq-len", "128", "--pp", "2", "--time-limit", "1", "-o", plan, "--json")
+    r = adaptis(
+        "plan", *args, "--seq-len", "128", "--pp", "2", "--time-limit", "1", "--no-hard-stop", "-o", plan, "--json"
+    )
     assert r.exit_code == 0, r.stderr
     assert r.json()["configuration"]["dp"] == 1
     assert (

@@ -103,7 +103,7 @@ def _device(d: dict) -> dict:
 def test_non_finite_and_absurd_hardware_numbers(adaptis, tmp_path: Path, edit, needle: str) -> None:
     hw = _hw_edit(tmp_path, edit)
     out = tmp_path / "p.json"
-    r = adaptis("plan", *_opts(hardware=str(hw)), "--time-limit", "1", "-o", out)
+    r = adaptis("plan", *_opts(hardware=str(hw)), "--time-limit", "1", "--no-hard-stop", "-o", out)
     one_line_error(r, 2, "hw.json", needle, "allowed")
     assert not out.exists()
 
@@ -120,7 +120,7 @@ def test_absurd_model_sizes(adaptis, tmp_path: Path, key: str, value: float, nee
     data = json.loads((CONFIGS / "mixtral-8x7b.json").read_text()) | {key: value}
     config = _write(tmp_path / "config.json", data)
     t0 = time.perf_counter()
-    r = adaptis("plan", *_opts(model=str(config)), "--time-limit", "1", "-o", tmp_path / "p.json")
+    r = adaptis("plan", *_opts(model=str(config)), "--time-limit", "1", "--no-hard-stop", "-o", tmp_path / "p.json")
     one_line_error(r, 2, "config.json", needle)
     assert time.perf_counter() - t0 < 30  # refused up front, not after building a billion layers
 
@@ -150,13 +150,15 @@ def test_absurd_option_values(adaptis, tmp_path: Path, args: tuple[str, ...], ne
 
 @pytest.mark.parametrize("seed", ["2147483648", "-1", "99999999999999999999999"])
 def test_seed_outside_32_bits(adaptis, tmp_path: Path, seed: str) -> None:
-    r = adaptis("plan", *TINY, "--time-limit", "1", "--seed", seed, "-o", tmp_path / "p.json")
+    r = adaptis("plan", *TINY, "--time-limit", "1", "--no-hard-stop", "--seed", seed, "-o", tmp_path / "p.json")
     assert r.exit_code == 2 and "Traceback" not in r.stderr and "--seed" in r.stderr, r.stderr
     assert "2147483647" in r.stderr
 
 
 def test_largest_seed_is_fine(adaptis, tmp_path: Path) -> None:
-    r = adaptis("plan", *TINY, "--time-limit", "1", "--seed", str(2**31 - 1), "-o", tmp_path / "p.json")
+    r = adaptis(
+        "plan", *TINY, "--time-limit", "1", "--no-hard-stop", "--seed", str(2**31 - 1), "-o", tmp_path / "p.json"
+    )
     assert r.exit_code == 0, r.stderr
 
 
@@ -418,7 +420,17 @@ def test_schema_dir_refuses_a_file(adaptis, tmp_path: Path) -> None:
 
 def test_absurd_micro_batch_counts_are_refused_up_front(adaptis, tmp_path: Path) -> None:
     """The plan's size is bounded, so the classic baselines and the plan file cannot outgrow the time limit."""
-    args = ("--model", "gemma-s", "--hardware", "h200", "--time-limit", "1", "-o", tmp_path / "p.json")
+    args = (
+        "--model",
+        "gemma-s",
+        "--hardware",
+        "h200",
+        "--time-limit",
+        "1",
+        "--no-hard-stop",
+        "-o",
+        tmp_path / "p.json",
+    )
     t0 = time.perf_counter()
     for pp, m, limit in ((32, 2048, "32768"), (4, 100_000, "8192"), (1024, 64, "32768")):
         one_line_error(adaptis("plan", *args, "--pp", pp, "--microbatches", m), 2, limit)

@@ -23,7 +23,7 @@ megatron_layout_mod = pytest.importorskip(
 
 def _plan(tmp_path: Path, model: str | Path, name: str, *args: str) -> tuple[Path, dict]:
     path = tmp_path / f"{name}.json"
-    r = run_adaptis("plan", "--model", model, *args, "--time-limit", "1", "-o", path)
+    r = run_adaptis("plan", "--model", model, *args, "--time-limit", "1", "--no-hard-stop", "-o", path)
     assert r.exit_code == 0, r.stderr
     return path, json.loads(path.read_text())
 

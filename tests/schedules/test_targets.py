@@ -105,7 +105,7 @@ TINY = ("--model", "tiny-gemma", "--hardware", "cpu", "--pp", "2", "--microbatch
 @pytest.mark.parametrize("target", ["torch", "torchtitan", "megatron"])
 def test_plan_for_a_target_exports_and_reports_the_cost(adaptis, tmp_path: Path, target: str) -> None:
     out = tmp_path / "p.json"
-    r = adaptis("plan", *TINY, "--time-limit", "1", "--target", target, "-o", out, "--json")
+    r = adaptis("plan", *TINY, "--time-limit", "1", "--no-hard-stop", "--target", target, "-o", out, "--json")
     assert r.exit_code == 0, r.stderr
     summary = r.json()
     plan = json.loads(out.read_text())
@@ -123,12 +123,12 @@ def test_plan_for_a_target_exports_and_reports_the_cost(adaptis, tmp_path: Path,
         order = get_spec("1F1B" if k == 1 else "Interleaved1F1B").build(tuple(sd), 2, 4)
         stored = [[f"{a['stage']}{a['op']}{a['mb']}" for a in dev["actions"]] for dev in plan["devices"]]
         assert stored == [[str(a) for a in prog] for prog in order]
-    human = adaptis("plan", *TINY, "--time-limit", "1", "--target", target, "-o", tmp_path / "h.json")
+    human = adaptis("plan", *TINY, "--time-limit", "1", "--no-hard-stop", "--target", target, "-o", tmp_path / "h.json")
     assert f"target {target}" in human.stderr and "restriction costs" in human.stderr
 
 
 def test_default_target_has_no_unrestricted_twin(adaptis, tmp_path: Path) -> None:
-    r = adaptis("plan", *TINY, "--time-limit", "1", "-o", tmp_path / "p.json", "--json")
+    r = adaptis("plan", *TINY, "--time-limit", "1", "--no-hard-stop", "-o", tmp_path / "p.json", "--json")
     assert r.exit_code == 0 and r.json()["target"] == "adaptis" and "unrestricted" not in r.json()
 
 
@@ -142,7 +142,7 @@ def test_default_target_has_no_unrestricted_twin(adaptis, tmp_path: Path) -> Non
 )
 def test_plan_refuses_what_the_target_cannot_run(adaptis, tmp_path: Path, args, needles) -> None:
     out = tmp_path / "p.json"
-    r = adaptis("plan", *TINY, "--time-limit", "1", *args, "-o", out)
+    r = adaptis("plan", *TINY, "--time-limit", "1", "--no-hard-stop", *args, "-o", out)
     assert r.exit_code == 2, r.stderr
     for needle in needles:
         assert needle in r.stderr, (needle, r.stderr)
