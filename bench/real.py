@@ -24,7 +24,8 @@ Data flow, per tiny model (`ModelCase`):
    When adaptive splits the head into vocabulary chunks, the split model is profiled too (after
    the launches, step 3: nothing stands between the planning profile and the launches) and the
    adaptive plan re-simulated with it (a diagnostic column: the planner itself costs the
-   chunks from the chunks the planning profile measured);
+   chunks from the chunks the planning profile measured; this profile and the after-run one measure
+   the layers alone and take the planning profile's link and time per action, `RUNTIME_KEYS`);
 3. torchrun launches (`bench.torch_runtime`, 2 ranks, gloo, one thread each; `launches` per model, the
    measured rounds split among them; all models are profiled and planned first, and both the profiling
    sessions and the launches go round the models: `SPREAD`); each builds torch's
@@ -442,8 +443,9 @@ def wait_all(procs: Sequence[subprocess.Popen], timeout_s: float, what: str) -> 
             raise RuntimeError(f"{what} failed: {tail[0]}")
 
 
-def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) -> dict:
-    """`adaptis profile` run as the ranks run -> the profile JSON (also written to `out`).
+def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path, runtime: bool = True) -> dict:
+    """`adaptis profile` run as the ranks run -> the profile JSON (also written to `out`); without
+    `runtime`, the layers alone (`--no-runtime`: no gloo link, no time per action).
 
     `cfg.profile_procs` copies at once, each a fresh process with one intra-op thread and
     `MALLOC_ENV`: with PP=2 both cores are busy, as in the pipeline, so the profile sees the
@@ -464,6 +466,7 @@ def profile(model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path) 
             sys.executable, "-m", "adaptis_plan.cli", "profile", "--model", str(model_arg), "--device", "cpu",
             "--seq-len", str(case.seq_len), "--micro-batch-size", str(case.micro_batch_size),
             "--repeats", str(cfg.profile_repeats), "-o", str(path), *(["--reverse"] if k % 2 else []),
+            *([] if runtime else ["--no-runtime"]),
         ]  # fmt: skip
         procs.append(
             subprocess.Popen(
@@ -507,7 +510,7 @@ _TIMES = ("f_s", "i_s", "w_s", "w_hot_s", "b_s")
 
 
 def _quiet_profiles(
-    items: Sequence[tuple[str | Path, ModelCase, Path]], cfg: RealConfig, sessions: int = 1
+    items: Sequence[tuple[str | Path, ModelCase, Path]], cfg: RealConfig, sessions: int = 1, runtime: bool = True
 ) -> list[tuple[dict, float]]:
     """`profile` each (model, case, out) `sessions` times, each session after waiting for a quiet
     machine; the sessions go round the models (model 1, 2, ..., 1, 2, ...), so each model's sessions
@@ -521,7 +524,7 @@ def _quiet_profiles(
     kept: list[list[tuple[dict, float]]] = [[] for _ in items]
     for _ in range(max(1, sessions)):
         for got, (model_arg, case, out) in zip(kept, items, strict=True):
-            got.append(_quiet_session(model_arg, case, cfg, out, retry))
+            got.append(_quiet_session(model_arg, case, cfg, out, retry, runtime))
     results = []
     for got, (_, _, out) in zip(kept, items, strict=True):
         merged = got[0][0] if len(got) == 1 else combine_profiles([p for p, _ in got], statistics.median)
@@ -531,7 +534,7 @@ def _quiet_profiles(
 
 
 def _quiet_session(
-    model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path, retry: bool
+    model_arg: str | Path, case: ModelCase, cfg: RealConfig, out: Path, retry: bool, runtime: bool = True
 ) -> tuple[dict, float]:
     """One `profile` after waiting for a quiet machine, and with `retry` once more when other jobs took
     over 1.5 x `quiet_share` of it meanwhile: (the quieter profile, others' share while it ran)."""
@@ -539,7 +542,7 @@ def _quiet_session(
     for _attempt in range(2 if retry else 1):
         wait_quiet(cfg.quiet_wait_s, cfg.quiet_share)
         before = _sample()
-        got = profile(model_arg, case, cfg, out)
+        got = profile(model_arg, case, cfg, out, runtime)
         share = others_share(before, _sample())
         if best is None or share < best[1]:
             best = (got, share)
@@ -602,7 +605,9 @@ def _split_spec(model, num_chunks: int, work: Path) -> Path:  # noqa: ANN001
     return spec
 
 
-def _resimulate_with_chunks(spec: Path, case: ModelCase, cfg: RealConfig, link: dict | None, work: Path) -> dict:
+def _resimulate_with_chunks(
+    spec: Path, case: ModelCase, cfg: RealConfig, link: dict | None, work: Path, planning: dict
+) -> dict:
     """{"adaptive": step time} of the adaptive plan simulated with the split model's own profile
     (`spec`, from `_split_spec`).
 
@@ -614,27 +619,46 @@ def _resimulate_with_chunks(spec: Path, case: ModelCase, cfg: RealConfig, link: 
     from adaptis_plan.usecases import simulate_plan_file
 
     path = work / "profile-chunks.json"
-    _profile_with_link(spec, case, cfg, link, path)
+    _profile_with_link(spec, case, cfg, link, path, runtime_from=planning)
     outcome = simulate_plan_file(str(work / "plan-adaptive.json"), costs_path=str(path))
     return {"adaptive": predictions(outcome.result)[0]}
 
 
 def _profile_with_link(
-    model_arg: str | Path, case: ModelCase, cfg: RealConfig, link: dict | None, out: Path, sessions: int = 1
+    model_arg: str | Path,
+    case: ModelCase,
+    cfg: RealConfig,
+    link: dict | None,
+    out: Path,
+    *,
+    runtime_from: dict | None = None,
 ) -> tuple[dict, float]:
     """`_profiles_with_link` of one model (what planning and re-simulation read)."""
-    return _profiles_with_link([(model_arg, case, out)], cfg, link, sessions)[0]
+    return _profiles_with_link([(model_arg, case, out)], cfg, link, runtime_from=runtime_from)[0]
+
+
+#: what `adaptis profile --runtime` adds to the layers' costs: the host's, not the layers' (measured once per run)
+RUNTIME_KEYS = ("link", "action_overhead_s")
 
 
 def _profiles_with_link(
-    items: Sequence[tuple[str | Path, ModelCase, Path]], cfg: RealConfig, link: dict | None, sessions: int = 1
+    items: Sequence[tuple[str | Path, ModelCase, Path]],
+    cfg: RealConfig,
+    link: dict | None,
+    sessions: int = 1,
+    *,
+    runtime_from: dict | None = None,
 ) -> list[tuple[dict, float]]:
-    """`_quiet_profiles` with the measured gloo link added to each."""
-    got = _quiet_profiles(items, cfg, sessions)
-    if link is not None:
-        for (measured, _), (_, _, out) in zip(got, items, strict=True):
+    """`_quiet_profiles` with the measured gloo link added to each. With `runtime_from` (the planning
+    profile), the layers alone are profiled and the runtime's costs (`RUNTIME_KEYS`) are that profile's:
+    a profile taken again for its layers (after the launch, or of the split head) measures them again."""
+    got = _quiet_profiles(items, cfg, sessions, runtime=runtime_from is None)
+    for (measured, _), (_, _, out) in zip(got, items, strict=True):
+        if runtime_from is not None:
+            measured.update({k: runtime_from[k] for k in RUNTIME_KEYS if runtime_from.get(k) is not None})
+        if link is not None:
             measured["link"] = link
-            out.write_text(json.dumps(measured, indent=1))
+        out.write_text(json.dumps(measured, indent=1))
     return got
 
 
@@ -648,7 +672,7 @@ def _in_run_profiles(ranks: Sequence[dict], planning: dict, work: Path, rnd: int
     for k in range(len(ranks[0]["profiles"])):
         copies = [r["profiles"][k] if rnd is None else r["profile_rounds"][rnd][k] for r in ranks]
         merged = average_profiles(copies)
-        for key in ("link", "action_overhead_s"):
+        for key in RUNTIME_KEYS:
             if planning.get(key) is not None:
                 merged[key] = planning[key]
         name = "profile-in-run" + ("" if k == 0 else "-chunks") + ("" if rnd is None else f".round{rnd}")
@@ -794,7 +818,7 @@ def after_profile(prep: _Prepared, cfg: RealConfig, link: dict | None) -> None:
     """A second profile right after the model's last launch, and every plan re-simulated with it."""
     t0 = time.perf_counter()
     after_path = prep.work / "profile-after.json"
-    _profile_with_link(prep.case.model, prep.case, cfg, link, after_path)
+    _profile_with_link(prep.case.model, prep.case, cfg, link, after_path, runtime_from=prep.measured)
     prep.after = _resimulate(prep.plan_paths, after_path)
     prep.wall_s += time.perf_counter() - t0
 
@@ -827,7 +851,7 @@ def finish_model(prep: _Prepared, cfg: RealConfig, link: dict | None) -> ModelRe
     case, work, measured, plans = prep.case, prep.work, prep.measured, prep.plans
     after, plan_paths = prep.after, prep.plan_paths
     split_spec = prep.split_spec
-    chunked = _resimulate_with_chunks(split_spec, case, cfg, link, work) if split_spec is not None else {}
+    chunked = _resimulate_with_chunks(split_spec, case, cfg, link, work, measured) if split_spec is not None else {}
     ranks = [merge_launches([json.loads((out / f"rank{r}.json").read_text()) for out in prep.outs]) for r in range(PP)]
 
     def in_run_predictions(profiles: list[Path]) -> dict[str, tuple[float, float]]:
