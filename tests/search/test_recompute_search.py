@@ -303,22 +303,23 @@ def test_auto_is_never_slower_than_a_forced_mode_where_memory_binds(
 
 
 @pytest.mark.slow
-def test_auto_plans_the_500_layer_pipeline_that_full_recomputation_plans(tmp_path) -> None:  # noqa: ANN001
-    """500 LLaMA-2-S layers, PP 64, 512 micro-batches at 4K tokens on h200 with the default limit: no
-    plan without recomputation fits, and the search is cut short at once (the classic plans take the
-    time), so each forced mode's search is its classic plans. auto used to skip every recompute
+def test_auto_plans_the_250_layer_pipeline_that_full_recomputation_plans(tmp_path) -> None:  # noqa: ANN001
+    """250 LLaMA-2-S layers, PP 32, 256 micro-batches at 8K tokens on h200 with the default limit (the
+    same layers per stage and activations per device as 500 layers at PP 64 x 512 at 4K, a quarter of
+    the work): no plan without recomputation fits, and the search is cut short at once (the classic
+    plans take the time), so each forced mode's search is its classic plans. auto used to skip every recompute
     candidate then and exit 3 where `--recompute full` plans a step 4% above its bound; it now
     searches the forced modes (their classic plans at least) and plans no slower than full."""
     from adaptis_plan.inputs.models.load import load_model
 
     base = load_model("llama-2-s")
     blocks = base.layers[1:-1]
-    layers = [base.layers[0], *(blocks[i % len(blocks)] for i in range(498)), base.layers[-1]]
-    spec = tmp_path / "llama-2-s-500.json"
-    spec.write_text(base.model_copy(update={"name": "llama-2-s-500", "layers": layers}).model_dump_json())
+    layers = [base.layers[0], *(blocks[i % len(blocks)] for i in range(248)), base.layers[-1]]
+    spec = tmp_path / "llama-2-s-250.json"
+    spec.write_text(base.model_copy(update={"name": "llama-2-s-250", "layers": layers}).model_dump_json())
 
     def req(mode: str) -> PlanRequest:
-        return PlanRequest.of(str(spec), "h200", 64, 512, seq_len=4096, recompute=mode)
+        return PlanRequest.of(str(spec), "h200", 32, 256, seq_len=8192, recompute=mode)
 
     full = make_plan_for(req("full"))
     auto = make_plan_for(req("auto"))
