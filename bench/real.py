@@ -120,6 +120,9 @@ class RealConfig:
     time_limit_s: float = 5.0  # adaptive search
     profile_repeats: int = 7
     profile_procs: int = PP  # concurrent profiler processes (as many as ranks: the same contention)
+    # the planning profile also measures the runtime's time per action (`adaptis profile --runtime`); without it
+    # the plans charge none (the CI smoke: tests/executor/test_profile.py measures it)
+    profile_runtime: bool = True
     # planning profiles of each model, their per-layer median planned with; the sessions go round the models
     profile_sessions: int = 3
     # launches per model, the measured rounds split among them; they go round the models (`SPREAD`)
@@ -652,7 +655,7 @@ def _profiles_with_link(
     """`_quiet_profiles` with the measured gloo link added to each. With `runtime_from` (the planning
     profile), the layers alone are profiled and the runtime's costs (`RUNTIME_KEYS`) are that profile's:
     a profile taken again for its layers (after the launch, or of the split head) measures them again."""
-    got = _quiet_profiles(items, cfg, sessions, runtime=runtime_from is None)
+    got = _quiet_profiles(items, cfg, sessions, runtime=runtime_from is None and cfg.profile_runtime)
     for (measured, _), (_, _, out) in zip(got, items, strict=True):
         if runtime_from is not None:
             measured.update({k: runtime_from[k] for k in RUNTIME_KEYS if runtime_from.get(k) is not None})
@@ -1530,6 +1533,7 @@ def settings(cfg: RealConfig) -> dict:
         "tp": 1,
         "memory_limit": None,
         "costs": "measured profiles (adaptis profile on this machine, per model)",
+        "profile_runtime": cfg.profile_runtime,
         "models": [dataclasses.asdict(c) for c in cfg.cases],
         "warmup": cfg.warmup,
         "rounds": cfg.rounds,

@@ -39,6 +39,7 @@ SMOKE = real.RealConfig(
     time_limit_s=0.5,
     profile_repeats=1,
     profile_sessions=1,  # one session (~25 s of both cores); the median over sessions is tested below
+    profile_runtime=False,  # no time per action (~25 s of torchrun launches): tests/executor/test_profile.py's
     launches=2,  # the rounds over two launches, merged
     link_samples=1,
     timeout_s=240.0,
