@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import importlib.util
 import json
 import logging
 import os
@@ -295,7 +296,7 @@ def _model_for_plan(job: PlanJob) -> ModelSpec:
 def _resolve_device(device: str, nproc: int) -> str:
     if device not in ("auto", "cpu", "cuda"):
         raise InputError(f"device = {device!r}: use auto, cpu or cuda")
-    if device == "cpu":
+    if device == "cpu" or (device == "auto" and not _gpu_build()):
         return "cpu"
     import torch
 
@@ -303,6 +304,20 @@ def _resolve_device(device: str, nproc: int) -> str:
     if device == "cuda" and n < nproc:
         raise InputError(f"device = cuda: {nproc} processes per node need {nproc} GPUs, found {n}; use --device cpu")
     return "cuda" if n >= nproc else "cpu"
+
+
+def _gpu_build() -> bool:
+    """Whether the installed torch is built for GPUs (CUDA or ROCm), read from its version file: on a CPU
+    build, `auto` means cpu without importing torch into the launcher (about 2 s of CPU per launch)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False  # no torch here: the ranks' own import says so
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return True  # unknown: torch itself is asked
+    builds = re.findall(r"^(?:cuda|hip)\s*(?::[^=\n]*)?=\s*(.+?)\s*$", text, re.MULTILINE)
+    return len(builds) != 2 or any(b != "None" for b in builds)
 
 
 def _check_port_number(flag: str, port: int) -> None:

@@ -181,3 +181,32 @@ def test_deadlocking_plan_is_refused_before_launch(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="^dead.json: .*circular wait"):
         run_plan(plan, model, label="dead.json")
     assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("version_py", "gpu"),
+    [
+        ("cuda: Optional[str] = None\nhip: Optional[str] = None\n", False),
+        ("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n", True),
+        ("cuda = None\nhip = '6.3.42131'\n", True),
+        ("__version__ = 'x'\n", True),  # unreadable: torch itself is asked
+    ],
+)
+def test_auto_device_reads_the_torch_build_without_importing_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version_py: str, gpu: bool
+) -> None:
+    import importlib.util
+    from types import SimpleNamespace
+
+    from adaptis_plan.executor import launch
+
+    (tmp_path / "version.py").write_text(version_py)
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: SimpleNamespace(submodule_search_locations=[tmp_path])
+    )
+    assert launch._gpu_build() is gpu
+    if not gpu:
+        assert launch._resolve_device("auto", 2) == "cpu"
+    monkeypatch.undo()
+    assert launch._gpu_build() is (torch.version.cuda is not None or torch.version.hip is not None)
