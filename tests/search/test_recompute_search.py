@@ -113,7 +113,7 @@ def test_auto_recomputes_where_memory_binds_and_keeps_only_a_faster_plan() -> No
     # 45 bytes: the plan without recomputation fits, and no candidate is faster: it is kept; the
     # candidates its step rules out by their tables' lower bounds are not even searched
     costs, plain = _plain(45.0)
-    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, seed=0, **_budget(20.0))
+    out = search_recompute(_table, costs, plain, KINDS, 8, components=ALL, seed=0, **_budget(5.0))
     step = plain.best.result.step_time_s
     ruled_out = out.info.get("cannot_win", {})
     assert out.outcome is plain and out.modes == ["none"] * len(KINDS)
