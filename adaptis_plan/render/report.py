@@ -198,6 +198,16 @@ def print_configurations(console: Console, cluster: dict) -> None:
     if oom:
         r = oom[0]
         console.print(f"closest out of memory: {_dims(r['configuration'])}: {shown(r.get('reason', ''), 300)}")
+    co = cluster.get("co_design")
+    if co is not None:
+        alone = co["classic_only"]
+        console.print(
+            f"co-design: here the plan is {co['gain_over_classic']:.1%} faster than the best classic schedule"
+            f" ({shown(co['classic_strategy'])}); classic schedules alone would choose {_dims(alone['configuration'])},"
+            f" {shown(alone['configuration']['strategy'])}, at {alone['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
+            f" (this plan {co['gain_over_classic_only']:+.1%}"
+            + ("; the co-designed pipeline chose the configuration)" if co["decides_configuration"] else ")")
+        )
     gap = cluster.get("configuration_gap")
     console.print(
         f"configuration lower bound {_ms(cluster['configuration_lower_bound_s'])} ms (the least over every legal"

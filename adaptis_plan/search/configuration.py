@@ -210,6 +210,10 @@ class Considered:
     recompute: str | None = None
     strategy: str | None = None
     overflow_bytes: float = 0.0
+    # the fastest classic schedule's whole step here: the screen's (1F1B or Interleaved1F1B on Megatron's
+    # uniform split), and at a planned point also every classic plan its pipeline search started from
+    classic_step_s: float | None = None
+    classic_strategy: str | None = None
 
     def record(self) -> dict:
         out: dict = {"configuration": self.point.as_dict(), "lower_bound_s": self.bound_s, "status": self.status}
@@ -225,6 +229,9 @@ class Considered:
             out["reason"] = self.reason
         if self.overflow_bytes:
             out["overflow_bytes"] = self.overflow_bytes
+        if self.classic_step_s is not None:
+            out["classic_step_time_s"] = self.classic_step_s
+            out["classic_strategy"] = self.classic_strategy
         return out
 
 
@@ -584,6 +591,7 @@ def _screen(
             step = training_step(cand.layout, cand.programs, result, model, training, hw, costs.device_names)
             row.status, row.step_time_s, row.recompute, row.strategy = "screened", step.step_time_s, mode, strategy
             row.chunks = chunks
+            row.classic_step_s, row.classic_strategy = step.step_time_s, _schedule_name(strategy, chunks)
             return _Screen(row, tables, cand, step, mode, (strategy, chunks))
     strategy = schedules[-1][0]
     row.status, row.overflow_bytes = "out_of_memory", worst
@@ -908,7 +916,30 @@ def _plan_point(
         row.recompute = recompute
     assert step is not None  # the screened point fits: it has a step
     row.status, row.step_time_s = "planned", step.step_time_s
+    for name, classic_s in _classic_steps(hw, p, training, planned):
+        if row.classic_step_s is None or classic_s < row.classic_step_s:
+            row.classic_step_s, row.classic_strategy = classic_s, name
     return Choice(p, training, hw, planned, step, [], math.inf)
+
+
+def _schedule_name(strategy: str, chunks: int) -> str:
+    return f"{strategy} x{chunks}" if strategy == "Interleaved1F1B" and chunks > 1 else strategy
+
+
+def _classic_steps(
+    hw: HardwareProfile, p: Point, training: TrainingConfig, planned: driver.PipelinePlan
+) -> list[tuple[str, float]]:
+    """(name, whole step) of each classic plan the pipeline search at `p` started from that fits
+    (`driver.PipelinePlan.baselines`: every classic strategy on the uniform and the balanced split)."""
+    out = []
+    for name, cand in planned.baselines.items():
+        if cand.result is None or not cand.result.fits_memory:
+            continue
+        step = training_step(
+            cand.layout, cand.programs, cand.result, planned.model, training, hw, planned.costs.device_names
+        )
+        out.append((name, step.step_time_s))
+    return out
 
 
 def _seeds(model: ModelSpec, req: Request, got: _Screen) -> tuple[tuple[str, str, int], ...]:
@@ -1084,6 +1115,44 @@ def configuration_record(choice: Choice, model: ModelSpec, req: Request) -> dict
         "configuration_lower_bound_s": choice.lower_bound_s,
         "configuration_gap": choice.step.step_time_s / choice.lower_bound_s - 1 if choice.lower_bound_s > 0 else None,
         "configurations": [r.record() for r in rows],
+        "co_design": co_design_record(choice, req),
+    }
+
+
+def co_design_record(choice: Choice, req: Request) -> dict | None:
+    """What the co-designed pipeline buys (the `--json` key `co_design`): at the chosen configuration, its
+    step against the fastest classic schedule's there (`Considered.classic_step_s`), and the configuration
+    a search of classic schedules alone would choose among those priced (the least classic step), with its
+    throughput. None when no classic schedule was priced (a plan that is no whole-configuration search)."""
+    priced = [r for r in choice.considered if r.classic_step_s is not None]
+    here = next((r for r in priced if r.point == choice.point), None)
+    if here is None or here.classic_step_s is None:
+        return None
+    alone = min(priced, key=lambda r: (r.classic_step_s, r.point.preference))
+    assert alone.classic_step_s is not None
+    step = choice.step.step_time_s
+
+    def gain(classic_s: float) -> float:
+        g = classic_s / step - 1
+        return 0.0 if abs(g) < 1e-9 else g  # the same step, summed in another order
+
+    a = alone.point
+    tokens = a.dp * a.micro_batch_size * a.num_microbatches * req.seq_len  # the global batch's, at every point
+    return {
+        "classic_step_time_s": here.classic_step_s,
+        "classic_strategy": here.classic_strategy,
+        "gain_over_classic": gain(here.classic_step_s),
+        "classic_only": {
+            "configuration": {
+                **alone.point.as_dict(),
+                "recompute": alone.recompute,
+                "strategy": alone.classic_strategy,
+            },
+            "step_time_s": alone.classic_step_s,
+            "tokens_per_s_per_gpu": tokens / alone.classic_step_s / req.gpus,
+        },
+        "gain_over_classic_only": gain(alone.classic_step_s),
+        "decides_configuration": alone.point != choice.point,
     }
 
 

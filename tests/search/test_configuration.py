@@ -488,3 +488,36 @@ def test_one_planned_point_gets_the_budget_two_would_share(monkeypatch) -> None:
         C.search_configuration(load_model("llama-2-7b"), load_hardware("h100"), req, budget=budget,
                                deadline=Deadline.after(1e9))  # fmt: skip
     assert shares == [budget.schedule_actions // 2] + [budget.schedule_actions // 4] * 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (*SMALL, "--gpus", "16", "--global-batch-size", "64"),
+        ("--model", "gemma-s", "--hardware", "h200", "--gpus", "8", "--global-batch-size", "32", "--seq-len", "2048"),
+    ],
+    ids=["small-16", "gemma-s-8"],
+)
+def test_the_co_design_share_is_reported_against_classic_schedules(adaptis, tmp_path, args) -> None:  # noqa: ANN001
+    """At the chosen configuration, no classic plan priced there has a shorter whole step, and the
+    configuration classic schedules alone would choose is the least classic step over every priced point."""
+    r = adaptis("plan", *args, "-o", tmp_path / "p.json", "--json")
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    co, step = d["co_design"], d["training_step"]["training_step_time_s"]
+    assert co["classic_step_time_s"] >= step * (1 - 1e-9) and co["gain_over_classic"] >= 0
+    assert co["gain_over_classic"] == pytest.approx(co["classic_step_time_s"] / step - 1, abs=1e-9)
+    priced = [row for row in d["configurations"] if "classic_step_time_s" in row]
+    here = next(
+        row for row in priced if row["configuration"] == {k: d["configuration"][k] for k in row["configuration"]}
+    )
+    assert here["classic_step_time_s"] == co["classic_step_time_s"]
+    alone = co["classic_only"]
+    assert alone["step_time_s"] == min(row["classic_step_time_s"] for row in priced)
+    assert alone["step_time_s"] >= step * (1 - 1e-9) and co["gain_over_classic_only"] >= 0
+    tokens = d["tokens_per_s"] * step
+    assert alone["tokens_per_s_per_gpu"] == pytest.approx(tokens / alone["step_time_s"] / d["gpus"])
+    dims = {k: alone["configuration"][k] for k in here["configuration"]}
+    assert co["decides_configuration"] is (dims != here["configuration"])
+    human = adaptis("plan", *args, "-o", tmp_path / "q.json")
+    assert "co-design: here the plan is" in human.stderr and "classic schedules alone would choose" in human.stderr
