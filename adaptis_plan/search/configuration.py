@@ -1123,7 +1123,9 @@ def co_design_record(choice: Choice, req: Request) -> dict | None:
     """What the co-designed pipeline buys (the `--json` key `co_design`): at the chosen configuration, its
     step against the fastest classic schedule's there (`Considered.classic_step_s`), and the configuration
     a search of classic schedules alone would choose among those priced (the least classic step), with its
-    throughput. None when no classic schedule was priced (a plan that is no whole-configuration search)."""
+    throughput. None for a classic request (no co-designed pipeline), or when no classic schedule was priced."""
+    if req.pipeline.strategy.lower() != "adaptive":
+        return None
     priced = [r for r in choice.considered if r.classic_step_s is not None]
     here = next((r for r in priced if r.point == choice.point), None)
     if here is None or here.classic_step_s is None:

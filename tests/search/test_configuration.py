@@ -521,3 +521,21 @@ def test_the_co_design_share_is_reported_against_classic_schedules(adaptis, tmp_
     assert co["decides_configuration"] is (dims != here["configuration"])
     human = adaptis("plan", *args, "-o", tmp_path / "q.json")
     assert "co-design: here the plan is" in human.stderr and "classic schedules alone would choose" in human.stderr
+
+
+def test_a_classic_request_reports_no_co_design(adaptis, tmp_path) -> None:  # noqa: ANN001
+    r = adaptis(
+        "plan",
+        *SMALL,
+        "--gpus",
+        "8",
+        "--global-batch-size",
+        "32",
+        "--strategy",
+        "1F1B",
+        "-o",
+        tmp_path / "p.json",
+        "--json",
+    )
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["co_design"] is None
