@@ -39,11 +39,14 @@ whole steps (a schedule whose closed-form memory already overflows is not simula
 a point whose bound is above the best screened step is pruned (it cannot win); screening stops when
 its budget is spent (`SCREEN_LIMIT`, `SCREEN_ACTIONS`) or when the estimate passes the
 `PLAN_LIMIT`-th best screened step by `SCREEN_MARGIN` (the rest could not be planned: they stay
-not_screened, with the reason). Equal estimates, steps and bounds go to the simpler configuration
+not_screened, with the reason; for an adaptive request a deeper pipeline's estimate counts without
+its closed-form bubble, never below its bound: `_reachable_s`). Equal estimates, steps and bounds go to the simpler configuration
 (`Point.preference`; a point whose bound only ties the best step found is pruned). With several
 workers the next points the screen may reach are screened side by side, then decided in order
 exactly as one by one. The best
-`PLAN_LIMIT` screened points are then planned with the full pipeline search (`driver`), each with
+`PLAN_LIMIT` screened points, and for an adaptive request the best screened point of each deeper
+pipeline whose bound is below the best screened step (`PLAN_MOST` in all: `_to_plan`), are then
+planned with the full pipeline search (`driver`), each with
 1 / (2 x points planned) of the budget (auto recomputation runs up to three searches of it); a big
 pipeline (pp x M >= `BIG_PIPELINE`) plans only the best point, under its screened recompute
 mode. Each point's search runs under the request's target, components (--search) and head split,
@@ -110,6 +113,11 @@ MAX_SEARCHED_MICRO_BATCH = 8
 SCREEN_LIMIT = 8
 SCREEN_ACTIONS = 1_000_000
 PLAN_LIMIT = 2
+#: for an adaptive request, beside the best PLAN_LIMIT screened points, the best screened point of each
+#: deeper pipeline (pp >= 2) not among them whose bound is below the best screened step, in the order of
+#: their screened steps, up to PLAN_MOST points in all: the screen prices classic schedules, and what the
+#: co-designed pipeline buys (the bubble it fills, the stages it balances) is largest in deep pipelines
+PLAN_MOST = 4
 #: once PLAN_LIMIT points are screened, a point whose estimate is this far above the PLAN_LIMIT-th
 #: best screened step is not screened: it would not be planned (the estimate is 1F1B's closed form,
 #: within a few percent of the simulated 1F1B step on the published runs' configurations)
@@ -649,7 +657,7 @@ def search_configuration(
             return "pruned"
         if tried >= SCREEN_LIMIT and actions >= SCREEN_ACTIONS:
             return "budget"  # the screening budget is spent: the rest stay not_screened
-        if len(steps) >= PLAN_LIMIT and row.estimate_s > steps[PLAN_LIMIT - 1] * (1.0 + SCREEN_MARGIN):
+        if len(steps) >= PLAN_LIMIT and _reachable_s(row, req) > steps[PLAN_LIMIT - 1] * (1.0 + SCREEN_MARGIN):
             return "margin"
         if screened and deadline.expired():
             return "deadline"
@@ -724,8 +732,7 @@ def search_configuration(
             raise InfeasibleError(f"{head} {worst.reason}; {_least_gpus(oom, hw)}")
         raise InfeasibleError(f"{head} {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch")
     screened.sort(key=lambda s: (_screened_step_s(s), s.considered.point.preference))
-    top = screened[0].considered.point
-    chosen = screened[: 1 if top.pp * top.num_microbatches >= BIG_PIPELINE else PLAN_LIMIT]
+    chosen = _to_plan(screened, req)
     # each planned point's search: auto runs up to three searches of its budget where memory binds
     # (none's, each forced mode's, `driver`), so a point gets 1 / (2 x points planned) of the budget: one
     # planned point (every dimension fixed, or a big pipeline) gets the half that two would share
@@ -861,6 +868,43 @@ def _table_key(table: CostTable) -> tuple:
         v = getattr(table, f.name)
         out.append((v.shape, v.tobytes()) if isinstance(v, np.ndarray) else v)
     return tuple(out)
+
+
+def _reachable_s(row: Considered, req: Request) -> float:
+    """What the margin rule compares: the estimate, or for an adaptive request at pp >= 2, whose search may
+    fill the classic schedule's bubble, the estimate without its bubble (the closed form's (pp - 1) of
+    M k + pp - 1 slowest-stage slots, k its stages per device), never below the point's proven bound."""
+    p = row.point
+    if req.pipeline.strategy.lower() != "adaptive" or p.pp == 1:
+        return row.estimate_s
+    slots = p.num_microbatches * row.chunks
+    return max(row.bound_s, row.estimate_s * slots / (slots + p.pp - 1))
+
+
+def _to_plan(screened: Sequence[_Screen], req: Request) -> list[_Screen]:
+    """The screened points (sorted by their steps) that get the full pipeline search: a big pipeline's best
+    alone, else the best PLAN_LIMIT, and for an adaptive request the deeper pipelines' best (`PLAN_MOST`)."""
+    top = screened[0].considered.point
+    if top.pp * top.num_microbatches >= BIG_PIPELINE:
+        return [screened[0]]
+    chosen = list(screened[:PLAN_LIMIT])
+    if req.pipeline.strategy.lower() != "adaptive":
+        return chosen
+    best = _screened_step_s(screened[0])
+    depths = {g.considered.point.pp for g in chosen}
+    for got in screened[PLAN_LIMIT:]:
+        p = got.considered.point
+        if len(chosen) >= PLAN_MOST:
+            break
+        if (
+            p.pp > 1
+            and p.pp not in depths
+            and got.considered.bound_s < best
+            and p.pp * p.num_microbatches < BIG_PIPELINE
+        ):
+            chosen.append(got)
+            depths.add(p.pp)
+    return chosen
 
 
 def _prune(row: Considered, best: float) -> None:

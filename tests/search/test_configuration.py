@@ -539,3 +539,42 @@ def test_a_classic_request_reports_no_co_design(adaptis, tmp_path) -> None:  # n
     )
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["co_design"] is None
+
+
+@pytest.mark.unit
+def test_deeper_pipelines_whose_bound_may_win_are_planned_beside_the_best_two() -> None:
+    """The screen prices classic schedules; for an adaptive request the best screened point of each deeper
+    pipeline not among the best two is planned too, when its proven bound is below the best screened step
+    (PLAN_MOST in all); a classic request plans the best two; a big pipeline plans its best alone."""
+    from types import SimpleNamespace
+
+    from adaptis_plan.search import configuration as cfg
+
+    def screen(pp: int, mbs: int, step: float, bound: float, m: int = 8) -> cfg._Screen:
+        p = cfg.Point(tp=1, pp=pp, dp=64 // pp // mbs, cp=1, ep=1, zero=1, micro_batch_size=mbs, num_microbatches=m)
+        return cfg._Screen(cfg.Considered(p, bound, "screened"), step=SimpleNamespace(step_time_s=step))  # type: ignore[arg-type]
+
+    rows = [
+        screen(1, 1, 1.00, 0.90),
+        screen(1, 2, 1.01, 0.90),
+        screen(1, 4, 1.02, 0.90),  # fmt: skip
+        screen(2, 1, 1.05, 0.80),
+        screen(2, 2, 1.06, 0.80),  # the best pp 2 only
+        screen(4, 1, 1.10, 1.00),  # its bound ties the best step: it cannot win
+        screen(8, 1, 1.20, 0.70),
+        screen(16, 1, 1.30, 0.60),  # pp 16 would be a fifth point
+    ]
+    adaptive = Request(64, 512, 4096)
+    assert [(g.considered.point.pp, g.considered.point.micro_batch_size) for g in cfg._to_plan(rows, adaptive)] == [
+        (1, 1), (1, 2), (2, 1), (8, 1),
+    ]  # fmt: skip
+    classic = Request(64, 512, 4096, pipeline=PipelineSettings(strategy="1F1B", recompute="auto", partition="uniform"))
+    assert cfg._to_plan(rows, classic) == rows[:2]
+    big = [screen(64, 1, 1.0, 0.5, m=64), *rows]
+    assert cfg._to_plan(big, adaptive) == big[:1]
+    # the margin rule sees a deep pipeline's estimate without its closed-form bubble, never below its bound
+    row = rows[3].considered
+    row.estimate_s, row.chunks = 1.5, 1
+    assert cfg._reachable_s(row, adaptive) == pytest.approx(max(0.8, 1.5 * 8 / 9))
+    assert cfg._reachable_s(row, classic) == 1.5
+    assert cfg._reachable_s(rows[0].considered, adaptive) == rows[0].considered.estimate_s
