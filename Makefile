@@ -30,13 +30,13 @@ demo: install  ## plan a built-in model on a built-in profile and show the resul
 
 test: install interop  ## the type check, then the whole test suite (exit 5 = no tests collected counts as a failure)
 	$(BIN)/mypy adaptis_plan
-	$(BIN)/python -m pytest -n 2 -p no:cacheprovider tests
+	$(BIN)/python -m pytest -n 2 --dist worksteal -p no:cacheprovider tests
 
 test-unit: install  ## the tests marked unit: no subprocess, no search, no solver (< 30 s; one process: collection dominates)
 	$(BIN)/python -m pytest -p no:cacheprovider -m unit tests
 
 test-fast: install  ## everything but the tests marked slow (torchrun, the bench, long searches, most fuzz cases)
-	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m "not slow" tests
+	$(BIN)/python -m pytest -n 2 --dist worksteal -p no:cacheprovider -m "not slow" tests
 
 lint: install
 	$(BIN)/ruff check adaptis_plan tests bench
