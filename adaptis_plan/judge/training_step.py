@@ -188,6 +188,14 @@ def layer_link_seconds(
     return sync + gather + optimizer
 
 
+def layer_bound_parts(
+    model: ModelSpec, training: TrainingConfig, hardware: HardwareProfile, device_type: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(`layer_extras`, `layer_link_seconds`) of one device type, priced once."""
+    sync, gather, optimizer = _per_layer(model, training, hardware, device_type)
+    return (optimizer if training.dp_overlap else optimizer + sync + gather), sync + gather + optimizer
+
+
 def _per_layer(
     model: ModelSpec, training: TrainingConfig, hardware: HardwareProfile, device_type: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

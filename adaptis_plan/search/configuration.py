@@ -76,8 +76,7 @@ from adaptis_plan.judge.simulate import MEM_SLACK, judged, simulate
 from adaptis_plan.judge.training_step import (
     TrainingStep,
     held_extras,
-    layer_extras,
-    layer_link_seconds,
+    layer_bound_parts,
     training_step,
 )
 from adaptis_plan.schedules import get_spec
@@ -391,8 +390,9 @@ def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Po
     m, pp = point.num_microbatches, point.pp
     # per layer, the least over the pipeline's device types (a layer may sit on any of them)
     kinds = sorted(set(costs.device_names[:pp]))
-    extras = np.min([layer_extras(model, training, hw, k) for k in kinds], axis=0)
-    link = np.min([layer_link_seconds(model, training, hw, k) for k in kinds], axis=0)
+    parts = [layer_bound_parts(model, training, hw, k) for k in kinds]
+    extras = np.min([e for e, _ in parts], axis=0)
+    link = np.min([ln for _, ln in parts], axis=0)
     work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
     bound = max(
         lower_bound(costs, pp, m) + float(extras.min()),
