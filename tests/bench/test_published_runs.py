@@ -58,7 +58,7 @@ def test_each_device_kind_has_runs_from_two_sources_and_both_scales(runs: list[d
 SOURCE_NAMES = {
     "narayanan2021": "Narayanan", "korthikanti2022": "Korthikanti", "megascale2024": "MegaScale",
     "megatron_core_h100_2024": "Megatron-Core", "llama3_2024": "Llama 3", "llmfoundry_mpt": "llm-foundry",
-    "bloom2022": "BLOOM",
+    "bloom2022": "BLOOM", "nemo_megatron_launcher_2022": "NeMo-Megatron-Launcher", "mtnlg2022": "Megatron-Turing",
 }  # fmt: skip
 
 
