@@ -510,6 +510,9 @@ def replay(
     instead of all of these (a measured run's own spans, replayed on the plan's dependencies).
     Pass `flat` when `check_programs` already ran; otherwise it runs here. Raises ProgramError
     on a contract violation and DeadlockError when the programs can never finish.
+
+    One piece on purpose: it is the judge's inner loop, run for every candidate the search
+    simulates, over arrays it builds once and indexes on every action.
     """
     if flat is None:
         flat = check_programs(layout, programs, num_microbatches)
