@@ -45,9 +45,10 @@ FORMAT = {"torch": "torch-csv", "torchtitan": "torchtitan", "megatron": "megatro
 # ----------------------------------------------------------------------------- targets
 def _plan_case(args: tuple[str, int, int, int, float]) -> list[dict]:
     model, pp, seq, mb, limit = args
+    from adaptis_plan.app.export import export_plan_file
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from adaptis_plan.errors import AdaptisError
     from adaptis_plan.planfile.io import write_plan
-    from adaptis_plan.usecases import PlanRequest, export_plan_file, make_plan_for
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="adaptis-bench-targets-") as tmp:
@@ -179,8 +180,9 @@ TORCHCSV_MODEL = "tiny-deepseek"
 
 def torchcsv_measure(quick: bool) -> dict:
     """Plan, export and time the plan in both runtimes; plain JSON of what the section shows."""
+    from adaptis_plan.app.export import export_plan_file
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from adaptis_plan.planfile.io import write_plan
-    from adaptis_plan.usecases import PlanRequest, export_plan_file, make_plan_for
 
     m, seq, rounds, warmup = (8, 128, 5, 1) if quick else (8, 256, 15, 2)
     with tempfile.TemporaryDirectory(prefix="adaptis-bench-torchcsv-") as tmp:

@@ -158,7 +158,7 @@ def check_plan(
     the script passes still on after validate_args (it turns some off silently, e.g.
     --sequence-parallel at tp 1). `env_override` replaces what the script sets (a negative control:
     `--env CUDA_DEVICE_MAX_CONNECTIONS=1` on a Megatron-FSDP plan must fail)."""
-    from adaptis_plan.usecases import export_plan_file
+    from adaptis_plan.app.export import export_plan_file
 
     plan = json.loads(Path(plan_path).read_text())
     ((_, script),) = export_plan_file(plan_path, "megatron-launch", model_arg=model, output=None)

@@ -322,7 +322,7 @@ def _device_hbm(run: dict) -> float:
 
 def plan_forced(run: dict, hbm_bytes: float):  # noqa: ANN201
     """The run planned with every dimension fixed (`bench.scale`'s request), on `hbm_bytes` of memory."""
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from bench.scale import forced_request_args, model_spec
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,7 +4,7 @@ Run through `python -m bench.run --suites paper` (suite `paper`: the sections pa
 bubbles, seq, ablation and plantime share one task pool).
 
 Data flow: `BenchConfig` (which cases each section needs) -> `run_tasks` (a process pool; each
-worker runs `usecases.make_plan_for`, the same path as `adaptis plan`, or `search_plan` with a
+worker runs `app.plan.make_plan_for`, the same path as `adaptis plan`, or `search_plan` with a
 subset of components for the ablation) -> plain result dataclasses -> `run_suite` stores them as
 the suite's JSON record -> `render` (from the record alone, via `results_from_record`) one markdown
 section per experiment, with the paper's published figures (the AdaPtis paper, arXiv 2509.23722,
@@ -331,8 +331,8 @@ def analyse(costs, result, layout, num_microbatches: int) -> dict:
 
 def run_case(case: Case, keep_panels: bool = False) -> CaseResult:
     """Plan one case exactly as `adaptis plan` does; InfeasibleError becomes `error`."""
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from adaptis_plan.errors import AdaptisError
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     req = PlanRequest.of(
         case.model,

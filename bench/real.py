@@ -13,7 +13,7 @@ Data flow, per tiny model (`ModelCase`):
    gloo link (`measure_link` with what each message end costs a computing rank, median of a few
    measurements, once per run) ->
    `<work>/<model>/profile.json`;
-2. plan with it (`usecases.make_plan_for`, hardware `cpu`, `costs_path` = that profile): the
+2. plan with it (`app.plan.make_plan_for`, hardware `cpu`, `costs_path` = that profile): the
    classic `GPipe`, `1F1B`, `Interleaved1F1B`, `ZBVZeroBubble` on the uniform partition, and
    `adaptive`; `plan.predicted.expected_step_time_s` is adaptis' simulation with the measured profile,
    each action's time varying as the profile measured (`predictions`; `step_time_s` without that).
@@ -576,8 +576,8 @@ def _plan(
 ) -> tuple[object, float]:
     """Plan `strategy` with the profile and `recompute` on every stage (the cost table charges it, the
     executor runs it)."""
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from adaptis_plan.planfile.io import write_plan
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     classic = strategy != "adaptive"
     req = PlanRequest.of(
@@ -619,7 +619,7 @@ def _resimulate_with_chunks(
     the prediction error that is. Taken after the launch, so that nothing stands between the
     planning profile and the launch (this VM's speed moves over minutes).
     """
-    from adaptis_plan.usecases import simulate_plan_file
+    from adaptis_plan.app.simulate import simulate_plan_file
 
     path = work / "profile-chunks.json"
     _profile_with_link(spec, case, cfg, link, path, runtime_from=planning)
@@ -694,7 +694,7 @@ def predictions(result) -> tuple[float, float]:  # noqa: ANN001 - a SimResult, o
 
 def _resimulate(plan_paths: dict[str, Path], profile_path: Path) -> dict[str, tuple[float, float]]:
     """Each plan's `predictions` simulated with another profile of the same model and shape."""
-    from adaptis_plan.usecases import simulate_plan_file
+    from adaptis_plan.app.simulate import simulate_plan_file
 
     return {
         s: predictions(simulate_plan_file(str(p), costs_path=str(profile_path)).result) for s, p in plan_paths.items()

@@ -3,7 +3,7 @@
 Run: `python -m bench.run --suites recompute [--quick]` (suite `recompute`: writes
 bench/results/recompute.json, then re-renders BENCHMARKS.md).
 
-Data flow: `RecomputeCase` -> `run_case` plans it three times through `usecases.make_plan_for`
+Data flow: `RecomputeCase` -> `run_case` plans it three times through `app.plan.make_plan_for`
 (the path `adaptis plan` takes) with `--recompute none`, `full` and `auto` -> `ModeRow`s ->
 `run_suite` returns them as the suite's record -> `render` (from the record alone) one markdown
 table with the command that reproduces each row. Every figure comes from running the planner. Imports `adaptis_plan` use cases and
@@ -97,8 +97,8 @@ def _model_arg(model: str) -> str:
 
 def run_case(case: RecomputeCase) -> CaseRun:
     """The case planned with --recompute none, full and auto (each exactly as `adaptis plan`)."""
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from adaptis_plan.errors import AdaptisError
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     run = CaseRun(case, {})
     for mode in MODES:

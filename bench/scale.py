@@ -7,7 +7,7 @@ then re-renders BENCHMARKS.md).
 Data flow: `bench/published_runs.json` (`bench.published_runs.load_runs`: every run's source, model,
 parallel configuration and measured throughput, derived from the source's own FLOP accounting) ->
 `run_one` writes the run's model as a native spec and plans it twice through
-`usecases.make_plan_for` (the path `adaptis plan --gpus` takes): once with every dimension fixed to the
+`app.plan.make_plan_for` (the path `adaptis plan --gpus` takes): once with every dimension fixed to the
 published one (classic 1F1B, or Interleaved1F1B with the run's virtual stages, and its recomputation),
 once free (`--recompute auto`, adaptive) -> `ScaleRow` -> the record -> `render`.
 
@@ -241,8 +241,8 @@ def with_alternative(run: dict, alt: dict) -> dict:
 
 
 def run_one(run: dict) -> ScaleRow:
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from adaptis_plan.errors import AdaptisError
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     cfg = forced_request_args(run)
     f = cfg["fixed"]
@@ -361,8 +361,8 @@ def _interleavings(run: dict, cfg: dict) -> list[dict]:
 def _fastest(common: dict, tries: list[dict]) -> tuple[float, dict] | None:
     """The first fastest of `tries` (request fields beside `common`) that plans, as (tokens/s per GPU, its
     fields); None when none does."""
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from adaptis_plan.errors import AdaptisError
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     best: tuple[float, dict] | None = None
     for c in tries:
@@ -397,8 +397,8 @@ def _best_micro_batch(run: dict, row: ScaleRow, common: dict) -> None:
 
 def _alternative(run: dict, alt: dict, folder: Path) -> AltPrediction:
     """One of the run's `alternatives`, forced like the headline."""
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from adaptis_plan.errors import AdaptisError
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     other = {**with_alternative(run, alt), "id": f"{run['id']}.alt"}
     model_arg, hw_arg = _inputs(other, folder, PUBLISHED_MEMORY_FRACTION)

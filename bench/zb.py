@@ -701,8 +701,8 @@ def run_plan_time(case: PlanTimeCase) -> PlanTimeResult:
     import tempfile
     import time
 
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
     from adaptis_plan.planfile.io import write_plan
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     with tempfile.TemporaryDirectory() as tmp:
         model = scale_model_path(tmp) if case.model == "scale" else case.model

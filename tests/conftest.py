@@ -5,7 +5,7 @@ codes) with click's CliRunner isolating stdin/stdout/stderr, so exit codes and t
 split are the ones a user sees, at in-process speed.
 
 Tests marked `unit` (`make test-unit`) run under a guard: starting a subprocess, planning
-(`usecases.make_plan_for`, `search.generator.search_plan`) or a CP-SAT solve raises in them, and
+(`app.plan.make_plan_for`, `search.generator.search_plan`) or a CP-SAT solve raises in them, and
 so does asking for a planning fixture, so a test wrongly marked unit fails instead of slowing
 the tier down. A test is either `unit` or `slow`, never both.
 
@@ -109,14 +109,14 @@ def _install_unit_guard(mp: pytest.MonkeyPatch) -> None:
     """Make subprocesses, plan searches and CP-SAT solves raise, wherever the names are bound."""
     from ortools.sat.python import cp_model
 
+    import adaptis_plan.app.plan as app_plan
     import adaptis_plan.search.generator as generator
-    import adaptis_plan.usecases as usecases
 
     mp.setattr(subprocess.Popen, "__init__", _forbid("subprocess.Popen"))
     for name in ("solve", "Solve"):
         if hasattr(cp_model.CpSolver, name):
             mp.setattr(cp_model.CpSolver, name, _forbid(f"CpSolver.{name}"))
-    originals = {id(usecases.make_plan_for): "make_plan_for", id(generator.search_plan): "search_plan"}
+    originals = {id(app_plan.make_plan_for): "make_plan_for", id(generator.search_plan): "search_plan"}
     # `from ... import search_plan` copies the name into the importing module: patch every copy
     for module in list(sys.modules.values()):
         if not (getattr(module, "__file__", None) or "").startswith(_ROOT):

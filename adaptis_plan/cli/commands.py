@@ -1,4 +1,4 @@
-"""The `adaptis` commands: thin click commands over the library (`usecases`), and `main`.
+"""The `adaptis` commands: thin click commands over the library (`app`), and `main`.
 
 Every command imports its heavy modules lazily so `adaptis --help` stays instant and never
 imports torch or ortools. User errors (`AdaptisError`) are turned into one line on stderr
@@ -263,7 +263,7 @@ def plan_cmd(
     )
     check_overrides(overrides)
     _check_output(output, "-o", model_arg, hardware_arg, costs_arg)
-    from adaptis_plan.usecases import PlanRequest, make_plan_for
+    from adaptis_plan.app.plan import PlanRequest, make_plan_for
 
     req = PlanRequest(
         model_arg=model_arg,
@@ -330,7 +330,7 @@ def simulate_cmd(plan_path, model_arg, hardware_arg, costs_arg, as_json, trace_p
             _check_output(path, flag, plan_path, model_arg, hardware_arg, costs_arg)
     _check_positive(width=width)
     _check_at_most(width=(width, 10_000))
-    from adaptis_plan.usecases import simulate_plan_file
+    from adaptis_plan.app.simulate import simulate_plan_file
 
     sim = simulate_plan_file(plan_path, model_arg=model_arg, hardware_arg=hardware_arg, costs_path=costs_arg)
     if trace_path:
@@ -385,7 +385,7 @@ def _write_text_atomic(path: str, text: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON on stdout: {format, output, text, files}")
 def export_cmd(plan_path, fmt, model_arg, output, torchtitan_config, torchtitan_version, as_json) -> None:
     """Export PLAN to another framework's format (checked by the simulator and the runtime's rules first)."""
-    from adaptis_plan.usecases import export_plan_file
+    from adaptis_plan.app.export import export_plan_file
 
     if output is not None:
         _check_output(output, "-o", plan_path, model_arg)
@@ -476,8 +476,8 @@ def run_cmd(
         raise InputError(f"--node-rank = {node_rank}: must be in 0..{nnodes - 1} (--nnodes {nnodes})")
     if trace_path is not None:
         _check_output(trace_path, "--trace", plan_path, model_arg)
+    from adaptis_plan.app.run import run_plan_file
     from adaptis_plan.executor.launch import RunOptions
-    from adaptis_plan.usecases import run_plan_file
 
     options = RunOptions(
         steps=steps,
@@ -603,8 +603,8 @@ def profile_cmd(
         if not parts or not all(x.isdigit() and 2 <= int(x) <= 64 for x in parts):
             raise InputError(f"--head-chunks = {head_chunks_arg!r}: use a comma list of whole numbers 2..64, or none")
         chunk_counts = tuple(int(x) for x in parts)
+    from adaptis_plan.app.profile import ProfileRequest, profile_for
     from adaptis_plan.planfile.io import write_json_atomic
-    from adaptis_plan.usecases import ProfileRequest, profile_for
 
     outcome = profile_for(
         ProfileRequest(

@@ -1,6 +1,6 @@
 """What the bundled executor can run: the refusal `adaptis run` and the launcher give before anything starts.
 
-Data flow: the use case (`usecases.executor_refusal`, before the launch) and the launcher (`launch._prepare`,
+Data flow: the use case (`app.run.executor_refusal`, before the launch) and the launcher (`launch._prepare`,
 for plans handed to `run_plans` directly) ask `refusal(plan, model)`; a reason is one line for an
 `InputError` (exit 2). Imports the spec only (no torch: the CLI's refusal costs no torch import).
 """

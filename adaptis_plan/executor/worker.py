@@ -71,6 +71,7 @@ from adaptis_plan.spec.ranks import RankLayout
 
 if TYPE_CHECKING:
     from adaptis_plan.executor.expertparallel import ExpertDataParallel
+    from adaptis_plan.spec.training import TrainingConfig
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -165,13 +166,8 @@ def mesh_groups(layout: RankLayout) -> MeshPlace:
     )
 
 
-def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
-    rank, world = dist.get_rank(), dist.get_world_size()
-    # the launcher checked this pair (fingerprint, head chunks, layer count) and lowered the plan
-    # before it started anything; here only what depends on the launch itself is checked
-    plan = PlanFile.model_validate_json(Path(plan_path).read_text())
-    model = ModelSpec.model_validate_json(Path(model_path).read_text())
-    tr = plan.training
+def _check_launch(tr: TrainingConfig, world: int) -> None:
+    """What depends on the launch itself: the degrees this executor runs, and torchrun's process count."""
     if tr.cp != 1 or tr.dp % tr.ep or (tr.ep > 1 and tr.tp > 1):
         raise RuntimeError(
             f"the plan has tp = {tr.tp}, cp = {tr.cp}, ep = {tr.ep}: this executor runs pp x dp x tp, or pp x dp"
@@ -181,8 +177,45 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         raise RuntimeError(
             f"the plan has pp x dp x tp = {tr.pp} x {tr.dp} x {tr.tp} but torchrun started {world} processes"
         )
+
+
+def _parallel(
+    rt: RankRuntime, tr: TrainingConfig, place: MeshPlace, args: argparse.Namespace
+) -> tuple[TensorParallel | None, DataParallel | ExpertDataParallel]:
+    """The rank's tensor- and data-parallel dimensions over its stages (experts sharded with ep > 1);
+    the data-parallel one hooked into the runtime's parameters."""
+    tpx = (
+        TensorParallel(
+            rt.named_parameters(), {k: v for st in rt.stages.values() for k, v in st.tp_layout.items()}, place.tp_group
+        )
+        if place.tp_group is not None
+        else None
+    )
+    dpx: DataParallel | ExpertDataParallel
+    if tr.ep > 1:  # experts sharded over ep of the dp ranks (`expertparallel`)
+        from adaptis_plan.executor.expertparallel import ExpertParallel
+
+        epx = ExpertParallel(
+            ep=tr.ep, ep_rank=place.ep_rank, group=place.ep_group, edp_group=place.edp_group, dp_group=place.dp_group
+        )
+        epx.shard(rt.stages)
+        dpx = epx.data_parallel(rt.stages, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
+    else:
+        dpx = DataParallel(rt.stages, group=place.dp_group, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
+    rt.params_hook = dpx
+    return tpx, dpx
+
+
+def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # the launcher checked this pair (fingerprint, head chunks, layer count) and lowered the plan
+    # before it started anything; here only what depends on the launch itself is checked
+    plan = PlanFile.model_validate_json(Path(plan_path).read_text())
+    model = ModelSpec.model_validate_json(Path(model_path).read_text())
+    tr = plan.training
+    _check_launch(tr, world)
     place = mesh_groups(RankLayout.of(tr))
-    pp_group, dp_group, pp_rank, dp_rank = place.pp_group, place.dp_group, place.pp_rank, place.dp_rank
+    pp_group, pp_rank, dp_rank = place.pp_group, place.pp_rank, place.dp_rank
     if device.type == "cuda" and pp_group is not None:
         warm_up_pairs(tr.pp, pp_rank, device, pp_group)
     if place.tp_group is not None:  # NCCL creates the tp communicator lazily: here, not mid-step
@@ -205,25 +238,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         recompute=[st.recompute for st in plan.stages],
         tp=(place.tp_rank, tr.tp, place.tp_group) if place.tp_group is not None else None,
     )
-    tpx = (
-        TensorParallel(
-            rt.named_parameters(), {k: v for st in rt.stages.values() for k, v in st.tp_layout.items()}, place.tp_group
-        )
-        if place.tp_group is not None
-        else None
-    )
-    dpx: DataParallel | ExpertDataParallel
-    if tr.ep > 1:  # experts sharded over ep of the dp ranks (`expertparallel`)
-        from adaptis_plan.executor.expertparallel import ExpertParallel
-
-        epx = ExpertParallel(
-            ep=tr.ep, ep_rank=place.ep_rank, group=place.ep_group, edp_group=place.edp_group, dp_group=dp_group
-        )
-        epx.shard(rt.stages)
-        dpx = epx.data_parallel(rt.stages, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
-    else:
-        dpx = DataParallel(rt.stages, group=dp_group, zero=tr.zero, optimizer=args.optimizer, lr=args.lr)
-    rt.params_hook = dpx
+    tpx, dpx = _parallel(rt, tr, place, args)
     fault = Fault.from_env()
     has_last = plan.stages[-1].device == pp_rank
     mbs = tr.micro_batch_size

@@ -214,24 +214,35 @@ def _check(
     num_microbatches: int,
     flat: Flat,
 ) -> None:
-    dev, step, stage, op, mb = flat
+    """The action contract on the flattened programs, first violation raised: every field in range and
+    on its stage's device, no action twice, every (stage, micro-batch) complete and in order."""
+    _check_fields(layout, programs, num_microbatches, flat)
+    key = _check_unique(programs, num_microbatches, flat)
+    _check_pairs(layout, programs, num_microbatches, flat, key)
+
+
+def _at(programs: Programs, flat: Flat, i: int) -> tuple[int, int, str]:
+    """Device, step and text of the flattened action `i`."""
+    d, k = int(flat[0][i]), int(flat[1][i])
+    return d, k, _action_text(programs[d][k])
+
+
+def _check_fields(layout: Layout, programs: Programs, num_microbatches: int, flat: Flat) -> None:
+    """Each action's op, stage and micro-batch in range, and its stage on its device."""
+    dev, _, stage, op, mb = flat
     num_stages, m = layout.num_stages, num_microbatches
     if m < 1:
         raise ProgramError(f"num_microbatches = {m}: must be at least 1; pass a positive micro-batch count")
 
-    def at(i: int) -> tuple[int, int, str]:
-        d, k = int(dev[i]), int(step[i])
-        return d, k, _action_text(programs[d][k])
-
     bad = np.flatnonzero(op < 0)
     if bad.size:
-        d, k, a = at(int(bad[0]))
+        d, k, a = _at(programs, flat, int(bad[0]))
         raise _fail(
             programs, f"device {d} step {k}: action {a} has op '{programs[d][k][1]}'; use one of F, B, I, W", d, k
         )
     bad = np.flatnonzero((stage < 0) | (stage >= num_stages))
     if bad.size:
-        d, k, a = at(int(bad[0]))
+        d, k, a = _at(programs, flat, int(bad[0]))
         raise _fail(
             programs,
             f"device {d} step {k}: action {a} names stage {int(stage[bad[0]])}, but the layout has stages "
@@ -241,7 +252,7 @@ def _check(
         )
     bad = np.flatnonzero((mb < 0) | (mb >= m))
     if bad.size:
-        d, k, a = at(int(bad[0]))
+        d, k, a = _at(programs, flat, int(bad[0]))
         raise _fail(
             programs,
             f"device {d} step {k}: action {a} names micro-batch {int(mb[bad[0]])}, outside 0..{m - 1}; "
@@ -252,7 +263,7 @@ def _check(
     stage_device = np.asarray(layout.stage_device, dtype=np.int64)
     bad = np.flatnonzero(stage_device[stage] != dev)
     if bad.size:
-        d, k, a = at(int(bad[0]))
+        d, k, a = _at(programs, flat, int(bad[0]))
         sd = int(stage_device[stage[bad[0]]])
         raise _fail(
             programs,
@@ -262,6 +273,11 @@ def _check(
             k,
         )
 
+
+def _check_unique(programs: Programs, num_microbatches: int, flat: Flat) -> np.ndarray:
+    """No action twice; returns each action's key ((stage x M + mb) x 4 + op)."""
+    dev, step, stage, op, mb = flat
+    m = num_microbatches
     # Duplicates: the second occurrence (in device-major, step order) is the offender.
     key = (stage * m + mb) * 4 + op
     order = np.argsort(key, kind="stable")
@@ -269,15 +285,23 @@ def _check(
     if dup.size:
         firsts, seconds = order[dup], order[dup + 1]
         j = int(np.argmin(dev[seconds] * (step.max() + 1) + step[seconds]))
-        d, k, a = at(int(seconds[j]))
+        d, k, a = _at(programs, flat, int(seconds[j]))
         raise _fail(
             programs,
             f"device {d} step {k}: action {a} appears again (first at step {int(step[firsts[j]])}); remove the duplicate",
             d,
             k,
         )
+    return key
 
-    # Position of each (stage, mb, op) on its device's list, -1 when absent.
+
+def _check_pairs(layout: Layout, programs: Programs, num_microbatches: int, flat: Flat, key: np.ndarray) -> None:
+    """Every (stage, micro-batch) has its forward and one backward (B, or I with W), in order; the
+    problem of the lowest (stage, micro-batch) raised, the earliest rule first."""
+    step = flat[1]
+    num_stages, m = layout.num_stages, num_microbatches
+    stage_device = np.asarray(layout.stage_device, dtype=np.int64)
+    # position of each (stage, mb, op) on its device's list, -1 when absent.
     pos: np.ndarray = np.full(num_stages * m * 4, -1, dtype=np.int64)
     pos[key] = step
     pos = pos.reshape(num_stages, m, 4)
@@ -486,6 +510,9 @@ def replay(
     instead of all of these (a measured run's own spans, replayed on the plan's dependencies).
     Pass `flat` when `check_programs` already ran; otherwise it runs here. Raises ProgramError
     on a contract violation and DeadlockError when the programs can never finish.
+
+    One piece on purpose: it is the judge's inner loop, run for every candidate the search
+    simulates, over arrays it builds once and indexes on every action.
     """
     if flat is None:
         flat = check_programs(layout, programs, num_microbatches)

@@ -161,6 +161,29 @@ def megatron_run(
             " --hybrid-layer-pattern, which this export does not write; export megatron-layout or torch-csv instead"
         )
     stage_text = megatron_hybrid_pattern(layout, kinds) if hybrid else megatron_layout(layout, kinds)
+    mode = _check_runnable(layout, kinds, t, num_experts)
+    world = t.tp * pp * t.cp * t.dp
+    ep = t.ep if num_experts else 1
+    flags, flag_notes = _flags(t, kinds, pp, stage_text, hybrid, num_mtp, ep, mode)
+    env = megatron_env(t)
+    env_notes = [
+        f"environment: {name}={value}" if value is not None else f"environment: {name} unset (or > 1)"
+        for name, value in env
+    ]
+    notes = [*_notes(t, str(title), pp, vpp, world, ep, hybrid), *flag_notes, *env_notes]
+    return MegatronRun(
+        args=tuple(flags),
+        env=env,
+        script=HYBRID_SCRIPT if hybrid else GPT_SCRIPT,
+        notes=tuple(notes),
+        world_size=world,
+    )
+
+
+def _check_runnable(layout: Layout, kinds: Sequence[str], t: TrainingShape, num_experts: Sequence[int]) -> str:
+    """Refuse what Megatron cannot run as planned (past the placement and the hybrid pattern); returns
+    the one recomputation mode every block gets."""
+    pp = int(layout.num_devices)
     if pp == 1 and layout.num_stages > 1:
         raise InputError(
             f"megatron-args: {layout.num_stages} stages on 1 pipeline rank: Megatron runs virtual stages only with"
@@ -172,7 +195,6 @@ def megatron_run(
             f" multiple of 2 x cp = {2 * t.cp} (arguments.py); re-plan with such a --seq-len or another cp"
         )
     experts = sorted({int(n) for n in num_experts})
-    ep = t.ep if experts else 1
     bad = [n for n in experts if n % t.ep]
     if bad:
         raise InputError(
@@ -194,9 +216,14 @@ def megatron_run(
             " flag: Megatron recomputes the attention core (selective) or whole blocks (full); re-plan with"
             " --recompute none, selective or full"
         )
-    world = t.tp * pp * t.cp * t.dp
+    return mode
+
+
+def _notes(t: TrainingShape, title: str, pp: int, vpp: int, world: int, ep: int, hybrid: bool) -> list[str]:
+    """What the arguments' header says first: the source, the world size, the schedule Megatron runs,
+    and the layout's consequences."""
     notes = [
-        f"Megatron-LM arguments for {doc_text(str(title))} (adaptis export --format megatron-args)",
+        f"Megatron-LM arguments for {doc_text(title)} (adaptis export --format megatron-args)",
         f"flag names and rules: {MEGATRON_SOURCE}",
         f"world size = tp {t.tp} x pp {pp} x cp {t.cp} x dp {t.dp} = {world} GPUs"
         f" (Megatron derives its data-parallel size {t.dp} from it)",
@@ -220,6 +247,14 @@ def megatron_run(
             "hybrid (Mamba) model: stages are the `|` segments of --hybrid-layer-pattern (arguments.py rejects"
             " --pipeline-model-parallel-layout for it); the embedding is on the first segment, the loss on the last"
         )
+    return notes
+
+
+def _flags(
+    t: TrainingShape, kinds: Sequence[str], pp: int, stage_text: str, hybrid: bool, num_mtp: int, ep: int, mode: str
+) -> tuple[list[tuple[str, object]], list[str]]:
+    """Megatron-LM's flags for the plan, in the order the script writes them, and the notes they need."""
+    notes: list[str] = []
     args: list[tuple[str, object]] = [("--tensor-model-parallel-size", t.tp)]
     if t.tp > 1:
         args.append(("--sequence-parallel", None))
@@ -278,18 +313,7 @@ def megatron_run(
         ]
     elif mode == "selective":
         args.append(("--recompute-granularity", "selective"))
-    env = megatron_env(t)
-    for name, value in env:
-        notes.append(
-            f"environment: {name}={value}" if value is not None else f"environment: {name} unset (or > 1)",
-        )
-    return MegatronRun(
-        args=tuple(args),
-        env=env,
-        script=HYBRID_SCRIPT if hybrid else GPT_SCRIPT,
-        notes=tuple(notes),
-        world_size=world,
-    )
+    return args, notes
 
 
 def megatron_env(training: TrainingShape) -> tuple[tuple[str, str | None], ...]:

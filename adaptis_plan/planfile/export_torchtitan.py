@@ -329,31 +329,13 @@ def torchtitan_config_module(
             " re-plan with --dtype bf16"
         )
     par = torchtitan_parallelism(t)
-    recompute, more = one_recompute(layout, layer_kinds, t.stage_recompute)
-    recompute_comment = _TORCHTITAN_AC[recompute]
-    if more:
-        recompute_comment += (
-            f"\n# torchtitan sets one policy for every block: {len(more)} stage(s) planned with less recomputation"
-            " run this one (slower than planned, no more memory)"
-        )
+    recompute, recompute_comment = _recompute(layout, layer_kinds, t.stage_recompute)
     csv_name = str(csv_name)
     pp = int(layout.num_devices)
     (batch_field, step_field, seq_field), microbatch_field = TORCHTITAN_VERSIONS[version]
-    if version == "0.3":
-        local = micro_batch_size * (num_microbatches if pp > 1 else 1)
-        batch_value, step_value, microbatch_value = local, dp * micro_batch_size * num_microbatches, micro_batch_size
-        batch_doc = (
-            "per data-parallel rank: micro-batches x micro-batch size; global: dp x that (one local batch per step)"
-            if pp > 1
-            else "per data-parallel rank: one micro-batch; global: dp x micro-batches of them (gradient accumulation)"
-        )
-    else:
-        tokens = micro_batch_size * seq_len
-        batch_value, step_value, microbatch_value = tokens, dp * num_microbatches * tokens, num_microbatches
-        batch_doc = (
-            "tokens per micro-batch per data-parallel rank (micro-batch size x sequence length); per step: dp x"
-            " micro-batches x that"
-        )
+    batch_value, step_value, microbatch_value, batch_doc = _batch(
+        version, pp, dp, num_microbatches, micro_batch_size, seq_len
+    )
     version_doc = (
         "0.3.x" if version == "0.3" else f"main (fields as of pytorch/torchtitan {TORCHTITAN_MAIN_COMMIT[:7]})"
     )
@@ -394,6 +376,41 @@ def torchtitan_config_module(
         recompute_comment=recompute_comment,
         recompute=recompute,
     )
+
+
+def _recompute(layout: Layout, layer_kinds: Sequence[str], stage_recompute: Sequence[str]) -> tuple[str, str]:
+    """The one activation-checkpointing policy the config sets (`one_recompute`), and its comment."""
+    recompute, more = one_recompute(layout, layer_kinds, stage_recompute)
+    recompute_comment = _TORCHTITAN_AC[recompute]
+    if more:
+        recompute_comment += (
+            f"\n# torchtitan sets one policy for every block: {len(more)} stage(s) planned with less recomputation"
+            " run this one (slower than planned, no more memory)"
+        )
+    return recompute, recompute_comment
+
+
+def _batch(
+    version: str, pp: int, dp: int, num_microbatches: int, micro_batch_size: int, seq_len: int
+) -> tuple[int, int, int, str]:
+    """The batch fields' values in `version`'s terms (see `torchtitan_config_module`): the batch, the step,
+    the micro-batch field, and the comment on the batch."""
+    if version == "0.3":
+        local = micro_batch_size * (num_microbatches if pp > 1 else 1)
+        batch_value, step_value, microbatch_value = local, dp * micro_batch_size * num_microbatches, micro_batch_size
+        batch_doc = (
+            "per data-parallel rank: micro-batches x micro-batch size; global: dp x that (one local batch per step)"
+            if pp > 1
+            else "per data-parallel rank: one micro-batch; global: dp x micro-batches of them (gradient accumulation)"
+        )
+    else:
+        tokens = micro_batch_size * seq_len
+        batch_value, step_value, microbatch_value = tokens, dp * num_microbatches * tokens, num_microbatches
+        batch_doc = (
+            "tokens per micro-batch per data-parallel rank (micro-batch size x sequence length); per step: dp x"
+            " micro-batches x that"
+        )
+    return batch_value, step_value, microbatch_value, batch_doc
 
 
 def _is_name(text: str) -> bool:

@@ -1,7 +1,7 @@
 """A progress bar for long library calls (the planner's search), drawn by rich on the terminal.
 
 Data flow: the CLI opens `progress_bar(console)` and hands the callback it yields to the
-library (`usecases.make_plan_for(..., progress=tick)`), so the library never imports rich.
+library (`app.plan.make_plan_for(..., progress=tick)`), so the library never imports rich.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Terminal reports for `adaptis plan` and `adaptis simulate` (rich).
 
-Data flow: `usecases.PlanOutcome` / `usecases.SimOutcome` -> tables and a timeline on the
+Data flow: `app.plan.PlanOutcome` / `app.simulate.SimOutcome` -> tables and a timeline on the
 console. Presentation only: every number comes from the simulator's result.
 """
 

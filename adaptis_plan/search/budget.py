@@ -1,6 +1,6 @@
 """The search's budget: how much work each phase may do, in units that do not depend on the machine.
 
-Data flow: `usecases.PlanRequest` (or a caller of `search.driver` or `search.generator.search_plan`)
+Data flow: `app.plan.PlanRequest` (or a caller of `search.driver` or `search.generator.search_plan`)
 -> one `SearchBudget` -> every phase of the generator reads its share from it. Plain frozen dataclass;
 imports nothing from the package.
 

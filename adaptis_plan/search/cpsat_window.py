@@ -414,6 +414,10 @@ def improve_order_windows(
     device bound. Status OPTIMAL when it does, else FEASIBLE, with the best programs; the bound
     is the device bound (it holds without solving); None payload when the
     programs do not fit this model (wrong backward kind, deadlock, memory).
+
+    One loop on purpose: a window kept, a justification kept and a pass that kept nothing each
+    change the same state together (the programs and their timing, the work spent, the window size
+    and position), which split functions would have to hand back and forth whole.
     """
     t0 = time.perf_counter()
     sc = _Scaled.build(layout, costs, num_microbatches, split_backward, mem_limit_bytes)

@@ -12,7 +12,7 @@ each (the budget split evenly) -> with a target other than adaptis, the same aga
 rules when the best plan breaks them -> `search.recompute` (`recompute="auto"`) -> the runtime's
 own order (a target that runs its own schedule). `classic_pipeline` is the same inputs' classic
 strategy. Imports `cost`, `judge`, `schedules`, `inputs` and `search`; never `planfile`,
-`usecases` or the CLI; no solver at import time.
+`app.plan` or the CLI; no solver at import time.
 """
 
 from __future__ import annotations

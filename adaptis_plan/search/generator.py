@@ -868,10 +868,8 @@ class _Search:
         return device_bound_s(cand.layout, self.costs, self.m, _splits_backward(cand.programs))
 
     def _order_one(self, start: Candidate) -> dict:
-        from adaptis_plan.search.cpsat_order import solve_order
-        from adaptis_plan.search.cpsat_window import RETIME_DTIME_PER_ACTION, improve_order_windows
-        from adaptis_plan.search.order_instance import device_bound_s
-
+        """The CP-SAT order models on `start`'s layout, each result judged as a candidate: the whole
+        step when it is small enough, then windows; returns the record the plan file keeps."""
         layout = start.layout
         key = _layout_key(layout)
         limits = [float(x) for x in self.costs.mem_limit_bytes[: self.p]]
@@ -879,7 +877,6 @@ class _Search:
         # (its proven bound does not depend on the hint); another source's order still hints the
         # windows below when it is better
         start = self.by_layout_own.get(key, start)
-        split = _splits_backward(start.programs)
         hint_from = start.label
         record: dict = {
             "placement": start.placement,
@@ -887,6 +884,23 @@ class _Search:
             "hint": hint_from,
             "hint_step_time_s": start.step_s,
         }
+        self._order_whole(start, limits, record)
+        # windows from the search's own best order for the layout first, with the whole window
+        # budget; then, only if an order of another source (a classic strategy's) is still better
+        # for this layout, from that one with half the budget
+        record["windows"] = self._order_windows(start, key, limits)
+        record["step_time_s"] = self.by_layout[key].step_s
+        self._order_records[key] = record
+        return record
+
+    def _order_whole(self, start: Candidate, limits: list[float], record: dict) -> None:
+        """The whole-step order model (`cpsat_order.solve_order`) from `start`'s order, when its
+        programs are small enough for the budget; its summary goes to `record["full"]`."""
+        from adaptis_plan.search.cpsat_order import solve_order
+
+        layout = start.layout
+        split = _splits_backward(start.programs)
+        hint_from = start.label
         n_actions = sum(len(p) for p in start.programs)
         b = self.budget
         if n_actions <= b.order_full_max_actions and b.order_full_dtime > 0:
@@ -919,10 +933,16 @@ class _Search:
                         origin=start.origin,
                     )
                 )
-        # windows from the search's own best order for the layout first, with the whole window
-        # budget; then, only if an order of another source (a classic strategy's) is still better
-        # for this layout, from that one with half the budget
-        record["windows"] = []
+
+    def _order_windows(self, start: Candidate, key: tuple, limits: list[float]) -> list[dict]:
+        """The window models (`cpsat_window.improve_order_windows`) from the layout's best orders
+        (see `_order_one`); one record per window run."""
+        from adaptis_plan.search.cpsat_window import RETIME_DTIME_PER_ACTION, improve_order_windows
+        from adaptis_plan.search.order_instance import device_bound_s
+
+        layout = start.layout
+        b = self.budget
+        windows: list[dict] = []
         for share, pick in ((1.0, self.by_layout_own.get), (0.5, self.by_layout.get)):
             current = pick(key)
             if current is None or b.order_window_dtime <= 0 or self.deadline.expired():
@@ -938,7 +958,7 @@ class _Search:
                 # budget: no window is solved; the device bound still holds (it needs no solve)
                 split = _splits_backward(current.programs)
                 bound = device_bound_s(layout, self.costs, self.m, split)
-                record["windows"].append(
+                windows.append(
                     {"hint": current.label, "status": "NOT_RUN", "solved": 0, "kept": 0, "device_bound_s": bound}
                 )
                 continue
@@ -957,7 +977,7 @@ class _Search:
             )
             if res.clock_stopped:
                 self.deadline.abort("cp-sat windows")
-            record["windows"].append(
+            windows.append(
                 {
                     "hint": current.label,
                     "status": res.status,
@@ -980,9 +1000,7 @@ class _Search:
                         origin=current.origin,
                     )
                 )
-        record["step_time_s"] = self.by_layout[key].step_s
-        self._order_records[key] = record
-        return record
+        return windows
 
     def plan_bound(self, best: Candidate) -> dict:
         """The order solve behind the chosen plan's layout: status, proven bound and gap (vs its simulated step)."""

@@ -162,7 +162,11 @@ def list_schedule(
     priority: Priority | None = None,
 ) -> tuple[Programs, float]:
     """Per-device orders and the scheduler's own makespan estimate (links never queue here);
-    `priority` (one rank per stage of `layout`) replaces the backward-first rule (`Priority`)."""
+    `priority` (one rank per stage of `layout`) replaces the backward-first rule (`Priority`).
+
+    One piece on purpose: it is the search's innermost loop, run for every candidate, and each
+    action reads and updates some twenty per-device lists held as locals; split into functions they
+    would be passed or reached through attributes on every action."""
     if priority is not None and not (len(priority.f) == len(priority.b) == layout.num_stages):
         raise ValueError(f"priority has {len(priority.f)} / {len(priority.b)} ranks for {layout.num_stages} stages")
     st = stage_costs(layout, costs)

@@ -223,6 +223,7 @@ def search_recompute(
     before it is compared; only one that fits memory can replace the plain plan (when none fits,
     the plain plan is what is reported). `searched_modes` leaves out the lists that recompute
     every block in one of these modes (the caller's own searches of those forced modes found plans).
+    (One function: past its signature and this description, its body is some 70 lines.)
     """
     none = ["none"] * len(kinds)
     best = RecomputeOutcome(none, plain_costs, plain)

@@ -4,7 +4,7 @@ setting declared once, with the command-line option that sets it.
 Sections: `Parallelism` (how one step is split over the GPUs), `RuntimeSettings` (what the runtime
 does beside the model: its attention core and overlaps), `PipelineSettings` (the pipeline strategy
 and what its search may vary) and `SearchEffort` (how long and how reproducibly the search works).
-`usecases.PlanRequest` composes them; `search.configuration.Request` holds the same sections;
+`app.plan.PlanRequest` composes them; `search.configuration.Request` holds the same sections;
 `spec.training.TrainingConfig.of` and `search.driver.PipelineOptions.of` are built from them in one
 place each.
 
@@ -12,7 +12,7 @@ Each field's `metadata["cli"]` is its option of `adaptis plan` as plain data (`c
 declarations, help and click keywords, with `type` a Python type, `choices` a tuple of choices or
 `int_range` a (min, max) pair; `cli.options.field_option` turns it into the click option. The
 option's default is the command's (None where `--gpus` searches the dimension), the field's default
-is a library caller's. Data flow: the CLI (or a library caller) -> these sections -> `usecases`,
+is a library caller's. Data flow: the CLI (or a library caller) -> these sections -> `app.plan`,
 `search`. Imports nothing of the package (the command line reads it at start-up: no numpy): a spec
 module, below every stage that reads it.
 """
@@ -256,7 +256,7 @@ class SearchEffort:
     )
 
 
-#: every section `usecases.PlanRequest` composes, by its attribute there
+#: every section `app.plan.PlanRequest` composes, by its attribute there
 SECTIONS: dict[str, type] = {
     "parallelism": Parallelism,
     "runtime": RuntimeSettings,

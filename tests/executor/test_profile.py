@@ -17,6 +17,7 @@ from helpers_executor import (
     tiny_family,
 )
 
+from adaptis_plan.app.profile import ProfileRequest, _overhead_probe, profile_for
 from adaptis_plan.errors import AdaptisError
 from adaptis_plan.executor.profile import distinct_layers, profile_model
 from adaptis_plan.inputs.models.load import load_model
@@ -24,7 +25,6 @@ from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.judge.semantics import check_programs
 from adaptis_plan.planfile.io import check_model_matches, plan_layout, plan_programs
 from adaptis_plan.spec.cost_profile import CostProfile
-from adaptis_plan.usecases import ProfileRequest, _overhead_probe, profile_for
 
 M = 4  # micro-batches in the executor runs
 
@@ -432,9 +432,9 @@ def test_small_body_layers_are_timed_in_a_chain_per_copy(monkeypatch: pytest.Mon
 def test_a_long_or_oversized_profile_is_announced_before_it_starts() -> None:
     """`estimate_profile`: the profile's arithmetic and its memory from the analytic model, the device's
     GEMM rate and free memory measured; `profile_notes` says so when it is long or will not fit."""
+    from adaptis_plan.app.profile import PROFILE_NOTE_S, profile_notes
     from adaptis_plan.cost.params import layer_params
     from adaptis_plan.executor.profile_estimate import ProfileEstimate, estimate_profile
-    from adaptis_plan.usecases import PROFILE_NOTE_S, profile_notes
 
     model = load_model("tiny-llama")
     est = estimate_profile(model, seq_len=16, micro_batch_size=1, repeats=3)

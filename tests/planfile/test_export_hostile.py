@@ -221,9 +221,9 @@ def test_export_refuses_torchtitan_version_for_another_format(tmp_path: Path, ti
 def test_export_refuses_an_installed_torchtitan_it_does_not_know(
     tmp_path: Path, tiny_plan: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import adaptis_plan.usecases as usecases
+    import adaptis_plan.app.export as export
 
-    monkeypatch.setattr(usecases, "_installed_version", lambda package: "0.2.2")
+    monkeypatch.setattr(export, "_installed_version", lambda package: "0.2.2")
     out = tmp_path / "tt"
     r = run_adaptis("export", tiny_plan, "--format", "torchtitan", "--torchtitan-config", _BASE, "-o", out / "a.py")
     one_line_error(r, 2, "the installed torchtitan is '0.2.2'", "--torchtitan-version")

@@ -647,7 +647,10 @@ def _plain_activation(c: _Cfg, key: str, default: str) -> str:
 
 
 def _gpt_family(c: _Cfg, model_type: str, include_mtp: bool) -> _Built:
-    """gpt2, gpt_neox, opt, bloom, falcon, mpt: LayerNorm blocks with a non-gated MLP."""
+    """gpt2, gpt_neox, opt, bloom, falcon, mpt: LayerNorm blocks with a non-gated MLP.
+
+    One piece on purpose: one branch per family reads that family's own keys into the same few
+    settings, so a family's whole mapping reads top to bottom in one place."""
     # Each family's own key names; transformers' attribute maps accept the generic name too.
     names = {
         "gpt2": ("n_embd", "n_layer", "n_head"),

@@ -374,6 +374,8 @@ _TINY_NEMOTRON_H = {
 
 
 def _entries() -> list[ZooEntry]:
+    """Every built-in model, in the order `adaptis models` lists them: a table, kept in one piece so
+    that the list reads as the zoo."""
     entries = [
         ZooEntry("llama-2-7b", "LLaMA-2 7B: 32 dense decoder layers, hidden 4096, vocab 32K", _LLAMA_2_7B),
         ZooEntry("gemma-7b", "Gemma 7B: 28 GeGLU decoder layers, head_dim 256, vocab 256K (tied)", _GEMMA_7B),
