@@ -219,7 +219,7 @@ def cpu_plan_file(path: Path, model_arg: str, *, pp: int = 2, num_microbatches: 
 
     req = PlanRequest.of(
         model_arg=model_arg, hardware_arg="cpu", pp=pp, num_microbatches=num_microbatches, seq_len=16,
-        time_limit_s=1.0, **kw,  # type: ignore[arg-type]
+        time_limit_s=1.0, hard_stop=False, **kw,  # type: ignore[arg-type]
     )  # fmt: skip
     write_plan(make_plan_for(req).plan, path)
     return path

@@ -76,6 +76,7 @@ def searched_plan(folder: Path, model_path: Path, strategy: str, target: str = "
             seq_len=SEQ_LEN,
             strategy=strategy,
             time_limit_s=1.0,
+            hard_stop=False,
             target=target,
         )
     )

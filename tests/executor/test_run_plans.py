@@ -31,6 +31,7 @@ def test_every_strategy_and_adaptive_verify(model: str, tmp_path: Path) -> None:
             seq_len=16,
             strategy=strategy,
             time_limit_s=1.0,
+            hard_stop=False,
         )
         outcome = make_plan_for(req)
         path = tmp_path / f"{strategy}.json"

@@ -32,6 +32,7 @@ def test_adaptive_plan_csv_passes_torch_validation(model, hw, pp, mb, seq, chunk
             seq_len=seq,
             head_chunks=chunks,
             time_limit_s=1.0,
+            hard_stop=False,
         )
     )
     layout, programs = plan_layout(outcome.plan), plan_programs(outcome.plan)

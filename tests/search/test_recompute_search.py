@@ -155,7 +155,9 @@ def test_memory_does_not_bind_on_the_papers_small_cases_at_2k(model: str) -> Non
     """The paper's S cases (PP 4, 16 micro-batches, seq 2048, h200, analytic costs): memory does not
     bind (no device comes near its limit without recomputation), so auto recomputes nothing and
     tries no recompute candidate: it is the search without recomputation."""
-    out = make_plan_for(PlanRequest.of(model, "h200", 4, 16, seq_len=2048, recompute="auto", time_limit_s=1.0))
+    out = make_plan_for(
+        PlanRequest.of(model, "h200", 4, 16, seq_len=2048, recompute="auto", time_limit_s=1.0, hard_stop=False)
+    )
     assert {s.recompute for s in out.plan.stages} == {"none"}
     info = out.search_info["recompute"]
     assert info["requested"] == "auto" and not info.get("candidates"), info
@@ -163,7 +165,9 @@ def test_memory_does_not_bind_on_the_papers_small_cases_at_2k(model: str) -> Non
 
 
 def _tiny(recompute: str, **kw: object) -> PlanRequest:
-    return PlanRequest.of("tiny-llama", "cpu", 2, 4, seq_len=128, recompute=recompute, time_limit_s=2.0, **kw)  # type: ignore[arg-type]
+    return PlanRequest.of(
+        "tiny-llama", "cpu", 2, 4, seq_len=128, recompute=recompute, time_limit_s=2.0, hard_stop=False, **kw
+    )  # type: ignore[arg-type]
 
 
 def test_auto_plans_as_none_where_memory_does_not_bind() -> None:
