@@ -28,7 +28,8 @@ from bench.common import REPO
 #: the suites in document order: `bench.run` runs all but gpu_check (it needs a GPU) and megatron_check
 #: (it needs a Megatron-LM checkout: `python -m bench.megatron_check --megatron DIR --record`)
 SUITES = (
-    "paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm", "memory", "megatron_check", "gpu_check",
+    "paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm", "memory", "consistency", "megatron_check",
+    "gpu_check",
 )  # fmt: skip
 #: each suite's heading when it has no record yet
 TITLES = {
@@ -41,6 +42,7 @@ TITLES = {
     "scale": "## Published runs at scale: predicted against measured tokens/s per GPU",
     "comm": "## Communication per parallel dimension: measured against predicted (CPU, gloo)",
     "memory": "## Memory against measured peaks",
+    "consistency": "## Free configuration search against one dimension forced (adaptis plan --gpus, simulated)",
     "megatron_check": "## Megatron-LM's own argument checks",
     "gpu_check": "## GPU check",
 }
@@ -273,6 +275,8 @@ def sections(recs: Mapping[str, Mapping]) -> dict[str, str]:
     out["scale"] = _foreign("scale", recs["scale"]) if "scale" in recs else _missing("scale")
     out["comm"] = _foreign("comm", recs["comm"]) if "comm" in recs else _missing("comm")
     out["memory"] = _foreign("memory", recs["memory"]) if "memory" in recs else _missing("memory")
+    if "consistency" in recs:  # a section only once its record exists
+        out["consistency"] = _foreign("consistency", recs["consistency"])
     if "megatron_check" in recs:
         out["megatron_check"] = _foreign("megatron_check", recs["megatron_check"])
     if "gpu_check" in recs:

@@ -1,14 +1,15 @@
 """Run benchmark suites, write one record per suite, then render the documents from the records.
 
-Run: `python -m bench.run [--suites paper,recompute,real,targets,torchcsv,zb,scale,comm,memory] [--quick] [--workers 2]
-[--allow-dirty] [--results DIR]` (`make bench` = the full run of every suite, which refuses a checkout
+Run: `python -m bench.run [--suites paper,recompute,real,targets,torchcsv,zb,scale,comm,memory,consistency] [--quick]
+[--workers 2] [--allow-dirty] [--results DIR]` (`make bench` = the full run of every suite, which refuses a checkout
 with uncommitted changes; `make bench-report` re-renders only).
 
 Each suite answers one product question and is run by its own module's `run_suite`, which returns a
 record (`bench.records.record`): `paper` (bench.paper: the paper's cases at its TP and at TP 1, bubble
 ratios, the sequence sweep, the ablation and planning time, one task pool), `recompute`
 (bench.recompute), `real` and `zb` (bench.real, bench.zb), `targets` and `torchcsv`
-(bench.interop). `gpu_check` needs a GPU and is run by its own module. The records go to
+(bench.interop), `consistency` (bench.consistency: the free configuration search against one dimension
+forced). `gpu_check` needs a GPU and is run by its own module. The records go to
 bench/results/<suite>.json; a `--quick` run goes to a scratch folder (its BENCHMARKS.md and
 pictures with it) unless `--results` says otherwise, so it never overwrites the committed records.
 Then `bench.report` renders BENCHMARKS.md, docs/img/*.svg and README.md's results block from every
@@ -34,7 +35,7 @@ from bench import records, report  # noqa: E402
 from bench.common import REPO  # noqa: E402
 
 #: the suites `bench.run` runs by default, in order (gpu_check needs a GPU: `python -m bench.gpu_check`)
-SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm", "memory")
+SUITES = ("paper", "recompute", "real", "targets", "torchcsv", "zb", "scale", "comm", "memory", "consistency")
 QUICK_RESULTS = Path(tempfile.gettempdir()) / "adaptis-bench-quick"
 
 
@@ -52,7 +53,7 @@ def run_suite(name: str, quick: bool, workers: int, log: Callable[[str], None]) 
         from bench import interop
 
         return interop.run_suite(name, quick, workers)
-    mod = importlib.import_module(f"bench.{name}")  # real, zb, scale, comm, memory: their own modules
+    mod = importlib.import_module(f"bench.{name}")  # real, zb, scale, comm, memory, consistency
     return mod.run_suite(quick, workers)
 
 
