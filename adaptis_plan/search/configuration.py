@@ -883,7 +883,9 @@ def _reachable_s(row: Considered, req: Request) -> float:
 
 def _to_plan(screened: Sequence[_Screen], req: Request) -> list[_Screen]:
     """The screened points (sorted by their steps) that get the full pipeline search: a big pipeline's best
-    alone, else the best PLAN_LIMIT, and for an adaptive request the deeper pipelines' best (`PLAN_MOST`)."""
+    alone, else the best PLAN_LIMIT, and for an adaptive request, of each deeper pipeline (in the order of
+    their best screened steps) whose points' bounds are below the best screened step, the point whose step
+    without its bubble is least (`PLAN_MOST` in all)."""
     top = screened[0].considered.point
     if top.pp * top.num_microbatches >= BIG_PIPELINE:
         return [screened[0]]
@@ -892,19 +894,30 @@ def _to_plan(screened: Sequence[_Screen], req: Request) -> list[_Screen]:
         return chosen
     best = _screened_step_s(screened[0])
     depths = {g.considered.point.pp for g in chosen}
-    for got in screened[PLAN_LIMIT:]:
-        p = got.considered.point
+    deeper = [
+        g for g in screened[PLAN_LIMIT:]
+        if g.considered.point.pp not in depths and g.considered.point.pp > 1 and g.considered.bound_s < best
+        and g.considered.point.pp * g.considered.point.num_microbatches < BIG_PIPELINE
+    ]  # fmt: skip
+    # the depths in the order of their best screened steps; of each, the point whose screened step without
+    # its bubble is least (`_without_bubble_s`: the points at one depth differ in how much bubble there is to fill)
+    for got in deeper:
         if len(chosen) >= PLAN_MOST:
             break
-        if (
-            p.pp > 1
-            and p.pp not in depths
-            and got.considered.bound_s < best
-            and p.pp * p.num_microbatches < BIG_PIPELINE
-        ):
-            chosen.append(got)
-            depths.add(p.pp)
+        pp = got.considered.point.pp
+        if pp not in depths:
+            same = [g for g in deeper if g.considered.point.pp == pp]
+            chosen.append(min(same, key=lambda g: (_without_bubble_s(g), g.considered.point.preference)))
+            depths.add(pp)
     return chosen
+
+
+def _without_bubble_s(got: _Screen) -> float:
+    """A screened point's classic step less its bubble ((pp - 1) of M k + pp - 1 slots, k its screened
+    schedule's stages per device), never below its proven bound: what filling the bubble would reach."""
+    p, row = got.considered.point, got.considered
+    slots = p.num_microbatches * got.schedule[1]
+    return max(row.bound_s, _screened_step_s(got) * slots / (slots + p.pp - 1))
 
 
 def _prune(row: Considered, best: float) -> None:

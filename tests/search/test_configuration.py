@@ -543,9 +543,10 @@ def test_a_classic_request_reports_no_co_design(adaptis, tmp_path) -> None:  # n
 
 @pytest.mark.unit
 def test_deeper_pipelines_whose_bound_may_win_are_planned_beside_the_best_two() -> None:
-    """The screen prices classic schedules; for an adaptive request the best screened point of each deeper
-    pipeline not among the best two is planned too, when its proven bound is below the best screened step
-    (PLAN_MOST in all); a classic request plans the best two; a big pipeline plans its best alone."""
+    """The screen prices classic schedules; for an adaptive request, beside the best two, each deeper pipeline
+    (in the order of its best screened step) whose points' bounds are below the best screened step gets its
+    point with the least step without its bubble planned (PLAN_MOST in all); a classic request plans the best
+    two; a big pipeline plans its best alone."""
     from types import SimpleNamespace
 
     from adaptis_plan.search import configuration as cfg
@@ -558,15 +559,16 @@ def test_deeper_pipelines_whose_bound_may_win_are_planned_beside_the_best_two() 
         screen(1, 1, 1.00, 0.90),
         screen(1, 2, 1.01, 0.90),
         screen(1, 4, 1.02, 0.90),  # fmt: skip
-        screen(2, 1, 1.05, 0.80),
-        screen(2, 2, 1.06, 0.80),  # the best pp 2 only
+        # one pp 2 point: the one with the least step without its bubble (1.06 x 4 / 5 < 1.05 x 64 / 65)
+        screen(2, 1, 1.05, 0.80, m=64),
+        screen(2, 2, 1.06, 0.80, m=4),
         screen(4, 1, 1.10, 1.00),  # its bound ties the best step: it cannot win
         screen(8, 1, 1.20, 0.70),
         screen(16, 1, 1.30, 0.60),  # pp 16 would be a fifth point
     ]
     adaptive = Request(64, 512, 4096)
     assert [(g.considered.point.pp, g.considered.point.micro_batch_size) for g in cfg._to_plan(rows, adaptive)] == [
-        (1, 1), (1, 2), (2, 1), (8, 1),
+        (1, 1), (1, 2), (2, 2), (8, 1),
     ]  # fmt: skip
     classic = Request(64, 512, 4096, pipeline=PipelineSettings(strategy="1F1B", recompute="auto", partition="uniform"))
     assert cfg._to_plan(rows, classic) == rows[:2]
@@ -575,6 +577,6 @@ def test_deeper_pipelines_whose_bound_may_win_are_planned_beside_the_best_two() 
     # the margin rule sees a deep pipeline's estimate without its closed-form bubble, never below its bound
     row = rows[3].considered
     row.estimate_s, row.chunks = 1.5, 1
-    assert cfg._reachable_s(row, adaptive) == pytest.approx(max(0.8, 1.5 * 8 / 9))
+    assert cfg._reachable_s(row, adaptive) == pytest.approx(max(0.8, 1.5 * 64 / 65))
     assert cfg._reachable_s(row, classic) == 1.5
     assert cfg._reachable_s(rows[0].considered, adaptive) == rows[0].considered.estimate_s
