@@ -14,9 +14,12 @@ the micro-batch size), `--zero` at every other stage of 0..3. A forced value the
 or nothing fits memory) is recorded with its one-line reason; it is an outcome, not a failure of the
 bench. Per case: the free configuration, its tokens/s per GPU and wall seconds, every forced run, the
 best forced over free ratio, and the forced runs that beat free by more than `MARGIN` (`verdict`).
-A forced run that beats free means the search missed a point it could have planned (today the screen
-ranks points by a closed-form classic estimate and plans only the best `PLAN_LIMIT` of them: a
-neighbour the adaptive search would have made faster can be screened out).
+A forced run that beats free means the search missed a point it could have planned (the screen ranks
+points by a closed-form classic estimate; the best `PLAN_LIMIT` and, of each deeper pipeline, the point
+with the most bubble to fill are planned, `PLAN_MOST` in all: a neighbour the adaptive search would have
+made faster can still be screened out). The free search's `co_design` (what the co-designed pipeline buys
+at its configuration over the best classic schedule there, and whether classic schedules alone would
+have chosen another configuration) is kept per case.
 
 Cases (`CASES`): models with heterogeneous layers (the Gemma family's sliding-window / global
 attention), mixtures of experts, hybrid Mamba, and dense models; 8 to 16,384 GPUs on the built-in `h100`
@@ -150,6 +153,7 @@ class Run:
     reason: str | None = None
     dimension: str | None = None  # None: the free search
     value: int | None = None
+    co_design: dict | None = None  # `adaptis plan --json`'s co_design
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,7 @@ def plan_once(case: Case, extra: Sequence[str] = (), dimension: str | None = Non
     run.configuration = out["configuration"]
     run.tokens_per_s_per_gpu = out["tokens_per_s_per_gpu"]
     run.aborted = bool(out.get("search", {}).get("aborted"))
+    run.co_design = out.get("co_design")
     return run
 
 
@@ -289,6 +294,9 @@ def summary(results: Sequence[CaseResult]) -> dict[str, int]:
         "cases_beaten": sum(bool(res.verdict.beats) for res in results),
         "runs_beating": sum(len(res.verdict.beats) for res in results),
         "aborted": sum(r.aborted for res in results for r in [res.free, *res.forced]),
+        "co_design_decides": sum(
+            bool(res.free.co_design and res.free.co_design["decides_configuration"]) for res in results
+        ),  # fmt: skip
     }
 
 
@@ -296,10 +304,23 @@ def _tps(r: Run) -> str:
     return "–" if r.tokens_per_s_per_gpu is None else f"{r.tokens_per_s_per_gpu:,.0f}"
 
 
+def _co_design(r: Run) -> str:
+    """The free plan's gain over the best classic schedule at its configuration, and whether classic schedules
+    alone would have chosen another configuration (then that one's throughput)."""
+    co = r.co_design
+    if not co:
+        return "–"
+    out = f"{co['gain_over_classic']:+.1%}"
+    if co["decides_configuration"]:
+        out += f"; classic alone: {config_label(co['classic_only']['configuration'])}"
+        out += f" at {co['classic_only']['tokens_per_s_per_gpu']:,.0f} ({co['gain_over_classic_only']:+.1%})"
+    return out
+
+
 def table(results: Sequence[CaseResult]) -> str:
     lines = [
-        "| case | free config | free tok/s/GPU | best forced | ratio | beats > 0.3% | wall s |",
-        "|---|---|---:|---|---:|---|---:|",
+        "| case | free config | free tok/s/GPU | co-design | best forced | ratio | beats > 0.3% | wall s |",
+        "|---|---|---:|---|---|---:|---|---:|",
     ]
     for res in results:
         v = res.verdict
@@ -309,7 +330,8 @@ def table(results: Sequence[CaseResult]) -> str:
         beats = ", ".join(f"`{run_label(r)}` +{(r.tokens_per_s_per_gpu or 0) / (res.free.tokens_per_s_per_gpu or 1) - 1:.1%}"
                           for r in v.beats) or "none"  # fmt: skip
         lines.append(
-            f"| {res.case.name} | {free} | {_tps(res.free)} | {best} | {ratio} | {beats} | {res.free.wall_s:.1f} |"
+            f"| {res.case.name} | {free} | {_tps(res.free)} | {_co_design(res.free)} | {best} | {ratio} | {beats}"
+            f" | {res.free.wall_s:.1f} |"
         )
     return "\n".join(lines)
 
@@ -325,7 +347,8 @@ def summary_line(results: Sequence[CaseResult]) -> str:
     return (
         f"{s['cases']} cases ({s['free_refused']} refused free); {s['forced_runs']} forced runs: {s['forced_planned']}"
         f" planned, {s['forced_refused']} refused; {s['runs_beating']} forced runs in {s['cases_beaten']} cases beat the"
-        f" free search by more than {MARGIN:.1%}; {s['aborted']} runs cut short by the hard stop."
+        f" free search by more than {MARGIN:.1%}; {s['aborted']} runs cut short by the hard stop; the co-designed"
+        f" pipeline decides the configuration in {s['co_design_decides']} cases."
     )
 
 
@@ -342,7 +365,10 @@ def render(rec: Mapping) -> str:
         " options (analytic cost model, the built-in profile as shipped), then the same command with one dimension"
         " forced next to the free pick (`--pp`, `--tp`, `--cp`, `--ep` for models with experts, `--micro-batch-size`"
         " at x2 and /2; `--zero` at every other stage), the rest still searched. Ratio: the best forced run's tokens/s"
-        " per GPU over the free search's (above 1: the free search missed it). Wall s: the free search, one process,"
+        " per GPU over the free search's (above 1: the free search missed it). Co-design: the free plan against the"
+        " best classic schedule at its configuration, and where classic schedules alone would choose another"
+        " configuration, that one (its tokens/s per GPU and the free plan's gain over it). Wall s: the free search,"
+        " one process,"
         " beside the other cases' runs.",
         "",
         table(results),

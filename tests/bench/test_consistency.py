@@ -182,6 +182,14 @@ def test_the_report_renders_a_section_only_once_a_record_exists():
     assert c.SUITE not in without and {k: with_it[k] for k in without} == without
     section = with_it[c.SUITE]
     assert section.startswith(c.HEADING) and report.TITLES[c.SUITE] == c.HEADING
-    assert "| llama-2-7b 8 h100 | tp2 pp1 dp32 cp1 ep1 zero2 mbs1 M8 adaptive | 1,000 | `--tp 2`:" in section
+    assert "| llama-2-7b 8 h100 | tp2 pp1 dp32 cp1 ep1 zero2 mbs1 M8 adaptive | 1,000 | – | `--tp 2`:" in section
     assert "| 0.9900 | none |" in section and "0 forced runs in 0 cases beat" in section
+    assert c.results_from_record(_record([res])) == [res]
+    # the free plan's co-design share, and the configuration classic schedules alone would choose
+    classic = {**res.free.configuration, "strategy": "1F1B", "pp": 1}
+    res.free.co_design = {"gain_over_classic": 0.05, "decides_configuration": True, "gain_over_classic_only": 0.02,
+                          "classic_only": {"configuration": classic, "tokens_per_s_per_gpu": 980.0}}  # fmt: skip
+    section = report.sections({**recs, c.SUITE: _record([res])})[c.SUITE]
+    assert "| +5.0%; classic alone: tp2 pp1 dp32 cp1 ep1 zero2 mbs1 M8 1F1B at 980 (+2.0%) |" in section
+    assert "the co-designed pipeline decides the configuration in 1 cases" in section
     assert c.results_from_record(_record([res])) == [res]
