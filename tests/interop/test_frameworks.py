@@ -16,9 +16,13 @@ import pytest
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec, ModelSpec
 from tests.conftest import run_adaptis
 
-megatron_layout_mod = pytest.importorskip(
-    "megatron.core.transformer.pipeline_parallel_layer_layout", reason="the interop extras (pip install .[interop])"
-)
+
+def _megatron_layout_module():  # noqa: ANN202 - megatron-core's module, imported when a test needs it
+    """megatron-core's layout parser, imported by the test that reads it (not at collection: megatron-core
+    takes seconds to import, in every worker)."""
+    return pytest.importorskip(
+        "megatron.core.transformer.pipeline_parallel_layer_layout", reason="the interop extras (pip install .[interop])"
+    )
 
 
 def _plan(tmp_path: Path, model: str | Path, name: str, *args: str) -> tuple[Path, dict]:
@@ -51,7 +55,7 @@ def test_megatron_core_parses_our_layout(tmp_path: Path, name, model, hw, pp, mb
     assert r.exit_code == 0, r.stderr
     text = r.stdout.strip()
     num_pp = int(pp)
-    layout = megatron_layout_mod.PipelineParallelLayerLayout(text, num_pp)
+    layout = _megatron_layout_module().PipelineParallelLayerLayout(text, num_pp)
     kinds = [layer["kind"] for layer in plan["model"]["spec"]["layers"]]
     num_decoders = sum(k not in ("embedding", "head") for k in kinds)
     layout.validate_layer_layout(num_layers=num_decoders, mtp_num_layers=None)
