@@ -117,11 +117,12 @@ def measure_action_overhead(
     the step's excess over M x the layers' profiled F + B, over the number of actions, is what
     the runtime adds per action (Python dispatch, autograd set-up, its own bookkeeping), which
     the planner and simulator charge on top of the profiled layers. P2P is not in it: the link
-    model charges transfers. One launch of `rounds` x `steps` steps (each launch costs seconds of
-    start-up, its steps milliseconds) and `rounds` profiles: the quickest step against the quickest
-    profile, at least 0: another process only ever adds time, and a burst of it during one
+    model charges transfers. Over `rounds` (run, profile) pairs, the quickest step against the
+    quickest profile, at least 0: another process only ever adds time, and a burst of it during one
     run or one profile (a parallel test suite's torchrun next door) made a median of per-round
-    differences read 1.1 ms where a quiet machine reads 0-0.05 ms.
+    differences read 1.1 ms where a quiet machine reads 0-0.05 ms. Each pair is its own launch, seconds
+    apart: one launch of all the steps (its steps take milliseconds) read 1.5 ms under a loaded test suite,
+    where its burst covered every step.
 
     (A two-rank probe, its step over its critical path in actions, counts the layers' own
     dispatch a second time and every hand-off's wake-up: measured 1.2-2.4 ms per action on a
@@ -132,12 +133,11 @@ def measure_action_overhead(
     from adaptis_plan.executor.profile import profile_model
 
     plan, model, num_actions = _overhead_probe(num_microbatches)
-    rounds = max(1, rounds)
-    out = run_plan(plan, model, RunOptions(steps=steps * rounds, warmup=2, timeout_s=timeout_s), label="overhead probe")
-    step = min(map(float, out["step_times_s"]))
-    layers = math.inf
-    for _ in range(rounds):
+    step, layers = math.inf, math.inf
+    for _ in range(max(1, rounds)):
+        out = run_plan(plan, model, RunOptions(steps=steps, warmup=2, timeout_s=timeout_s), label="overhead probe")
         prof = profile_model(model, seq_len=8, micro_batch_size=1, repeats=steps, rounds=1)
+        step = min(step, *map(float, out["step_times_s"]))
         layers = min(layers, sum(len(e.layers) * (e.f_s + e.b_s) for e in prof.entries) * num_microbatches)
     return max(0.0, (step - layers) / num_actions)
 
