@@ -72,7 +72,7 @@ def test_sampled_packings_deal_exactly_the_packing_and_rank_by_the_order_bound(n
 @pytest.mark.slow
 def test_the_critical_path_phase_improves_nemotron_h_s_4k():
     costs, n = paper_costs("nemotron-h-s", 4096, 4)
-    budget = SearchBudget.for_time_limit(15)
+    budget = SearchBudget.for_time_limit(5)  # the default budget
     out = search_plan(costs, n, M, budget=budget, time_limit_s=600)
     phase = next(p for p in out.phases if p["phase"] == "critical path")
     assert phase["layouts_ranked"] >= 2
