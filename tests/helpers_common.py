@@ -1,9 +1,11 @@
 """Small helpers several test modules share (imported like `helpers_executor`): tiny model specs
-and training settings, textbook programs, markdown table reading, SIGINT for child processes."""
+and training settings, textbook programs, markdown table reading, SIGINT for child processes, bench
+records with a fixed provenance."""
 
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 from adaptis_plan.core import Action, Programs
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec, ModelSpec
@@ -59,3 +61,16 @@ def table_after(text: str, heading: str) -> list[list[str]]:
             break
         rows.append([c.strip() for c in line.strip("|").split("|")])
     return rows
+
+
+def bench_record(suite: str, data: dict, settings: dict | None = None, command: str | None = None) -> dict[str, Any]:
+    """A bench record (`bench.records`) of `suite` holding `data`, with a fixed provenance: a clean commit
+    abc1234 on a machine named test, so what renders from it never depends on where the test runs."""
+    from bench import records  # `bench` is a top-level folder: importable where the bench tests run
+
+    provenance = {
+        "commit": "abc1234", "clean": True, "machine": "test", "python": "3.11", "versions": {},
+        "date": "2026-12-07 08:00 UTC", "command": command or f"python -m bench.run --suites {suite}", "wall_s": 1.0,
+    }  # fmt: skip
+    return {"suite": suite, "format": records.FORMAT, "provenance": provenance, "settings": settings or {},
+            "data": data}  # fmt: skip

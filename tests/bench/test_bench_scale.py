@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers_common import bench_record
 
 from bench import comm, records, scale
 
@@ -10,9 +11,7 @@ pytestmark = pytest.mark.unit
 
 
 def _rec(suite: str, data: dict) -> dict:
-    prov = {"commit": "abc1234", "clean": True, "machine": "test", "date": "2026-12-04 00:00 UTC",
-            "command": f"python -m bench.run --suites {suite}", "wall_s": 1.0}  # fmt: skip
-    return {"suite": suite, "format": records.FORMAT, "provenance": prov, "settings": {}, "data": data}
+    return bench_record(suite, data)
 
 
 def test_scale_summary_counts_only_uncalibrated_predictions() -> None:

@@ -4,6 +4,7 @@ small case end to end."""
 from __future__ import annotations
 
 import pytest
+from helpers_common import bench_record
 
 from bench import consistency as c
 from bench.common import REPO
@@ -155,18 +156,7 @@ def test_one_small_case_end_to_end():
 def _record(results: list[c.CaseResult]) -> dict:
     from bench import records
 
-    provenance = {
-        "commit": "abc1234",
-        "clean": True,
-        "machine": "test",
-        "python": "3.11",
-        "versions": {},
-        "date": "2026-12-07 08:00 UTC",
-        "command": "python -m bench.run --suites consistency",
-        "wall_s": 1.0,
-    }
-    return {"suite": c.SUITE, "format": records.FORMAT, "provenance": provenance, "settings": {"margin": c.MARGIN},
-            "data": {"results": records.to_json(results)}}  # fmt: skip
+    return bench_record(c.SUITE, {"results": records.to_json(results)}, {"margin": c.MARGIN})
 
 
 @pytest.mark.unit

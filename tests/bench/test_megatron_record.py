@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_common import bench_record
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `bench` is a top-level folder, not an installed package
@@ -102,28 +103,15 @@ def test_record_refused_from_a_dirty_tree_or_without_the_commit(
 
 
 def _record(plans: list[dict]) -> dict:
-    return {
-        "suite": "megatron_check",
-        "format": records.FORMAT,
-        "provenance": {
-            "commit": "abc1234",
-            "clean": True,
-            "machine": "test",
-            "python": "3.11",
-            "versions": {},
-            "date": "2026-12-07 08:00 UTC",
-            "command": f"python -m bench.megatron_check --megatron /m --megatron-commit {SHA} --record",
-            "wall_s": 1.0,
-        },  # fmt: skip
-        "settings": {
-            "megatron_commit": SHA,
-            "arch": 9.0,
-            "mocked": ["get_device_arch_version() -> 9"],
-            "added_arguments": "the plan's model size",
-            "cost_model": "analytic",
-        },  # fmt: skip
-        "data": {"plans": plans},
+    settings = {
+        "megatron_commit": SHA,
+        "arch": 9.0,
+        "mocked": ["get_device_arch_version() -> 9"],
+        "added_arguments": "the plan's model size",
+        "cost_model": "analytic",
     }
+    command = f"python -m bench.megatron_check --megatron /m --megatron-commit {SHA} --record"
+    return bench_record("megatron_check", {"plans": plans}, settings, command)
 
 
 PASSED = {
