@@ -20,11 +20,10 @@ its evidence, `cost.comm.dp_link_end`):
 step = max_d (max(finish_d, link end_d) + optimizer_d) + X. Without overlap every transfer is
 exposed: step = max_d (finish_d + sync_d + optimizer_d) + max_d gather_d.
 So the hidden sync of a rank is at most finish_d - (its earliest backward start), and every rank's
-link carries at most one step of traffic per step (`layer_link_seconds` per layer).
-Per layer, what its parameters add to their rank's step end (`layer_extras`): the optimizer step
-(+ the sync and gather when they cannot overlap), and what they put on their rank's link
-(`layer_link_seconds`); both are parts of the lower bound `search.configuration` adds to the
-pipeline's.
+link carries at most one step of traffic per step.
+Per layer, what its parameters add to their rank's step end: the optimizer step (+ the sync and
+gather when they cannot overlap), and what they put on their rank's link (`layer_bound_parts`);
+both are parts of the lower bound `search.configuration` adds to the pipeline's.
 Imports `core`, `cost` and the specs only.
 """
 
@@ -167,31 +166,20 @@ def _sync_transfers(x: StepExtras, starts: dict[int, float]) -> list[tuple[float
     return [(max(starts.values()), x.grad_sync_s)]
 
 
-def layer_extras(model: ModelSpec, training: TrainingConfig, hardware: HardwareProfile, device_type: str) -> np.ndarray:
-    """Per layer, what its parameters add to their rank's step end: the optimizer step, plus the
-    gradient sync and parameter gather when they cannot overlap. Their bandwidth parts only: latency
-    is paid once per ring per rank, not per layer, so the per-layer sum under-counts a rank's total
-    (a valid part of a lower bound, `search.configuration`)."""
-    sync, gather, optimizer = _per_layer(model, training, hardware, device_type)
-    return optimizer if training.dp_overlap else optimizer + sync + gather
-
-
-def layer_link_seconds(
-    model: ModelSpec, training: TrainingConfig, hardware: HardwareProfile, device_type: str
-) -> np.ndarray:
-    """Per layer, the seconds its gradient sync and parameter gather hold their rank's data-parallel
-    link each step (bandwidth part only, as `layer_extras`) plus its optimizer step. A rank's link
-    serves its transfers one after another within the step and its optimizer step follows the last
-    sync, so every rank's sum of these is at most the step, with or without overlap (module
-    docstring): a part of a lower bound."""
-    sync, gather, optimizer = _per_layer(model, training, hardware, device_type)
-    return sync + gather + optimizer
-
-
 def layer_bound_parts(
     model: ModelSpec, training: TrainingConfig, hardware: HardwareProfile, device_type: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(`layer_extras`, `layer_link_seconds`) of one device type, priced once."""
+    """Per layer on one device type, priced once, (extras, link):
+
+    - extras: what its parameters add to their rank's step end: the optimizer step, plus the gradient
+      sync and parameter gather when they cannot overlap;
+    - link: the seconds its gradient sync and parameter gather hold their rank's data-parallel link each
+      step, plus its optimizer step. A rank's link serves its transfers one after another within the step
+      and its optimizer step follows the last sync, so every rank's sum of these is at most the step, with
+      or without overlap (module docstring).
+
+    Bandwidth parts only: latency is paid once per ring per rank, not per layer, so the per-layer sums
+    under-count a rank's totals (valid parts of a lower bound, `search.configuration`)."""
     sync, gather, optimizer = _per_layer(model, training, hardware, device_type)
     return (optimizer if training.dp_overlap else optimizer + sync + gather), sync + gather + optimizer
 

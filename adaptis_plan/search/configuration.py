@@ -21,11 +21,11 @@ Then, per point, without planning (`_screen_bound`): a proven memory check (para
 and optimizer state over an even split of the layers must fit; no schedule holds less on its
 fullest rank) and a lower bound on the whole step: the pipeline's bound (`judge.bound.lower_bound`,
 any partition, placement and schedule, on the costs without recomputation, which only adds work)
-plus the optimizer step (`judge.training_step.layer_extras`; the gradient sync and parameter gather
+plus the optimizer step (`judge.training_step.layer_bound_parts`; the gradient sync and parameter gather
 too without data-parallel overlap): every rank ends with its own, so
 step >= max(pipeline bound + the smallest layer's, (all work + all optimizer steps) / pp); and each
 rank's data-parallel link carries its layers' sync and gather within the step before its optimizer
-step (`judge.training_step.layer_link_seconds`), so step >= the largest layer's and their sum / pp.
+step (the same function's link part), so step >= the largest layer's and their sum / pp.
 The least bound over every point that may fit is the configuration-level lower bound.
 
 Points are screened in the order of an estimate (`_estimate`: the fastest classic schedule in closed
@@ -174,6 +174,10 @@ class Point(Parallelism):
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in DIMENSIONS}
 
+    def tokens(self, seq_len: int) -> int:
+        """Tokens one step trains (the global batch's, the same at every point of a request)."""
+        return self.dp * self.micro_batch_size * self.num_microbatches * seq_len
+
     @property
     def preference(self) -> tuple:
         """The order among points the cost model prices equal: the simpler configuration first (fewer
@@ -190,7 +194,7 @@ def screen_strategy(req: Request, chunks: int = 1) -> tuple[str, int]:
     at `chunks` stages per device where the estimate chose an interleaving degree (`_degrees`)."""
     if chunks > 1:
         return "Interleaved1F1B", chunks
-    strategy = SCREEN_STRATEGY if req.pipeline.strategy.lower() == "adaptive" else req.pipeline.strategy
+    strategy = SCREEN_STRATEGY if req.pipeline.adaptive else req.pipeline.strategy
     return strategy, req.pipeline.stages_per_device or get_spec(strategy).default_stages_per_device
 
 
@@ -436,7 +440,7 @@ def _estimate(
     if pp > 1 and _degrees(req):
         deeper = [k for k in range(2, MAX_SCREEN_CHUNKS + 1) if pp * k <= most]
         # an Interleaved1F1B request interleaves: 1F1B is adaptive's own alternative only
-        degrees = deeper if req.pipeline.strategy.lower() != "adaptive" and deeper else degrees + deeper
+        degrees = deeper if not req.pipeline.adaptive and deeper else degrees + deeper
     modes = RECOMPUTE_LADDER if req.pipeline.recompute == "auto" else (req.pipeline.recompute,)
     limit = float(plain.mem_limit_bytes.min())
     limits = plain.mem_limit_bytes[:pp] + MEM_SLACK  # what the simulator lets each device hold
@@ -532,7 +536,7 @@ def _split(model: ModelSpec, req: Request, stages: int) -> str:
     """The partition of a point's classic schedule over `stages` stages: a classic request's own
     (`Request.pipeline.partition`); for adaptive, which searches its own, Megatron's uniform split while it has
     a decoder layer per stage, else ends-as-layers (the embedding and the head count as layers)."""
-    if req.pipeline.strategy.lower() == "adaptive" and stages > model.num_layers - 2:
+    if req.pipeline.adaptive and stages > model.num_layers - 2:
         return "ends-as-layers"
     return req.pipeline.partition or "uniform"  # a Request always names one (`usecases`)
 
@@ -872,13 +876,10 @@ def _table_key(table: CostTable) -> tuple:
 
 def _reachable_s(row: Considered, req: Request) -> float:
     """What the margin rule compares: the estimate, or for an adaptive request at pp >= 2, whose search may
-    fill the classic schedule's bubble, the estimate without its bubble (the closed form's (pp - 1) of
-    M k + pp - 1 slowest-stage slots, k its stages per device), never below the point's proven bound."""
-    p = row.point
-    if req.pipeline.strategy.lower() != "adaptive" or p.pp == 1:
+    fill the classic schedule's bubble, the estimate without it (`_less_bubble`)."""
+    if not req.pipeline.adaptive or row.point.pp == 1:
         return row.estimate_s
-    slots = p.num_microbatches * row.chunks
-    return max(row.bound_s, row.estimate_s * slots / (slots + p.pp - 1))
+    return _less_bubble(row.estimate_s, row.point, row.chunks, row.bound_s)
 
 
 def _to_plan(screened: Sequence[_Screen], req: Request) -> list[_Screen]:
@@ -890,7 +891,7 @@ def _to_plan(screened: Sequence[_Screen], req: Request) -> list[_Screen]:
     if top.pp * top.num_microbatches >= BIG_PIPELINE:
         return [screened[0]]
     chosen = list(screened[:PLAN_LIMIT])
-    if req.pipeline.strategy.lower() != "adaptive":
+    if not req.pipeline.adaptive:
         return chosen
     best = _screened_step_s(screened[0])
     depths = {g.considered.point.pp for g in chosen}
@@ -913,11 +914,16 @@ def _to_plan(screened: Sequence[_Screen], req: Request) -> list[_Screen]:
 
 
 def _without_bubble_s(got: _Screen) -> float:
-    """A screened point's classic step less its bubble ((pp - 1) of M k + pp - 1 slots, k its screened
-    schedule's stages per device), never below its proven bound: what filling the bubble would reach."""
-    p, row = got.considered.point, got.considered
-    slots = p.num_microbatches * got.schedule[1]
-    return max(row.bound_s, _screened_step_s(got) * slots / (slots + p.pp - 1))
+    """A screened point's classic step less its bubble (`_less_bubble`, its screened schedule's degree)."""
+    return _less_bubble(_screened_step_s(got), got.considered.point, got.schedule[1], got.considered.bound_s)
+
+
+def _less_bubble(seconds: float, p: Point, chunks: int, bound_s: float) -> float:
+    """`seconds` of a classic schedule at `p` with `chunks` stages per device less its bubble (the closed
+    form's (pp - 1) of M k + pp - 1 slowest-stage slots), never below the point's proven bound `bound_s`:
+    what a schedule that fills the bubble would reach."""
+    slots = p.num_microbatches * chunks
+    return max(bound_s, seconds * slots / (slots + p.pp - 1))
 
 
 def _prune(row: Considered, best: float) -> None:
@@ -942,7 +948,7 @@ def _plan_point(
     recompute, training, tables = _search_inputs(req, got, hw)
     planned: driver.PipelinePlan | None = None
     step: TrainingStep | None = None
-    if req.pipeline.strategy.lower() == "adaptive":
+    if req.pipeline.adaptive:
         # auto searches without recomputation and, where memory binds, each forced mode and per-stage
         # choices (`driver`): never worse than the uniform mode the screen needed
         planned, step = _adaptive(
@@ -963,7 +969,7 @@ def _plan_point(
         )  # fmt: skip
         best = planned.best
         best.result = judged(best.layout, planned.costs, best.programs, p.num_microbatches, best.result)
-        if req.pipeline.strategy.lower() == "adaptive":  # the report says why the search's own plan was not kept
+        if req.pipeline.adaptive:  # the report says why the search's own plan was not kept
             planned.info["fallback"] = {"requested": "adaptive", "adaptive_step_time_s": searched_step}
         step = got.step
         row.strategy, row.recompute = strategy, got.mode
@@ -1100,7 +1106,7 @@ def _presearch(
     """The distinct adaptive searches of the points to plan, run side by side (`workers.pmap`) when there
     are several, keyed as `_adaptive` looks them up; empty for a classic request, a single search or a
     single worker."""
-    if req.pipeline.strategy.lower() != "adaptive" or workers() < 2:
+    if not req.pipeline.adaptive or workers() < 2:
         return {}  # one process: `_adaptive` runs each search in turn, with its progress shown
     jobs: dict[tuple, tuple[Point, CostTables, str, tuple[tuple[str, str, int], ...]]] = {}
     for got in chosen:
@@ -1140,7 +1146,7 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
 def throughput(choice: Choice, model: ModelSpec, seq_len: int) -> tuple[float, float]:
     """(tokens per second of the cluster, MFU) of a chosen configuration."""
     p = choice.point
-    tokens = p.dp * p.micro_batch_size * p.num_microbatches * seq_len
+    tokens = p.tokens(seq_len)
     tps = tokens / choice.step.step_time_s
     gpus = p.tp * p.cp * p.dp * p.pp
     peaks = [choice.hardware.device_types[g.device_type].peak_bf16_tflops for g in choice.hardware.groups]
@@ -1181,7 +1187,7 @@ def co_design_record(choice: Choice, req: Request) -> dict | None:
     step against the fastest classic schedule's there (`Considered.classic_step_s`), and the configuration
     a search of classic schedules alone would choose among those priced (the least classic step), with its
     throughput. None for a classic request (no co-designed pipeline), or when no classic schedule was priced."""
-    if req.pipeline.strategy.lower() != "adaptive":
+    if not req.pipeline.adaptive:
         return None
     priced = [r for r in choice.considered if r.classic_step_s is not None]
     here = next((r for r in priced if r.point == choice.point), None)
@@ -1195,8 +1201,6 @@ def co_design_record(choice: Choice, req: Request) -> dict | None:
         g = classic_s / step - 1
         return 0.0 if abs(g) < 1e-9 else g  # the same step, summed in another order
 
-    a = alone.point
-    tokens = a.dp * a.micro_batch_size * a.num_microbatches * req.seq_len  # the global batch's, at every point
     return {
         "classic_step_time_s": here.classic_step_s,
         "classic_strategy": here.classic_strategy,
@@ -1208,7 +1212,7 @@ def co_design_record(choice: Choice, req: Request) -> dict | None:
                 "strategy": alone.classic_strategy,
             },
             "step_time_s": alone.classic_step_s,
-            "tokens_per_s_per_gpu": tokens / alone.classic_step_s / req.gpus,
+            "tokens_per_s_per_gpu": alone.point.tokens(req.seq_len) / alone.classic_step_s / req.gpus,
         },
         "gain_over_classic_only": gain(alone.classic_step_s),
         "decides_configuration": alone.point != choice.point,

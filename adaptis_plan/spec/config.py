@@ -212,6 +212,11 @@ class PipelineSettings:
         ),
     )
 
+    @property
+    def adaptive(self) -> bool:
+        """Whether the strategy is the adaptive search (any case), not a classic schedule."""
+        return self.strategy.lower() == "adaptive"
+
 
 @dataclass(frozen=True)
 class SearchEffort:

@@ -164,7 +164,7 @@ def test_a_layer_s_share_of_the_sync_drops_only_its_own_groups_latency() -> None
     every byte of its data-parallel sync and gather, and the shares of a rank's layers never add up to
     more than its whole sync, gather and optimizer step."""
     from adaptis_plan.cost.table import layer_param_shares
-    from adaptis_plan.judge.training_step import layer_extras
+    from adaptis_plan.judge.training_step import layer_bound_parts
 
     model = load_model("deepseek-v2-lite")
     hw = cluster(load_hardware("h100"), 64)
@@ -172,7 +172,7 @@ def test_a_layer_s_share_of_the_sync_drops_only_its_own_groups_latency() -> None
     place = placement(hw, training)
     device = next(iter(hw.device_types))
     hbm = hw.device_types[device].hbm_bandwidth_gbps * 1e9 * hw.device_types[device].memory_efficiency
-    shares = layer_extras(model, training, hw, device)
+    shares, _ = layer_bound_parts(model, training, hw, device)
     dense, expert = layer_param_shares(model, training)
     n = next(i for i, layer in enumerate(model.layers) if layer.kind == "decoder" and layer.moe is None)
     x = step_extras(float(dense[n]), float(expert[n]), training, place, hbm)
