@@ -121,8 +121,7 @@ def measure_action_overhead(
     quickest profile, at least 0: another process only ever adds time, and a burst of it during one
     run or one profile (a parallel test suite's torchrun next door) made a median of per-round
     differences read 1.1 ms where a quiet machine reads 0-0.05 ms. Each pair is its own launch, seconds
-    apart: one launch of all the steps (its steps take milliseconds) read 1.5 ms under a loaded test suite,
-    where its burst covered every step.
+    apart: a launch's steps take milliseconds, so one burst of load can cover every step of a single launch.
 
     (A two-rank probe, its step over its critical path in actions, counts the layers' own
     dispatch a second time and every hand-off's wake-up: measured 1.2-2.4 ms per action on a
