@@ -16,7 +16,8 @@ simulates a plan (the use cases do).
 
 Modules: `layers` (every layer kind, recomputation), `wgrad` (deferred weight gradients),
 `lowering` (pure Python: executability check, global order, transfers), `dataparallel` (the dp
-group: gradient sync, ZeRO, the optimizer), `tensorparallel` (the tp slices of every layer, partial
+group: gradient sync, ZeRO, the optimizer), `optim` (torch's SGD / AdamW arithmetic without
+`torch.optim.Optimizer`'s start-up cost), `tensorparallel` (the tp slices of every layer, partial
 gradients, tp gathers for --verify), `tpcomm` (the collectives inside layers), `support` (what the
 executor refuses; no torch), `cpu` (how a rank computes
 on CPU: one thread, denormals flushed), `runtime` (one rank's

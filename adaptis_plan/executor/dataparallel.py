@@ -68,11 +68,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from adaptis_plan.executor import optim
+
+if TYPE_CHECKING:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
 
 ZERO_STAGES = (0, 1, 2, 3)
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -87,18 +92,17 @@ class StageParams(Protocol):
 
 def make_optimizer(
     params: list, name: str, lr: float, *, group: dist.ProcessGroup | None = None
-) -> torch.optim.Optimizer:
-    """The executor's optimizer: SGD or AdamW (weight decay 0.01, single-tensor path), the same in the
-    workers and in the single-process reference. `group`: shard its state with ZeroRedundancyOptimizer."""
-    if not params:
-        return torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
-    cls: type[torch.optim.SGD] | type[torch.optim.AdamW] = torch.optim.SGD if name == "sgd" else torch.optim.AdamW
-    kw: dict[str, Any] = {} if name == "sgd" else {"weight_decay": 0.01, "foreach": False}
-    if group is not None:
+) -> optim.Optimizer | ZeroRedundancyOptimizer:
+    """The executor's optimizer: SGD or AdamW (weight decay 0.01, single-tensor path; `optim`), the same in
+    the workers and in the single-process reference. `group`: shard its state with torch's
+    ZeroRedundancyOptimizer around torch's own class of the same arithmetic."""
+    if group is not None and params:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
+        cls: type[torch.optim.SGD] | type[torch.optim.AdamW] = torch.optim.SGD if name == "sgd" else torch.optim.AdamW
+        kw: dict[str, Any] = {} if name == "sgd" else {"weight_decay": optim.ADAMW_WEIGHT_DECAY, "foreach": False}
         return ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=group, lr=lr, **kw)
-    return cls(params, lr=lr, **kw)
+    return optim.SGD(params, lr) if name == "sgd" else optim.AdamW(params, lr)
 
 
 class _FlatStage:

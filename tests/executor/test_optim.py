@@ -1,0 +1,42 @@
+"""The executor's optimizers step exactly as torch's own classes on the single-tensor path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from adaptis_plan.executor import optim
+
+
+def _params(seed: int) -> list[torch.nn.Parameter]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(*shape, generator=g)) for shape in ((7, 5), (5,), (3, 2, 4), (1,))]
+
+
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_steps_are_bitwise_torchs_own(name: str) -> None:
+    ours, theirs = _params(0), _params(0)
+    lr = 0.3 if name == "sgd" else 1e-2
+    mine = optim.SGD(ours, lr) if name == "sgd" else optim.AdamW(ours, lr)
+    ref = (
+        torch.optim.SGD(theirs, lr=lr, foreach=False)
+        if name == "sgd"
+        else torch.optim.AdamW(theirs, lr=lr, weight_decay=optim.ADAMW_WEIGHT_DECAY, foreach=False)
+    )
+    g = torch.Generator().manual_seed(1)
+    for step in range(4):
+        grads = [torch.randn(p.shape, generator=g) for p in ours]
+        for i, (a, b, grad) in enumerate(zip(ours, theirs, grads, strict=True)):
+            # one parameter gets no gradient at the first two steps: both skip it (no state, no decay)
+            a.grad = b.grad = None if (i == 1 and step < 2) else grad.clone()
+        mine.step()
+        ref.step()
+        for a, b in zip(ours, theirs, strict=True):
+            assert torch.equal(a.detach(), b.detach())
+    assert not torch.equal(ours[1].detach(), _params(0)[1].detach())  # it stepped once it had a gradient
+
+
+def test_an_optimizer_without_parameters_steps_nothing() -> None:
+    for opt in (optim.SGD([], 0.1), optim.AdamW([], 0.1)):
+        opt.step()
+        assert opt.param_groups == [{"params": []}]
