@@ -1,6 +1,6 @@
 """`adaptis run --verify` on the planner's own plans: for each tiny model family, every classic
 strategy and the adaptive plan, executed for real under torchrun with gloo on 2 CPU processes
-(one launch per family, the plans one after another), each checked against a single-process
+(one launch, the plans one after another), each checked against a single-process
 step. Any gradient that differs fails the test.
 """
 
@@ -19,26 +19,26 @@ FAMILIES = ["tiny-llama", "tiny-gemma", "tiny-deepseek", "tiny-nemotron-h"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", FAMILIES)
-def test_every_strategy_and_adaptive_verify(model: str, tmp_path: Path) -> None:
+def test_every_strategy_and_adaptive_verify(tmp_path: Path) -> None:
     jobs, labels = [], []
-    for strategy in (*STRATEGIES, "adaptive"):
-        req = PlanRequest.of(
-            model_arg=model,
-            hardware_arg="cpu",
-            pp=2,
-            num_microbatches=4,
-            seq_len=16,
-            strategy=strategy,
-            time_limit_s=1.0,
-            hard_stop=False,
-        )
-        outcome = make_plan_for(req)
-        path = tmp_path / f"{strategy}.json"
-        write_plan(outcome.plan, path)
-        plan, spec = load_plan_and_model(str(path), None)
-        jobs.append(PlanJob(plan, spec, label=str(path)))
-        labels.append(f"{strategy} ({plan.search.get('source') if plan.search else ''})")
+    for model in FAMILIES:  # every plan has pp 2 (dp 1, tp 1): one launch runs them all
+        for strategy in (*STRATEGIES, "adaptive"):
+            req = PlanRequest.of(
+                model_arg=model,
+                hardware_arg="cpu",
+                pp=2,
+                num_microbatches=4,
+                seq_len=16,
+                strategy=strategy,
+                time_limit_s=1.0,
+                hard_stop=False,
+            )
+            outcome = make_plan_for(req)
+            path = tmp_path / f"{model}-{strategy}.json"
+            write_plan(outcome.plan, path)
+            plan, spec = load_plan_and_model(str(path), None)
+            jobs.append(PlanJob(plan, spec, label=str(path)))
+            labels.append(f"{model} {strategy} ({plan.search.get('source') if plan.search else ''})")
     results = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
     failed = [
         (label, r["max_abs_grad_diff"], r["loss_diff"])
@@ -46,6 +46,7 @@ def test_every_strategy_and_adaptive_verify(model: str, tmp_path: Path) -> None:
         if not r["verified"]
     ]
     assert not failed, failed
+    assert len(results) == len(FAMILIES) * (len(STRATEGIES) + 1)
     assert all(r["measured_step_time_s"] > 0 for r in results)
 
 
