@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from adaptis_plan.core import Action, Layout
-from adaptis_plan.planfile.io import read_plan
 from adaptis_plan.usecases import load_plan_and_model, load_plan_inputs, simulate_plan_file
 from tests.helpers_executor import tiny_family, write_plan_file
 
@@ -191,9 +190,6 @@ def test_a_big_plan_stays_small_and_loads_fast(tmp_path: Path) -> None:
     print(f"\nbig plan: {size_mb:.1f} MB, {num_actions} actions, load {min(cpu):.3f} s CPU, {min(wall):.3f} s wall")
     # the programs are the file: one line of about 80 bytes per action (the old multi-line form took 23 MB)
     assert path.stat().st_size < 100 * num_actions
-    assert min(cpu) < 1.0
-    c0 = time.process_time()
-    read_plan(path)
-    assert time.process_time() - c0 < 1.0
+    assert min(cpu) < 1.0  # reading the file is part of it: read_plan alone is no slower
     sim = simulate_plan_file(str(path))
     assert sim.result.step_time_s == pytest.approx(outcome.plan.predicted.step_time_s, rel=1e-9)
