@@ -71,6 +71,7 @@ from adaptis_plan.cost.comm import devices_per_node
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel, layer_param_shares
 from adaptis_plan.errors import InfeasibleError, InputError
+from adaptis_plan.inputs.hardware import cluster
 from adaptis_plan.judge.bound import lower_bound
 from adaptis_plan.judge.simulate import MEM_SLACK, judged, simulate
 from adaptis_plan.judge.training_step import (
@@ -89,13 +90,12 @@ from adaptis_plan.search.generator import Candidate, check_components, classic_c
 from adaptis_plan.search.partition import classic_bounds
 from adaptis_plan.search.workers import Pool, pmap, workers
 from adaptis_plan.spec.config import Parallelism, PipelineSettings, RuntimeSettings, field_names
-from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
+from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.limits import (
     MAX_CP,
     MAX_DEVICE_MICROBATCHES,
     MAX_MICRO_BATCH_SIZE,
     MAX_MICROBATCHES,
-    MAX_NODES,
     MAX_PP,
 )
 from adaptis_plan.spec.model import ModelSpec
@@ -255,38 +255,6 @@ class Choice:
     step: TrainingStep
     considered: list[Considered]
     lower_bound_s: float
-
-
-def cluster(hardware: HardwareProfile, gpus: int, source: str = "--gpus") -> HardwareProfile:
-    """`hardware` sized to `gpus` GPUs: its one device group's node count (a slice of one node when
-    gpus < devices per node). Raises InputError for a size the profile cannot be cut to."""
-    if gpus < 1:
-        raise InputError(f"{source} = {gpus}: must be at least 1")
-    if len(hardware.groups) != 1:
-        if gpus == hardware.num_devices:
-            return hardware
-        raise InputError(
-            f"{source} = {gpus}: hardware '{hardware.name}' mixes {len(hardware.groups)} device groups"
-            f" ({hardware.num_devices} GPUs); a mixed cluster is planned at its own size: use {source}"
-            f" {hardware.num_devices}"
-        )
-    g = hardware.groups[0]
-    if gpus > MAX_NODES * g.devices_per_node:
-        raise InputError(
-            f"{source} = {gpus:,}: more than {MAX_NODES:,} nodes of {g.devices_per_node} GPUs; use at most"
-            f" {MAX_NODES * g.devices_per_node:,}"
-        )
-    if gpus <= g.devices_per_node:
-        group = DeviceGroupSpec(device_type=g.device_type, num_nodes=1, devices_per_node=gpus)
-    elif gpus % g.devices_per_node:
-        raise InputError(
-            f"{source} = {gpus}: not a whole number of {hardware.name} nodes ({g.devices_per_node} GPUs each);"
-            f" use a multiple of {g.devices_per_node}"
-        )
-    else:
-        group = DeviceGroupSpec(device_type=g.device_type, num_nodes=gpus // g.devices_per_node,
-                                devices_per_node=g.devices_per_node)  # fmt: skip
-    return hardware.model_copy(update={"groups": [group]})
 
 
 def _divisors(n: int) -> list[int]:
@@ -1224,7 +1192,6 @@ __all__ = [
     "Considered",
     "Point",
     "Request",
-    "cluster",
     "configuration_record",
     "legal_points",
     "model_flops_per_token",

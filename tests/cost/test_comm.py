@@ -8,9 +8,8 @@ import pytest
 from adaptis_plan.cost.analytic import Collective, collective_seconds, layer_work, op_seconds
 from adaptis_plan.cost.comm import placement, step_extras
 from adaptis_plan.cost.recompute import recompute_work
-from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.inputs.hardware import cluster, load_hardware
 from adaptis_plan.inputs.models.load import load_model
-from adaptis_plan.search.configuration import cluster
 from adaptis_plan.spec.training import TrainingConfig
 
 pytestmark = pytest.mark.unit

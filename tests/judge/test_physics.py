@@ -23,12 +23,12 @@ from adaptis_plan.core import CostTable, Layout, Programs
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import tensor_parallel_sizes, zero3_seconds
 from adaptis_plan.errors import InputError
-from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.inputs.hardware import cluster, load_hardware
 from adaptis_plan.inputs.models.hf import from_hf_config
 from adaptis_plan.inputs.models.load import load_model
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.judge.training_step import TrainingStep, device_extras, training_step
-from adaptis_plan.search.configuration import Point, Request, _screen, _screen_bound, cluster
+from adaptis_plan.search.configuration import Point, Request, _screen, _screen_bound
 from adaptis_plan.search.generator import classic_candidate
 from adaptis_plan.spec.config import RuntimeSettings
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from adaptis_plan.errors import InputError
-from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.inputs.hardware import cluster, load_hardware
 from adaptis_plan.inputs.models.load import load_model
-from adaptis_plan.search.configuration import Request, cluster, legal_points
+from adaptis_plan.search.configuration import Request, legal_points
 from adaptis_plan.spec.config import PipelineSettings
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
