@@ -68,6 +68,7 @@ import numpy as np
 
 from adaptis_plan.core import ALL_COMPONENTS, CostTable, ProgressFn
 from adaptis_plan.cost.comm import devices_per_node
+from adaptis_plan.cost.flops import throughput
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel, layer_param_shares
 from adaptis_plan.errors import InfeasibleError, InputError
@@ -1089,43 +1090,10 @@ def _presearch(
     return dict(zip(jobs, found, strict=True))
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Model FLOPs per trained token: 6 x the parameters a token uses (active experts only, the
-    embedding and head included) + causal attention, 6 x heads x head_dim x seq_len per attention
-    layer (half of the 12 x L x h x s of non-causal attention; no recomputation counted)."""
-    from adaptis_plan.cost.params import layer_params
-
-    active = sum(layer_params(model, layer).active for layer in model.layers)
-    attn = 0.0
-    for layer in model.layers:
-        a = layer.attention
-        if a is None:
-            continue
-        width = a.num_heads * (
-            a.head_dim
-            if a.type == "gqa"
-            else ((a.qk_nope_head_dim or 0) + (a.qk_rope_head_dim or 0) + (a.v_head_dim or 0)) / 2
-        )  # noqa: E501
-        window = min(a.sliding_window or seq_len, seq_len)
-        attn += 6.0 * width * window
-    return 6.0 * active + attn
-
-
-def throughput(choice: Choice, model: ModelSpec, seq_len: int) -> tuple[float, float]:
-    """(tokens per second of the cluster, MFU) of a chosen configuration."""
-    p = choice.point
-    tokens = p.tokens(seq_len)
-    tps = tokens / choice.step.step_time_s
-    gpus = p.tp * p.cp * p.dp * p.pp
-    peaks = [choice.hardware.device_types[g.device_type].peak_bf16_tflops for g in choice.hardware.groups]
-    mfu = tps * model_flops_per_token(model, seq_len) / (gpus * min(peaks) * 1e12)
-    return tps, mfu
-
-
 def configuration_record(choice: Choice, model: ModelSpec, req: Request) -> dict:
     """The `--json` keys of a whole-configuration plan (docs/design.md, "The `--json` contract")."""
-    tps, mfu = throughput(choice, model, req.seq_len)
     p = choice.point
+    tps, mfu = throughput(model, choice.hardware, p, req.seq_len, choice.step.step_time_s)
     plan = choice.plan
     rows = sorted(
         choice.considered,
@@ -1194,7 +1162,5 @@ __all__ = [
     "Request",
     "configuration_record",
     "legal_points",
-    "model_flops_per_token",
     "search_configuration",
-    "throughput",
 ]
