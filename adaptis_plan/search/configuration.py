@@ -68,7 +68,6 @@ import numpy as np
 
 from adaptis_plan.core import ALL_COMPONENTS, CostTable, ProgressFn
 from adaptis_plan.cost.comm import devices_per_node
-from adaptis_plan.cost.flops import throughput
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel, layer_param_shares
 from adaptis_plan.errors import InfeasibleError, InputError
@@ -226,25 +225,6 @@ class Considered:
     # uniform split), and at a planned point also every classic plan its pipeline search started from
     classic_step_s: float | None = None
     classic_strategy: str | None = None
-
-    def record(self) -> dict:
-        out: dict = {"configuration": self.point.as_dict(), "lower_bound_s": self.bound_s, "status": self.status}
-        if self.step_time_s is not None:
-            out["step_time_s"] = self.step_time_s
-        if self.recompute is not None:
-            out["recompute"] = self.recompute
-        if self.strategy is not None:
-            out["strategy"] = self.strategy
-            if self.strategy == "Interleaved1F1B" and self.chunks > 1:
-                out["stages_per_device"] = self.chunks
-        if self.reason:
-            out["reason"] = self.reason
-        if self.overflow_bytes:
-            out["overflow_bytes"] = self.overflow_bytes
-        if self.classic_step_s is not None:
-            out["classic_step_time_s"] = self.classic_step_s
-            out["classic_strategy"] = self.classic_strategy
-        return out
 
 
 @dataclass
@@ -1090,77 +1070,11 @@ def _presearch(
     return dict(zip(jobs, found, strict=True))
 
 
-def configuration_record(choice: Choice, model: ModelSpec, req: Request) -> dict:
-    """The `--json` keys of a whole-configuration plan (docs/design.md, "The `--json` contract")."""
-    p = choice.point
-    tps, mfu = throughput(model, choice.hardware, p, req.seq_len, choice.step.step_time_s)
-    plan = choice.plan
-    rows = sorted(
-        choice.considered,
-        key=lambda r: (r.step_time_s is None, r.step_time_s or math.inf, r.bound_s, r.point.preference),
-    )
-    return {
-        "gpus": req.gpus,
-        "tokens_per_s": tps,
-        "tokens_per_s_per_gpu": tps / req.gpus,
-        "mfu": mfu,
-        "configuration": {
-            **p.as_dict(),
-            "recompute": choice.training.recompute,
-            "strategy": plan.strategy,
-            "stages_per_device": plan.best.layout.num_stages // p.pp,
-        },
-        "training_step": choice.step.summary(),
-        "configuration_lower_bound_s": choice.lower_bound_s,
-        "configuration_gap": choice.step.step_time_s / choice.lower_bound_s - 1 if choice.lower_bound_s > 0 else None,
-        "configurations": [r.record() for r in rows],
-        "co_design": co_design_record(choice, req),
-    }
-
-
-def co_design_record(choice: Choice, req: Request) -> dict | None:
-    """What the co-designed pipeline buys (the `--json` key `co_design`): at the chosen configuration, its
-    step against the fastest classic schedule's there (`Considered.classic_step_s`), and the configuration
-    a search of classic schedules alone would choose among those priced (the least classic step), with its
-    throughput. None for a classic request (no co-designed pipeline), or when no classic schedule was priced."""
-    if not req.pipeline.adaptive:
-        return None
-    priced = [r for r in choice.considered if r.classic_step_s is not None]
-    here = next((r for r in priced if r.point == choice.point), None)
-    if here is None or here.classic_step_s is None:
-        return None
-    alone = min(priced, key=lambda r: (r.classic_step_s, r.point.preference))
-    assert alone.classic_step_s is not None
-    step = choice.step.step_time_s
-
-    def gain(classic_s: float) -> float:
-        g = classic_s / step - 1
-        return 0.0 if abs(g) < 1e-9 else g  # the same step, summed in another order
-
-    return {
-        "classic_step_time_s": here.classic_step_s,
-        "classic_strategy": here.classic_strategy,
-        "gain_over_classic": gain(here.classic_step_s),
-        "classic_only": {
-            "configuration": {
-                **alone.point.as_dict(),
-                "recompute": alone.recompute,
-                "strategy": alone.classic_strategy,
-            },
-            "step_time_s": alone.classic_step_s,
-            "tokens_per_s_per_gpu": alone.point.tokens(req.seq_len) / alone.classic_step_s / req.gpus,
-        },
-        "gain_over_classic_only": gain(alone.classic_step_s),
-        "decides_configuration": alone.point != choice.point,
-    }
-
-
 __all__ = [
     "Choice",
     "Considered",
     "Point",
     "Request",
-    "configuration_record",
     "legal_points",
     "search_configuration",
 ]

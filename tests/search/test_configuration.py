@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from adaptis_plan.app.plan import considered_record
 from adaptis_plan.errors import InputError
 from adaptis_plan.inputs.hardware import cluster, load_hardware
 from adaptis_plan.inputs.models.load import load_model
@@ -66,7 +67,7 @@ def test_the_screen_chooses_an_interleaving_degree_by_its_closed_form() -> None:
     row = C._screen_bound(model, hw, free, point)
     got = C._screen(model, hw, free, row, ("none",))
     assert row.chunks > 1 and row.strategy == "Interleaved1F1B"
-    assert row.record()["stages_per_device"] == row.chunks
+    assert considered_record(row)["stages_per_device"] == row.chunks
     assert row.estimate_s == pytest.approx(got.step.step_time_s, rel=0.10)
     for strategy, k in (("1F1B", None), ("Interleaved1F1B", 2 if row.chunks != 2 else 4)):
         forced = Request(
