@@ -17,16 +17,10 @@ B / dp with M = B / (dp x b) micro-batches. ZeRO 1, 2 and 3 are tried where dp x
 is never better in this cost model (it holds more memory than ZeRO 1 and its all-reduce moves
 fp32 gradients twice where ZeRO 1's reduce-scatter + bf16 all-gather moves 1.5 times).
 
-Then, per point, without planning (`_screen_bound`): a proven memory check (parameters, gradients
-and optimizer state over an even split of the layers must fit; no schedule holds less on its
-fullest rank) and a lower bound on the whole step: the pipeline's bound (`judge.bound.lower_bound`,
-any partition, placement and schedule, on the costs without recomputation, which only adds work)
-plus the optimizer step (`judge.training_step.layer_bound_parts`; the gradient sync and parameter gather
-too without data-parallel overlap): every rank ends with its own, so
-step >= max(pipeline bound + the smallest layer's, (all work + all optimizer steps) / pp); and each
-rank's data-parallel link carries its layers' sync and gather within the step before its optimizer
-step (the same function's link part), so step >= the largest layer's and their sum / pp.
-The least bound over every point that may fit is the configuration-level lower bound.
+Then, per point, without planning (`_screen_bound`): the proven memory check and the lower bound on
+the whole step of `judge.configuration_bound` (the pipeline's bound plus the optimizer step and the
+data-parallel traffic every rank ends with). The least bound over every point that may fit is the
+configuration-level lower bound.
 
 Points are screened in the order of an estimate (`_estimate`: the fastest classic schedule in closed
 form, 1F1B or, for adaptive and an Interleaved1F1B of unstated degree, Interleaved1F1B at up to
@@ -72,12 +66,11 @@ from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import check_tensor_parallel, layer_param_shares
 from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.inputs.hardware import cluster
-from adaptis_plan.judge.bound import lower_bound
+from adaptis_plan.judge.configuration_bound import STATIC_REASON, configuration_bound
 from adaptis_plan.judge.simulate import MEM_SLACK, judged, simulate
 from adaptis_plan.judge.training_step import (
     TrainingStep,
     held_extras,
-    layer_bound_parts,
     training_step,
 )
 from adaptis_plan.schedules import get_spec
@@ -325,37 +318,16 @@ def _screened_step_s(screen: _Screen) -> float:
 
 
 def _screen_bound(model: ModelSpec, hw: HardwareProfile, req: Request, point: Point) -> Considered:
-    """The proven memory check and the lower bound of one point (module docstring)."""
-    training = point.training(req, "none")
-    try:
-        costs = CostTables(hw, training).table(model)
-    except InputError as e:
-        return Considered(point, math.inf, "out_of_memory", reason=str(e))
-    # proven: some rank holds at least the mean static bytes; no rank has more than the largest memory
-    limit = float(costs.mem_limit_bytes.max())
-    static = float(costs.static_bytes.sum()) / point.pp
-    if static > limit:
+    """One point's row before screening: the proven memory check and lower bound of its configuration
+    (`judge.configuration_bound`), and where it may fit, the screen's estimate (`_estimate`)."""
+    verdict = configuration_bound(model, hw, point.training(req, "none"))
+    if not verdict.fits:
         return Considered(
-            point, math.inf, "out_of_memory",
-            reason=f"weights, gradients and optimizer state alone need {_gib(static)} per GPU at best,"
-            f" {_gib(limit)} usable", overflow_bytes=static - limit,
-        )  # fmt: skip
-    m, pp = point.num_microbatches, point.pp
-    # per layer, the least over the pipeline's device types (a layer may sit on any of them)
-    kinds = sorted(set(costs.device_names[:pp]))
-    parts = [layer_bound_parts(model, training, hw, k) for k in kinds]
-    extras = np.min([e for e, _ in parts], axis=0)
-    link = np.min([ln for _, ln in parts], axis=0)
-    work = (costs.f_s + costs.i_s + costs.w_s).min(axis=0)
-    bound = max(
-        lower_bound(costs, pp, m) + float(extras.min()),
-        (m * float(work.sum()) + float(extras.sum())) / pp,
-        float(link.max()),
-        float(link.sum()) / pp,
-    )
-    row = Considered(point, bound, "not_screened")
-    row.estimate_s, row.chunks, row.unfit = _estimate(model, hw, req, point, costs)
-    return row
+            point, verdict.bound_s, "out_of_memory", reason=verdict.reason, overflow_bytes=verdict.overflow_bytes
+        )
+    assert verdict.costs is not None  # a configuration that may fit has its cost table
+    estimate_s, chunks, unfit = _estimate(model, hw, req, point, verdict.costs)
+    return Considered(point, verdict.bound_s, "not_screened", estimate_s=estimate_s, chunks=chunks, unfit=unfit)
 
 
 def _estimate(
@@ -681,7 +653,7 @@ def search_configuration(
             raise InputError(f"--strategy {req.pipeline.strategy} applies to no legal configuration: {why}")
         worst = min(oom, key=lambda r: (r.overflow_bytes, r.point.preference))
         head = f"no configuration of {model.name} on {req.gpus} GPUs fits in memory; the closest, {worst.point.label},"
-        if all(r.reason.startswith(_STATIC_REASON) for r in oom):
+        if all(r.reason.startswith(STATIC_REASON) for r in oom):
             raise InfeasibleError(f"{head} {worst.reason}; {_least_gpus(oom, hw)}")
         raise InfeasibleError(f"{head} {worst.reason}; use more GPUs, a shorter sequence or a smaller global batch")
     screened.sort(key=lambda s: (_screened_step_s(s), s.considered.point.preference))
@@ -705,8 +677,6 @@ def search_configuration(
     return win
 
 
-#: how `_screen_bound` begins the reason of a point whose weights, gradients and optimizer state alone overflow
-_STATIC_REASON = "weights, gradients and optimizer state alone"
 #: the command-line flag of each dimension
 _FLAGS = {"num_microbatches": "--microbatches"}
 
@@ -718,7 +688,7 @@ def _flag(dim: str) -> str:
 def _least_gpus(oom: list[Considered], hw: HardwareProfile) -> str:
     """What to do when no point holds even its weights, gradients and optimizer state: the fewest GPUs
     that could, from the least state any point's sharding leaves (each GPU of a point holds at least
-    its mean, `_screen_bound`), over the smallest usable memory, in whole nodes."""
+    its mean, `judge.configuration_bound`), over the smallest usable memory, in whole nodes."""
     limit = min(d.hbm_bytes for d in hw.device_types.values()) * hw.memory_fraction
     total = min((r.overflow_bytes + limit) * r.point.tp * r.point.cp * r.point.pp * r.point.dp for r in oom)
     need = max(1, math.ceil(total / limit))
