@@ -47,8 +47,10 @@ from adaptis_plan.units import fmt_bytes
 if TYPE_CHECKING:
     from adaptis_plan.inputs.hardware import HardwareOverrides
     from adaptis_plan.search.budget import Deadline, SearchBudget
-    from adaptis_plan.search.configuration import Choice, Considered, Request
     from adaptis_plan.search.driver import PipelinePlan
+    from adaptis_plan.search.plan_point import Choice
+    from adaptis_plan.search.screen import Considered
+    from adaptis_plan.search.space import Request
 
 
 #: Seconds per planned action kept back from `--time-limit` for assembling and writing the plan file,
@@ -234,7 +236,8 @@ def make_configuration_plan(
 ) -> PlanOutcome:
     """`adaptis plan --gpus N --global-batch-size B`: the whole configuration (`search.configuration`)."""
     from adaptis_plan.inputs.models.load import load_model
-    from adaptis_plan.search import configuration as config
+    from adaptis_plan.search.configuration import search_configuration
+    from adaptis_plan.search.space import Request
 
     t0 = time.perf_counter() if started_at is None else started_at
     if req.costs_path is not None:
@@ -259,12 +262,12 @@ def make_configuration_plan(
         target=req.pipeline.target.lower(),
         components=tuple(req.pipeline.components),
     )
-    request = config.Request(
+    request = Request(
         req.gpus, req.global_batch_size, req.seq_len, dict(req.fixed or {}), pipeline, req.runtime, req.effort.seed
     )
     budget = req.budget or _budget_for(req.effort.time_limit_s)
     deadline = _deadline(req, model, t0)
-    choice = config.search_configuration(model, hw, request, budget=budget, deadline=deadline, progress=progress)
+    choice = search_configuration(model, hw, request, budget=budget, deadline=deadline, progress=progress)
     got, training = choice.plan, choice.training
     shape = {"pp": choice.point.pp, "num_microbatches": choice.point.num_microbatches}
     req = dataclasses.replace(req, parallelism=dataclasses.replace(req.parallelism, **shape))

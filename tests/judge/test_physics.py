@@ -29,8 +29,9 @@ from adaptis_plan.inputs.models.load import load_model
 from adaptis_plan.judge.configuration_bound import configuration_bound
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.judge.training_step import TrainingStep, device_extras, training_step
-from adaptis_plan.search.configuration import Point, Request, _screen, _screen_bound
 from adaptis_plan.search.generator import classic_candidate
+from adaptis_plan.search.screen import _screen, _screen_bound
+from adaptis_plan.search.space import Point, Request
 from adaptis_plan.spec.config import RuntimeSettings
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
