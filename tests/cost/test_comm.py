@@ -123,16 +123,6 @@ def test_cudnn_attention_runs_the_same_core_faster_where_the_device_measured_it(
         assert sum(op_seconds(cudnn, dev)) <= sum(op_seconds(flash, dev))
 
 
-def test_cluster_sizes_the_profile_and_refuses_partial_nodes() -> None:
-    from adaptis_plan.errors import InputError
-
-    hw = load_hardware("h100")
-    assert cluster(hw, 1024).num_devices == 1024
-    assert cluster(hw, 4).groups[0].devices_per_node == 4
-    with pytest.raises(InputError, match="multiple of 8"):
-        cluster(hw, 12)
-
-
 def test_the_training_step_adds_what_the_pipeline_does_not_hide() -> None:
     from adaptis_plan.cost.source import CostTables
     from adaptis_plan.judge.training_step import device_extras, training_step
