@@ -4,6 +4,11 @@ judge's verdict on the plan it keeps, and the notes the user should read beside 
 Data flow: `PlanRequest` (from the CLI or a library caller) -> model spec, hardware, training and
 `cost.source.CostTables` -> `search` -> `app.simulate.judge_result` -> `PlanOutcome` (the plan file and
 what the renderers show). No rich, no click; ortools comes in only through `search`, lazily.
+
+With --gpus, the `--json` record of the whole configuration (`configuration_record`: the chosen
+configuration, its throughput and MFU (`cost.flops`), every legal point's fate, what the co-designed
+pipeline buys) is built here beside `PlanOutcome.json_summary`, from the search's `Choice`: library
+callers read it as `PlanOutcome.cluster`, and this layer may not import the renderers, which show it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from adaptis_plan.app.simulate import judge_result
 from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
+from adaptis_plan.cost.flops import throughput
 from adaptis_plan.cost.recompute import stage_recompute
 from adaptis_plan.cost.source import CostTables, costs_notes, load_costs_profile
 from adaptis_plan.errors import InfeasibleError, InputError
@@ -42,6 +48,9 @@ if TYPE_CHECKING:
     from adaptis_plan.inputs.hardware import HardwareOverrides
     from adaptis_plan.search.budget import Deadline, SearchBudget
     from adaptis_plan.search.driver import PipelinePlan
+    from adaptis_plan.search.plan_point import Choice
+    from adaptis_plan.search.screen import Considered
+    from adaptis_plan.search.space import Request
 
 
 #: Seconds per planned action kept back from `--time-limit` for assembling and writing the plan file,
@@ -102,7 +111,7 @@ class PlanOutcome:
     unrestricted: SimResult | None = None
     notes: list[str] = field(default_factory=list)  # for stderr: what the user may not have meant (`costs_notes`)
     step: TrainingStep | None = None  # the whole step around the pipeline (`judge.training_step`)
-    cluster: dict | None = None  # with --gpus: `search.configuration.configuration_record`
+    cluster: dict | None = None  # with --gpus: `configuration_record`
 
     def json_summary(self) -> dict:
         out = {"strategy": self.plan.strategy, **self.result.summary(), "plan_time_s": self.plan_time_s}
@@ -227,7 +236,8 @@ def make_configuration_plan(
 ) -> PlanOutcome:
     """`adaptis plan --gpus N --global-batch-size B`: the whole configuration (`search.configuration`)."""
     from adaptis_plan.inputs.models.load import load_model
-    from adaptis_plan.search import configuration as config
+    from adaptis_plan.search.configuration import search_configuration
+    from adaptis_plan.search.space import Request
 
     t0 = time.perf_counter() if started_at is None else started_at
     if req.costs_path is not None:
@@ -252,22 +262,109 @@ def make_configuration_plan(
         target=req.pipeline.target.lower(),
         components=tuple(req.pipeline.components),
     )
-    request = config.Request(
+    request = Request(
         req.gpus, req.global_batch_size, req.seq_len, dict(req.fixed or {}), pipeline, req.runtime, req.effort.seed
     )
     budget = req.budget or _budget_for(req.effort.time_limit_s)
     deadline = _deadline(req, model, t0)
-    choice = config.search_configuration(model, hw, request, budget=budget, deadline=deadline, progress=progress)
+    choice = search_configuration(model, hw, request, budget=budget, deadline=deadline, progress=progress)
     got, training = choice.plan, choice.training
     shape = {"pp": choice.point.pp, "num_microbatches": choice.point.num_microbatches}
     req = dataclasses.replace(req, parallelism=dataclasses.replace(req.parallelism, **shape))
     assert got.best.result is not None  # the configuration search judged its chosen plan
     outcome = _outcome(req, choice.hardware, training, None, got, got.best.result, t0)
     outcome.step = choice.step
-    outcome.cluster = config.configuration_record(choice, model, request)
+    outcome.cluster = configuration_record(choice, model, request)
     notes = _hardware_notes(req) + context_notes(req.model_arg, model, req.seq_len) + request_notes(hw, req)
     outcome.notes[:0] = notes + cluster_notes(choice.hardware, training)
     return outcome
+
+
+def configuration_record(choice: Choice, model: ModelSpec, req: Request) -> dict:
+    """The `--json` keys of a whole-configuration plan (docs/design.md, "The `--json` contract")."""
+    p = choice.point
+    tps, mfu = throughput(model, choice.hardware, p, req.seq_len, choice.step.step_time_s)
+    plan = choice.plan
+    rows = sorted(
+        choice.considered,
+        key=lambda r: (r.step_time_s is None, r.step_time_s or math.inf, r.bound_s, r.point.preference),
+    )
+    return {
+        "gpus": req.gpus,
+        "tokens_per_s": tps,
+        "tokens_per_s_per_gpu": tps / req.gpus,
+        "mfu": mfu,
+        "configuration": {
+            **p.as_dict(),
+            "recompute": choice.training.recompute,
+            "strategy": plan.strategy,
+            "stages_per_device": plan.best.layout.num_stages // p.pp,
+        },
+        "training_step": choice.step.summary(),
+        "configuration_lower_bound_s": choice.lower_bound_s,
+        "configuration_gap": choice.step.step_time_s / choice.lower_bound_s - 1 if choice.lower_bound_s > 0 else None,
+        "configurations": [considered_record(r) for r in rows],
+        "co_design": co_design_record(choice, req),
+    }
+
+
+def co_design_record(choice: Choice, req: Request) -> dict | None:
+    """What the co-designed pipeline buys (the `--json` key `co_design`): at the chosen configuration, its
+    step against the fastest classic schedule's there (`Considered.classic_step_s`), and the configuration
+    a search of classic schedules alone would choose among those priced (the least classic step), with its
+    throughput. None for a classic request (no co-designed pipeline), or when no classic schedule was priced."""
+    if not req.pipeline.adaptive:
+        return None
+    priced = [r for r in choice.considered if r.classic_step_s is not None]
+    here = next((r for r in priced if r.point == choice.point), None)
+    if here is None or here.classic_step_s is None:
+        return None
+    alone = min(priced, key=lambda r: (r.classic_step_s, r.point.preference))
+    assert alone.classic_step_s is not None
+    step = choice.step.step_time_s
+
+    def gain(classic_s: float) -> float:
+        g = classic_s / step - 1
+        return 0.0 if abs(g) < 1e-9 else g  # the same step, summed in another order
+
+    return {
+        "classic_step_time_s": here.classic_step_s,
+        "classic_strategy": here.classic_strategy,
+        "gain_over_classic": gain(here.classic_step_s),
+        "classic_only": {
+            "configuration": {
+                **alone.point.as_dict(),
+                "recompute": alone.recompute,
+                "strategy": alone.classic_strategy,
+            },
+            "step_time_s": alone.classic_step_s,
+            "tokens_per_s_per_gpu": alone.point.tokens(req.seq_len) / alone.classic_step_s / req.gpus,
+        },
+        "gain_over_classic_only": gain(alone.classic_step_s),
+        "decides_configuration": alone.point != choice.point,
+    }
+
+
+def considered_record(row: Considered) -> dict:
+    """One legal point's entry of the record's `configurations`: its configuration, bound and status, and
+    what the search found there (step, schedule, recomputation, why it was rejected, the classic step)."""
+    out: dict = {"configuration": row.point.as_dict(), "lower_bound_s": row.bound_s, "status": row.status}
+    if row.step_time_s is not None:
+        out["step_time_s"] = row.step_time_s
+    if row.recompute is not None:
+        out["recompute"] = row.recompute
+    if row.strategy is not None:
+        out["strategy"] = row.strategy
+        if row.strategy == "Interleaved1F1B" and row.chunks > 1:
+            out["stages_per_device"] = row.chunks
+    if row.reason:
+        out["reason"] = row.reason
+    if row.overflow_bytes:
+        out["overflow_bytes"] = row.overflow_bytes
+    if row.classic_step_s is not None:
+        out["classic_step_time_s"] = row.classic_step_s
+        out["classic_strategy"] = row.classic_strategy
+    return out
 
 
 def _hardware(req: PlanRequest) -> HardwareProfile:

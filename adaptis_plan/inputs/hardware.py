@@ -4,7 +4,9 @@ Data flow: `--hardware HW` (CLI) -> `load_hardware` -> `HardwareProfile` -> the 
 (`cost.analytic`, per device type) and `cost.table.build_cost_table` (rank slots, links).
 Built-ins are the `profiles/*.json` files shipped inside the package (`adaptis_plan/profiles`
 is a link to the top-level `profiles/` folder); a file there is a hardware profile when it has
-a `device_types` key (measured layer-cost profiles live in the same folder).
+a `device_types` key (measured layer-cost profiles live in the same folder). The command line's
+changes to a profile: `apply_overrides` (GPUs per node, NIC bandwidth, usable memory) and `cluster`
+(the profile cut to `adaptis plan --gpus N`, the whole-configuration search's cluster).
 
 Files are read by the one boundary reader (`spec.read`). Imports only the spec and the errors:
 no torch, no ortools, no rich/click. Never prints.
@@ -24,7 +26,7 @@ from typing import Any
 
 from adaptis_plan.errors import InputError
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile, HardwareProfileFile
-from adaptis_plan.spec.limits import MAX_DEVICES_PER_NODE, MAX_GBPS, MIN_GBPS
+from adaptis_plan.spec.limits import MAX_DEVICES_PER_NODE, MAX_GBPS, MAX_NODES, MIN_GBPS
 from adaptis_plan.spec.read import path_kind, read_boundary_file
 
 _SUFFIXES = (".json", ".yaml", ".yml")
@@ -242,11 +244,44 @@ def apply_overrides(hardware: HardwareProfile, o: HardwareOverrides) -> Hardware
     return HardwareProfile.model_validate(hardware.model_copy(update=update).model_dump())
 
 
+def cluster(hardware: HardwareProfile, gpus: int, source: str = "--gpus") -> HardwareProfile:
+    """`hardware` sized to `gpus` GPUs: its one device group's node count (a slice of one node when
+    gpus < devices per node). Raises InputError for a size the profile cannot be cut to."""
+    if gpus < 1:
+        raise InputError(f"{source} = {gpus}: must be at least 1")
+    if len(hardware.groups) != 1:
+        if gpus == hardware.num_devices:
+            return hardware
+        raise InputError(
+            f"{source} = {gpus}: hardware '{hardware.name}' mixes {len(hardware.groups)} device groups"
+            f" ({hardware.num_devices} GPUs); a mixed cluster is planned at its own size: use {source}"
+            f" {hardware.num_devices}"
+        )
+    g = hardware.groups[0]
+    if gpus > MAX_NODES * g.devices_per_node:
+        raise InputError(
+            f"{source} = {gpus:,}: more than {MAX_NODES:,} nodes of {g.devices_per_node} GPUs; use at most"
+            f" {MAX_NODES * g.devices_per_node:,}"
+        )
+    if gpus <= g.devices_per_node:
+        group = DeviceGroupSpec(device_type=g.device_type, num_nodes=1, devices_per_node=gpus)
+    elif gpus % g.devices_per_node:
+        raise InputError(
+            f"{source} = {gpus}: not a whole number of {hardware.name} nodes ({g.devices_per_node} GPUs each);"
+            f" use a multiple of {g.devices_per_node}"
+        )
+    else:
+        group = DeviceGroupSpec(device_type=g.device_type, num_nodes=gpus // g.devices_per_node,
+                                devices_per_node=g.devices_per_node)  # fmt: skip
+    return hardware.model_copy(update={"groups": [group]})
+
+
 __all__ = [
     "HardwareOverrides",
     "apply_overrides",
     "builtin_hardware_names",
     "check_overrides",
+    "cluster",
     "hardware_notes",
     "list_hardware",
     "load_hardware",

@@ -23,7 +23,7 @@ So the hidden sync of a rank is at most finish_d - (its earliest backward start)
 link carries at most one step of traffic per step.
 Per layer, what its parameters add to their rank's step end: the optimizer step (+ the sync and
 gather when they cannot overlap), and what they put on their rank's link (`layer_bound_parts`);
-both are parts of the lower bound `search.configuration` adds to the pipeline's.
+both are parts of the lower bound `judge.configuration_bound` adds to the pipeline's.
 Imports `core`, `cost` and the specs only.
 """
 
@@ -179,7 +179,7 @@ def layer_bound_parts(
       or without overlap (module docstring).
 
     Bandwidth parts only: latency is paid once per ring per rank, not per layer, so the per-layer sums
-    under-count a rank's totals (valid parts of a lower bound, `search.configuration`)."""
+    under-count a rank's totals (valid parts of a lower bound, `judge.configuration_bound`)."""
     sync, gather, optimizer = _per_layer(model, training, hardware, device_type)
     return (optimizer if training.dp_overlap else optimizer + sync + gather), sync + gather + optimizer
 

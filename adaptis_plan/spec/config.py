@@ -4,7 +4,7 @@ setting declared once, with the command-line option that sets it.
 Sections: `Parallelism` (how one step is split over the GPUs), `RuntimeSettings` (what the runtime
 does beside the model: its attention core and overlaps), `PipelineSettings` (the pipeline strategy
 and what its search may vary) and `SearchEffort` (how long and how reproducibly the search works).
-`app.plan.PlanRequest` composes them; `search.configuration.Request` holds the same sections;
+`app.plan.PlanRequest` composes them; `search.space.Request` holds the same sections;
 `spec.training.TrainingConfig.of` and `search.driver.PipelineOptions.of` are built from them in one
 place each.
 
@@ -41,7 +41,7 @@ class Parallelism:
 
     On the command line each is optional: with `--gpus` a dimension not given is searched
     (`search.configuration`, the partial configuration as `{name: value or None}`), without it
-    the field's default applies (`complete`). The field order is `search.configuration.DIMENSIONS`.
+    the field's default applies (`complete`). The field order is `search.space.DIMENSIONS`.
     """
 
     tp: int = field(

@@ -192,15 +192,16 @@ def test_seq_len_beyond_a_rotary_models_context_is_planned_with_a_warning(adapti
 
 
 def test_a_point_that_does_not_fit_says_by_how_much() -> None:
-    from adaptis_plan.inputs.hardware import load_hardware
+    from adaptis_plan.inputs.hardware import cluster, load_hardware
     from adaptis_plan.inputs.models.load import load_model
-    from adaptis_plan.search import configuration as config
+    from adaptis_plan.search.screen import Considered, _margin_reason
+    from adaptis_plan.search.space import Point, Request
 
     model = load_model("llama-3.1-70b")
-    hw = config.cluster(load_hardware("h100"), 16)
-    req = config.Request(gpus=16, global_batch_size=16, seq_len=4096)
-    row = config.Considered(config.Point(1, 1, 16, 1, 1, 1, 1, 1), 1.0, "not_screened")
-    reason = config._margin_reason(model, hw, req, row)
+    hw = cluster(load_hardware("h100"), 16)
+    req = Request(gpus=16, global_batch_size=16, seq_len=4096)
+    row = Considered(Point(1, 1, 16, 1, 1, 1, 1, 1), 1.0, "not_screened")
+    reason = _margin_reason(model, hw, req, row)
     assert re.fullmatch(
         r"does not fit: [0-9.]+ GiB over the memory limit \(1F1B with full recomputation, uniform partition\)", reason
     )

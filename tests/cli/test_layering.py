@@ -65,6 +65,10 @@ def test_help_imports_no_torch_or_ortools(argv: list[str]) -> None:
         ("adaptis_plan.judge.simulate", ("adaptis_plan.schedules", "adaptis_plan.search", "adaptis_plan.executor",
                                    "torch", "ortools", "rich", "click")),
         ("adaptis_plan.judge.semantics", ("adaptis_plan.schedules", "adaptis_plan.search", "torch", "ortools", "rich")),
+        ("adaptis_plan.judge.configuration_bound", ("adaptis_plan.schedules", "adaptis_plan.search", "torch", "ortools",
+                                                  "rich", "click")),
+        # model FLOPs and MFU: arithmetic over the spec, below the judge
+        ("adaptis_plan.cost.flops", ("adaptis_plan.judge", "adaptis_plan.search", "torch", "ortools", "rich", "click")),
         # library use cases: the solver and torch come in lazily, never at import
         ("adaptis_plan.usecases", ("adaptis_plan.search", "adaptis_plan.executor", "torch", "ortools", "rich",
                                    "click")),

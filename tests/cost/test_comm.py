@@ -8,9 +8,8 @@ import pytest
 from adaptis_plan.cost.analytic import Collective, collective_seconds, layer_work, op_seconds
 from adaptis_plan.cost.comm import placement, step_extras
 from adaptis_plan.cost.recompute import recompute_work
-from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.inputs.hardware import cluster, load_hardware
 from adaptis_plan.inputs.models.load import load_model
-from adaptis_plan.search.configuration import cluster
 from adaptis_plan.spec.training import TrainingConfig
 
 pytestmark = pytest.mark.unit
@@ -122,16 +121,6 @@ def test_cudnn_attention_runs_the_same_core_faster_where_the_device_measured_it(
                 ratio = kernel_seconds(a, dev) / kernel_seconds(b, dev)
                 assert ratio == pytest.approx(speedup if a.kind == "attention" else 1.0, rel=1e-9), (name, a.what)
         assert sum(op_seconds(cudnn, dev)) <= sum(op_seconds(flash, dev))
-
-
-def test_cluster_sizes_the_profile_and_refuses_partial_nodes() -> None:
-    from adaptis_plan.errors import InputError
-
-    hw = load_hardware("h100")
-    assert cluster(hw, 1024).num_devices == 1024
-    assert cluster(hw, 4).groups[0].devices_per_node == 4
-    with pytest.raises(InputError, match="multiple of 8"):
-        cluster(hw, 12)
 
 
 def test_the_training_step_adds_what_the_pipeline_does_not_hide() -> None:

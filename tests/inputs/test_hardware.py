@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from adaptis_plan.errors import InputError
-from adaptis_plan.inputs.hardware import builtin_hardware_names, list_hardware, load_hardware
+from adaptis_plan.inputs.hardware import builtin_hardware_names, cluster, list_hardware, load_hardware
 
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 REQUIRED = ("a100", "h100", "h200", "cpu", "h100-a100-mixed")
@@ -159,6 +159,14 @@ def test_unknown_name_suggests() -> None:
     message = _error("h10")
     assert "hardware 'h10'" in message and "did you mean 'h100'?" in message and "h200" in message
     assert "did you mean" not in _error("zzzzzz")
+
+
+def test_cluster_sizes_the_profile_and_refuses_partial_nodes() -> None:
+    hw = load_hardware("h100")
+    assert cluster(hw, 1024).num_devices == 1024
+    assert cluster(hw, 4).groups[0].devices_per_node == 4
+    with pytest.raises(InputError, match="multiple of 8"):
+        cluster(hw, 12)
 
 
 def test_layering_no_heavy_imports() -> None:

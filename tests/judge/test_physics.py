@@ -1,6 +1,6 @@
 """Physical invariants of the whole training step (`judge.training_step`, `cost.comm`'s data-parallel
 queue, ZeRO-3's per-op collectives in `cost.analytic`) and of the configuration lower bound
-(`search.configuration._screen_bound`), over random small models, clusters and configurations.
+(`judge.configuration_bound`), over random small models, clusters and configurations.
 
 Each case: a small model (a random LLaMA-shaped one built here, or a CPU-sized zoo model), a built-in
 profile sized to tp x pp x dp GPUs with its NIC and NVLink bandwidths scaled (down to where the
@@ -23,13 +23,15 @@ from adaptis_plan.core import CostTable, Layout, Programs
 from adaptis_plan.cost.source import CostTables
 from adaptis_plan.cost.table import tensor_parallel_sizes, zero3_seconds
 from adaptis_plan.errors import InputError
-from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.inputs.hardware import cluster, load_hardware
 from adaptis_plan.inputs.models.hf import from_hf_config
 from adaptis_plan.inputs.models.load import load_model
+from adaptis_plan.judge.configuration_bound import configuration_bound
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.judge.training_step import TrainingStep, device_extras, training_step
-from adaptis_plan.search.configuration import Point, Request, _screen, _screen_bound, cluster
 from adaptis_plan.search.generator import classic_candidate
+from adaptis_plan.search.screen import _screen, _screen_bound
+from adaptis_plan.search.space import Point, Request
 from adaptis_plan.spec.config import RuntimeSettings
 from adaptis_plan.spec.hardware import DeviceGroupSpec, HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
@@ -315,11 +317,11 @@ def test_more_memory_never_makes_the_screened_step_worse(case: Case, where: floa
 @given(cases())
 @settings(CASES, max_examples=110)
 def test_the_configuration_bound_never_exceeds_a_plan_s_step(case: Case) -> None:
-    """`_screen_bound`'s bound of a point (any partition, schedule and recomputation there) is at most
-    the whole step of the classic plan at that point."""
+    """`configuration_bound`'s bound of a point (any partition, schedule and recomputation there) is at
+    most the whole step of the classic plan at that point."""
     t = case.training
     req = _request(t)
     point = Point(t.tp, t.pp, t.dp, t.cp, t.ep, t.zero, t.micro_batch_size, t.num_microbatches)
     step = _plan(case).step
-    row = _screen_bound(case.model, case.hardware, req, point)
-    assert row.status == "out_of_memory" or _le(row.bound_s, step.step_time_s)
+    verdict = configuration_bound(case.model, case.hardware, point.training(req, "none"))
+    assert not verdict.fits or _le(verdict.bound_s, step.step_time_s)

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from adaptis_plan.app.plan import considered_record
 from adaptis_plan.errors import InputError
-from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.inputs.hardware import cluster, load_hardware
 from adaptis_plan.inputs.models.load import load_model
-from adaptis_plan.search.configuration import Request, cluster, legal_points
+from adaptis_plan.search import plan_point as P
+from adaptis_plan.search import screen as S
+from adaptis_plan.search.space import Point, Request, legal_points
 from adaptis_plan.spec.config import PipelineSettings
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
@@ -57,35 +60,32 @@ def test_hybrid_models_take_no_context_parallelism() -> None:
 def test_the_screen_chooses_an_interleaving_degree_by_its_closed_form() -> None:
     """Few micro-batches on a deep pipeline: the estimate picks Interleaved1F1B at some degree, within 10%
     of its simulated step, and the screened plan beats 1F1B and the other degree that fits."""
-    from adaptis_plan.search import configuration as C
-
     model = load_model("llama-2-7b")
     hw = cluster(load_hardware("h100"), 16)
     free = Request(gpus=16, global_batch_size=16, seq_len=2048)
-    point = C.Point(2, 8, 1, 1, 1, 1, 1, 16)
-    row = C._screen_bound(model, hw, free, point)
-    got = C._screen(model, hw, free, row, ("none",))
-    assert row.chunks > 1 and row.strategy == "Interleaved1F1B"
-    assert row.record()["stages_per_device"] == row.chunks
+    point = Point(2, 8, 1, 1, 1, 1, 1, 16)
+    row = S._screen_bound(model, hw, free, point)
+    got = S._screen(model, hw, free, row, ("none",))
+    screened = got.considered
+    assert screened.chunks == row.chunks > 1 and screened.strategy == "Interleaved1F1B"
+    assert considered_record(screened)["stages_per_device"] == screened.chunks
     assert row.estimate_s == pytest.approx(got.step.step_time_s, rel=0.10)
-    for strategy, k in (("1F1B", None), ("Interleaved1F1B", 2 if row.chunks != 2 else 4)):
+    for strategy, k in (("1F1B", None), ("Interleaved1F1B", 2 if screened.chunks != 2 else 4)):
         forced = Request(
             gpus=16, global_batch_size=16, seq_len=2048, pipeline=_pipeline(strategy=strategy, stages_per_device=k)
         )
-        other = C._screen(model, hw, forced, C._screen_bound(model, hw, forced, point), ("none",))
+        other = S._screen(model, hw, forced, S._screen_bound(model, hw, forced, point), ("none",))
         assert other.considered.chunks == (k or 1)
         assert got.step.step_time_s < other.step.step_time_s
     # Interleaved1F1B without a degree: the same choice among the interleaved degrees
     asked = Request(gpus=16, global_batch_size=16, seq_len=2048, pipeline=_pipeline(strategy="Interleaved1F1B"))
-    same = C._screen(model, hw, asked, C._screen_bound(model, hw, asked, point), ("none",))
-    assert same.considered.chunks == row.chunks and same.candidate.layout.num_stages == 8 * row.chunks
+    same = S._screen(model, hw, asked, S._screen_bound(model, hw, asked, point), ("none",))
+    assert same.considered.chunks == screened.chunks and same.candidate.layout.num_stages == 8 * row.chunks
 
 
 def _twins() -> tuple:
     """llama-2-7b on 32 H100s: two points with equal cost tables (dp4 x cp2 with micro-batches of 2, dp8
     with 1: the same tokens per rank and ZeRO group of 8), then one with 4 micro-batches."""
-    from adaptis_plan.search.configuration import Point
-
     req = Request(gpus=32, global_batch_size=64, seq_len=4096, pipeline=_pipeline(recompute="none"))
     points = (Point(2, 2, 4, 2, 1, 1, 2, 8), Point(2, 2, 8, 1, 1, 1, 1, 8), Point(2, 2, 8, 1, 1, 1, 2, 4))
     return load_model("llama-2-7b"), cluster(load_hardware("h100"), 32), req, points
@@ -103,19 +103,16 @@ def _counted(monkeypatch, owner: object, name: str) -> list:  # noqa: ANN001
 def test_points_with_equal_cost_tables_share_one_screened_plan(monkeypatch) -> None:  # noqa: ANN001
     """The screen simulates a classic plan once per cost table, micro-batch count and schedule; each
     point prices its own whole step around it (here the same: one ZeRO group of 8)."""
-    from adaptis_plan.search import configuration as C
-
     model, hw, req, points = _twins()
-    calls = _counted(monkeypatch, C, "classic_candidate")
+    calls = _counted(monkeypatch, S, "classic_candidate")
     memo: dict = {}
-    got = [C._screen(model, hw, req, C._screen_bound(model, hw, req, p), ("none",), memo) for p in points]
+    got = [S._screen(model, hw, req, S._screen_bound(model, hw, req, p), ("none",), memo) for p in points]
     assert len(calls) == 2 and got[1].candidate is got[0].candidate and got[2].candidate is not got[0].candidate
     assert got[1].step.step_time_s == pytest.approx(got[0].step.step_time_s, rel=1e-9)
 
 
 def test_points_with_equal_cost_tables_share_one_pipeline_search(monkeypatch) -> None:  # noqa: ANN001
     """The second point reuses the first one's search and prices its own step around it."""
-    from adaptis_plan.search import configuration as C
     from adaptis_plan.search import driver
     from adaptis_plan.search.budget import Deadline, SearchBudget
 
@@ -124,9 +121,9 @@ def test_points_with_equal_cost_tables_share_one_pipeline_search(monkeypatch) ->
     searched: dict = {}
     got = []
     for point in points:
-        screen = C._screen(model, hw, req, C._screen_bound(model, hw, req, point), ("none",))
+        screen = S._screen(model, hw, req, S._screen_bound(model, hw, req, point), ("none",))
         budget = SearchBudget.for_time_limit(1.0)
-        got.append(C._plan_point(model, hw, req, screen, budget, Deadline.after(1e9), None, searched))
+        got.append(P._plan_point(model, hw, req, screen, budget, Deadline.after(1e9), None, searched)[0])
     assert len(calls) == 2  # the third point (4 micro-batches) searches on its own
     assert got[1].plan is got[0].plan and got[1].training.dp == 8
     assert got[1].step.step_time_s == pytest.approx(got[0].step.step_time_s, rel=0.05)
@@ -242,7 +239,7 @@ def test_the_estimates_warm_up_counts_each_chunk_as_the_interleaved_order_runs_i
     import numpy as np
 
     from adaptis_plan.schedules._common import interleaved_orders, microbatch_groups
-    from adaptis_plan.search.configuration import _warmup_chunks
+    from adaptis_plan.search.estimate import _warmup_chunks
 
     groups = microbatch_groups(m, pp)
     forwards = np.array([min(k * m, 3 * d + 5) for d in range(pp)])
@@ -270,8 +267,8 @@ def test_a_schedule_the_estimate_proves_overflowing_overflows_when_simulated(
     import random
 
     from adaptis_plan.cost.source import CostTables
-    from adaptis_plan.search.configuration import _screen_bound
     from adaptis_plan.search.generator import classic_candidate
+    from adaptis_plan.search.screen import _screen_bound
 
     model = load_model(model_name)
     hw = cluster(load_hardware("h100"), gpus)
@@ -341,21 +338,20 @@ def test_an_adaptive_request_that_keeps_the_screened_classic_plan_says_so(monkey
     from types import SimpleNamespace
 
     from adaptis_plan.render.report import classic_lines
-    from adaptis_plan.search import configuration as C
     from adaptis_plan.search.budget import Deadline, SearchBudget
 
     model, hw, req, points = _twins()
-    screen = C._screen(model, hw, req, C._screen_bound(model, hw, req, points[0]), ("none",))
+    screen = S._screen(model, hw, req, S._screen_bound(model, hw, req, points[0]), ("none",))
     slower = None if found is None else SimpleNamespace(step_time_s=found)
-    monkeypatch.setattr(C, "_adaptive", lambda *a, **k: (None if found is None else object(), slower))
-    got = C._plan_point(model, hw, req, screen, SearchBudget.for_time_limit(1.0), Deadline.after(1e9), None, {})
+    monkeypatch.setattr(P, "_adaptive", lambda *a, **k: (None if found is None else object(), slower))
+    got, _ = P._plan_point(model, hw, req, screen, SearchBudget.for_time_limit(1.0), Deadline.after(1e9), None, {})
     assert got.plan.strategy == screen.schedule[0] and got.step is screen.step
     assert got.plan.info["fallback"] == {"requested": "adaptive", "adaptive_step_time_s": found}
     [line] = classic_lines(SimpleNamespace(search_info=got.plan.info, plan=got.plan))
     assert "--strategy adaptive" not in line and "the screened classic plan is kept" in line
     assert ("no plan that fits" in line) == (found is None)
-    classic = C._plan_point(model, hw, dataclasses.replace(req, pipeline=dataclasses.replace(req.pipeline, strategy="1F1B")), screen,
-                            SearchBudget.for_time_limit(1.0), Deadline.after(1e9), None, {})  # fmt: skip
+    classic, _ = P._plan_point(model, hw, dataclasses.replace(req, pipeline=dataclasses.replace(req.pipeline, strategy="1F1B")),
+                               screen, SearchBudget.for_time_limit(1.0), Deadline.after(1e9), None, {})  # fmt: skip
     assert "fallback" not in classic.plan.info
     [line] = classic_lines(SimpleNamespace(search_info=classic.plan.info, plan=classic.plan))
     assert "`--strategy adaptive` searches" in line
@@ -366,13 +362,10 @@ def test_points_priced_equal_go_to_the_simpler_configuration() -> None:
     """llama-2-7b on 32 H100s, batch 256 x 4K: dp 32 with micro-batches of 2 and dp 16 x cp 2 with 4
     hold the same tokens per rank and price the same (cp's KV exchange hides under attention); the
     screen orders, and the search chooses, the one without context parallelism."""
-    from adaptis_plan.search import configuration as C
-    from adaptis_plan.search.configuration import Point
-
     model, hw = load_model("llama-2-7b"), cluster(load_hardware("h100"), 32)
     req = Request(gpus=32, global_batch_size=256, seq_len=4096)
     dp, cp = Point(1, 1, 32, 1, 1, 2, 2, 4), Point(1, 1, 16, 2, 1, 2, 4, 4)
-    got = {p: C._screen(model, hw, req, C._screen_bound(model, hw, req, p), ("none",)) for p in (cp, dp)}
+    got = {p: S._screen(model, hw, req, S._screen_bound(model, hw, req, p), ("none",)) for p in (cp, dp)}
     assert got[dp].step.step_time_s == got[cp].step.step_time_s
     assert dp.preference < cp.preference and cp < dp  # the fields alone would order cp (dp 16) first
     assert sorted([cp, dp], key=lambda p: p.preference) == [dp, cp]
@@ -415,15 +408,14 @@ def test_the_screens_interleaving_seeds_the_adaptive_search() -> None:
     than the search's own placements or on the ends-as-layers split; the point's adaptive search counts
     Interleaved1F1B and InterleavedZeroBubble there among its classic plans, so it is never slower than
     either."""
-    from adaptis_plan.search import configuration as C
     from adaptis_plan.usecases import PlanRequest, make_plan_for
 
     fixed = {"tp": 1, "pp": 2, "dp": 1, "cp": 1, "ep": 1, "zero": 1, "micro_batch_size": 1, "num_microbatches": 4}
-    req = C.Request(gpus=2, global_batch_size=4, seq_len=256, fixed=fixed, pipeline=_pipeline(recompute="none"))
+    req = Request(gpus=2, global_batch_size=4, seq_len=256, fixed=fixed, pipeline=_pipeline(recompute="none"))
     model, hw = load_model("tiny-llama"), cluster(load_hardware("h100"), 2)
-    point = C.Point(**fixed)
-    got = C._screen(model, hw, req, C._screen_bound(model, hw, req, point), ("none",))
-    seeds = C._seeds(model, req, got)
+    point = Point(**fixed)
+    got = S._screen(model, hw, req, S._screen_bound(model, hw, req, point), ("none",))
+    seeds = P._seeds(model, req, got)
     assert got.schedule[1] > 2 and [s[0] for s in seeds] == ["Interleaved1F1B", "InterleavedZeroBubble"]
     out = make_plan_for(PlanRequest.of(model_arg="tiny-llama", hardware_arg="h100", pp=1, num_microbatches=1,
                                     seq_len=256, gpus=2, global_batch_size=4, fixed=fixed, recompute="none",
@@ -549,11 +541,9 @@ def test_deeper_pipelines_whose_bound_may_win_are_planned_beside_the_best_two() 
     two; a big pipeline plans its best alone."""
     from types import SimpleNamespace
 
-    from adaptis_plan.search import configuration as cfg
-
-    def screen(pp: int, mbs: int, step: float, bound: float, m: int = 8) -> cfg._Screen:
-        p = cfg.Point(tp=1, pp=pp, dp=64 // pp // mbs, cp=1, ep=1, zero=1, micro_batch_size=mbs, num_microbatches=m)
-        return cfg._Screen(cfg.Considered(p, bound, "screened"), step=SimpleNamespace(step_time_s=step))  # type: ignore[arg-type]
+    def screen(pp: int, mbs: int, step: float, bound: float, m: int = 8) -> S._Screen:
+        p = Point(tp=1, pp=pp, dp=64 // pp // mbs, cp=1, ep=1, zero=1, micro_batch_size=mbs, num_microbatches=m)
+        return S._Screen(S.Considered(p, bound, "screened"), step=SimpleNamespace(step_time_s=step))  # type: ignore[arg-type]
 
     rows = [
         screen(1, 1, 1.00, 0.90),
@@ -567,16 +557,15 @@ def test_deeper_pipelines_whose_bound_may_win_are_planned_beside_the_best_two() 
         screen(16, 1, 1.30, 0.60),  # pp 16 would be a fifth point
     ]
     adaptive = Request(64, 512, 4096)
-    assert [(g.considered.point.pp, g.considered.point.micro_batch_size) for g in cfg._to_plan(rows, adaptive)] == [
+    assert [(g.considered.point.pp, g.considered.point.micro_batch_size) for g in S._to_plan(rows, adaptive)] == [
         (1, 1), (1, 2), (2, 2), (8, 1),
     ]  # fmt: skip
     classic = Request(64, 512, 4096, pipeline=PipelineSettings(strategy="1F1B", recompute="auto", partition="uniform"))
-    assert cfg._to_plan(rows, classic) == rows[:2]
+    assert S._to_plan(rows, classic) == rows[:2]
     big = [screen(64, 1, 1.0, 0.5, m=64), *rows]
-    assert cfg._to_plan(big, adaptive) == big[:1]
+    assert S._to_plan(big, adaptive) == big[:1]
     # the margin rule sees a deep pipeline's estimate without its closed-form bubble, never below its bound
-    row = rows[3].considered
-    row.estimate_s, row.chunks = 1.5, 1
-    assert cfg._reachable_s(row, adaptive) == pytest.approx(max(0.8, 1.5 * 64 / 65))
-    assert cfg._reachable_s(row, classic) == 1.5
-    assert cfg._reachable_s(rows[0].considered, adaptive) == rows[0].considered.estimate_s
+    row = dataclasses.replace(rows[3].considered, estimate_s=1.5, chunks=1)
+    assert S._reachable_s(row, adaptive) == pytest.approx(max(0.8, 1.5 * 64 / 65))
+    assert S._reachable_s(row, classic) == 1.5
+    assert S._reachable_s(rows[0].considered, adaptive) == rows[0].considered.estimate_s

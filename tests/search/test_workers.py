@@ -141,9 +141,9 @@ def test_a_forced_mode_search_cut_short_in_a_worker_marks_the_plan_aborted(adapt
 def test_a_point_searched_in_a_worker_and_cut_short_marks_the_plan_aborted(adaptis, monkeypatch, tmp_path) -> None:  # noqa: ANN001
     """The planned points' searches run side by side: one cut short in its worker (its deadline aborted
     as its clock would) marks the plan, whichever point wins."""
-    from adaptis_plan.search import configuration
+    from adaptis_plan.search import plan_point
 
-    search, parent = configuration._search, os.getpid()
+    search, parent = plan_point._search, os.getpid()
 
     def cut_short(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         got = search(*args, **kwargs)
@@ -151,7 +151,7 @@ def test_a_point_searched_in_a_worker_and_cut_short_marks_the_plan_aborted(adapt
             args[3].abort("test: a worker's clock")
         return got
 
-    monkeypatch.setattr(configuration, "_search", cut_short)
+    monkeypatch.setattr(plan_point, "_search", cut_short)
     _plan(adaptis, monkeypatch, tmp_path / "p.json", 2, *CONFIG)
     plan = json.loads((tmp_path / "p.json").read_text())
     assert plan["search"]["aborted"] is True and "worker" in plan["search"]["abort_phase"], plan["search"]
