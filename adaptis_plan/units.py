@@ -33,6 +33,11 @@ def fmt_bytes(nbytes: float, unit: str | None = None, *, suffix: bool = True) ->
     return f"{text} {unit}" if suffix else text
 
 
+def fmt_gib(nbytes: float) -> str:
+    """'12.3 GiB': one decimal, as the configuration search's reasons state sizes."""
+    return f"{nbytes / BYTE_UNITS['GiB']:.1f} GiB"
+
+
 def fmt_time(seconds: float, unit: str | None = None, *, suffix: bool = True) -> str:
     """'12.3 ms', '4.56 s', '789 us'; `unit` fixes the unit ('ms'); `suffix=False` leaves it off (table columns)."""
     if unit is None:

@@ -34,6 +34,7 @@ from adaptis_plan.judge.training_step import layer_bound_parts
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
+from adaptis_plan.units import fmt_gib
 
 #: how the reason of a configuration whose weights, gradients and optimizer state alone overflow begins
 STATIC_REASON = "weights, gradients and optimizer state alone"
@@ -69,7 +70,7 @@ def configuration_bound(model: ModelSpec, hw: HardwareProfile, training: Trainin
     static = float(costs.static_bytes.sum()) / training.pp
     if static > limit:
         return ConfigurationBound(
-            math.inf, costs, f"{STATIC_REASON} need {_gib(static)} per GPU at best, {_gib(limit)} usable",
+            math.inf, costs, f"{STATIC_REASON} need {fmt_gib(static)} per GPU at best, {fmt_gib(limit)} usable",
             static - limit,
         )  # fmt: skip
     m, pp = training.num_microbatches, training.pp
@@ -86,10 +87,6 @@ def configuration_bound(model: ModelSpec, hw: HardwareProfile, training: Trainin
         float(link.sum()) / pp,
     )
     return ConfigurationBound(bound, costs)
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
 
 
 __all__ = ["STATIC_REASON", "ConfigurationBound", "configuration_bound"]

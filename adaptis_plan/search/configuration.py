@@ -41,11 +41,12 @@ from adaptis_plan.search import driver
 from adaptis_plan.search.budget import Deadline, SearchBudget
 from adaptis_plan.search.generator import check_components
 from adaptis_plan.search.plan_point import Choice, _plan_point, _presearch
-from adaptis_plan.search.screen import Considered, _gib, _Screen, _screen_bound, _screen_points, _to_plan
+from adaptis_plan.search.screen import Considered, _Screen, _screen_bound, _screen_points, _to_plan
 from adaptis_plan.search.space import Point, Request, _no_legal_point, legal_points
 from adaptis_plan.search.workers import pmap
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.units import fmt_gib
 
 
 def search_configuration(
@@ -123,7 +124,7 @@ def _least_gpus(oom: list[Considered], hw: HardwareProfile) -> str:
     nodes = -(-need // dpn)
     return (
         f"its weights, gradients and optimizer state ({total / 2**40:,.2f} TiB sharded as far as any point here"
-        f" shards them) need at least {need:,} GPUs of {_gib(limit)} usable; a shorter sequence or a smaller"
+        f" shards them) need at least {need:,} GPUs of {fmt_gib(limit)} usable; a shorter sequence or a smaller"
         f" batch cannot help: use --gpus {nodes * dpn:,} ({nodes:,} nodes of {dpn}) or more"
     )
 

@@ -54,6 +54,7 @@ from adaptis_plan.search.space import RECOMPUTE_LADDER, Point, Request
 from adaptis_plan.search.workers import Pool
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.units import fmt_gib
 
 #: points screened: while the screened plans' actions (stages x micro-batches x 3
 #: per point) stay under SCREEN_ACTIONS, and at least SCREEN_LIMIT (a deterministic budget: small
@@ -348,7 +349,7 @@ def _screen(
                 classic_step_s=step.step_time_s, classic_strategy=_schedule_name(strategy, chunks),
             )  # fmt: skip
             return _Screen(screened, tables, cand, step, mode, (strategy, chunks))
-    reason = f"{schedules[-1][0]} with {modes[-1]} recomputation is {_gib(worst)} over the memory limit"
+    reason = f"{schedules[-1][0]} with {modes[-1]} recomputation is {fmt_gib(worst)} over the memory limit"
     return _Screen(replace(row, status="out_of_memory", overflow_bytes=worst, reason=reason))
 
 
@@ -391,7 +392,7 @@ def _margin_reason(model: ModelSpec, hw: HardwareProfile, req: Request, row: Con
         return f"pp {row.point.pp}: more pipeline stages than the {most} layers its partition can give a stage each"
     mode = RECOMPUTE_LADDER[-1] if req.pipeline.recompute == "auto" else req.pipeline.recompute
     over = _closed_form_overflow(model, hw, req, row.point, mode)
-    return f"does not fit: {_gib(over)} over the memory limit (1F1B with {mode} recomputation, uniform partition)"
+    return f"does not fit: {fmt_gib(over)} over the memory limit (1F1B with {mode} recomputation, uniform partition)"
 
 
 def _reachable_s(row: Considered, req: Request) -> float:
@@ -441,10 +442,6 @@ def _to_plan(screened: Sequence[_Screen], req: Request) -> list[_Screen]:
 def _without_bubble_s(got: _Screen) -> float:
     """A screened point's classic step less its bubble (`_less_bubble`, its screened schedule's degree)."""
     return _less_bubble(_screened_step_s(got), got.considered.point, got.schedule[1], got.considered.bound_s)
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
 
 
 __all__ = ["BIG_PIPELINE", "PLAN_LIMIT", "PLAN_MOST", "Considered", "screen_strategy"]
