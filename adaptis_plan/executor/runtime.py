@@ -148,20 +148,26 @@ class Stage(nn.Module):
 
 @dataclass(frozen=True)
 class Fault:
-    """Test hook (env ADAPTIS_EXECUTOR_FAULT=kind:rank[:step], rank: the global rank): `exit` (os._exit(1)), `raise` or `hang`
-    after the first action of `step`, or `skipw` (drop the first W's gradient: a silently wrong run)."""
+    """Test hook (env ADAPTIS_EXECUTOR_FAULT=kind:rank[:step[:job]], rank: the global rank): `exit` (os._exit(1)),
+    `raise` or `hang` after the first action of `step`, or `skipw` (drop the first W's gradient: a silently
+    wrong run); in every job of the launch, or in job number `job` alone (0-based, in launch order)."""
 
     kind: str
     rank: int
     step: int = 0
+    job: int | None = None
 
     @classmethod
-    def from_env(cls) -> Fault | None:
+    def from_env(cls, job: int = 0) -> Fault | None:
+        """The fault set for this launch, if it applies to its job number `job`."""
         text = os.environ.get("ADAPTIS_EXECUTOR_FAULT", "")
         if not text:
             return None
         parts = text.split(":")
-        return cls(parts[0], int(parts[1]), int(parts[2]) if len(parts) > 2 else 0)
+        fault = cls(
+            parts[0], int(parts[1]), int(parts[2]) if len(parts) > 2 else 0, int(parts[3]) if len(parts) > 3 else None
+        )
+        return fault if fault.job is None or fault.job == job else None
 
 
 class P2P:

@@ -206,7 +206,9 @@ def _parallel(
     return tpx, dpx
 
 
-def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device) -> None:
+def run_job(
+    args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device, index: int = 0
+) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     # the launcher checked this pair (fingerprint, head chunks, layer count) and lowered the plan
     # before it started anything; here only what depends on the launch itself is checked
@@ -239,7 +241,7 @@ def run_job(args: argparse.Namespace, plan_path: str, model_path: str, out: Path
         tp=(place.tp_rank, tr.tp, place.tp_group) if place.tp_group is not None else None,
     )
     tpx, dpx = _parallel(rt, tr, place, args)
-    fault = Fault.from_env()
+    fault = Fault.from_env(index)
     has_last = plan.stages[-1].device == pp_rank
     mbs = tr.micro_batch_size
     step_times: list[float] = []
@@ -332,10 +334,10 @@ def main(argv: list[str] | None = None) -> None:
             device = torch.device("cpu")
             enter_cpu_rank(*local_position())  # pinned one rank per core, before gloo starts its threads
             dist.init_process_group("gloo", timeout=timeout)
-        for job in jobs:
+        for index, job in enumerate(jobs):
             job_out = out / job["name"]
             job_out.mkdir(parents=True, exist_ok=True)
-            run_job(args, job["plan"], job["model"], job_out, device)
+            run_job(args, job["plan"], job["model"], job_out, device, index)
             dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher as a file

@@ -113,3 +113,16 @@ def test_ahead_order_posts_every_receive_of_the_step_before_anything_is_sent(
     assert posted["peer"] == []  # device 0's line starts with its own sends
     with pytest.raises(ValueError, match="use one of peer, ahead, global"):
         runtime.P2P(low, 0, boundaries, torch.device("cpu"), 60.0, order="eager")
+
+
+@pytest.mark.unit
+def test_a_fault_applies_to_every_job_or_to_the_one_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from adaptis_plan.executor.runtime import Fault
+
+    monkeypatch.delenv("ADAPTIS_EXECUTOR_FAULT", raising=False)
+    assert Fault.from_env(0) is None
+    monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "skipw:1")
+    assert Fault.from_env(0) == Fault.from_env(3) == Fault("skipw", 1, 0, None)
+    monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", "hang:1:2:3")
+    assert Fault.from_env(3) == Fault("hang", 1, 2, 3)
+    assert Fault.from_env(0) is None and Fault.from_env(2) is None
