@@ -6,23 +6,26 @@ PIP_TORCH := torch==2.13.0
 
 .PHONY: install interop demo test test-unit test-fast lint check format schemas bench bench-report gpu-check clean
 
-$(BIN)/adaptis: pyproject.toml
+# The virtual environment, and the constraint that keeps torch the CPU build named above: every pip run
+# below installs under it, so nothing a package asks for can swap torch for another build.
+$(VENV)/constraints.txt:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(PIP_TORCH)"
-	$(BIN)/pip install -q -e ".[dev,torch]"
+	echo "$(PIP_TORCH)" > $@
+
+$(BIN)/adaptis: pyproject.toml | $(VENV)/constraints.txt
+	$(BIN)/pip install -q -c $(VENV)/constraints.txt -e ".[dev,torch]"
 	@touch $@
 
 install: $(BIN)/adaptis  ## virtual environment with adaptis, torch (CPU) and the dev tools
 
-# Test-only framework packages (megatron-core, torchtitan), installed into the same venv once per
-# pyproject change; torch stays the CPU build installed above (a constraint keeps pip from swapping it).
-$(VENV)/.interop: pyproject.toml $(BIN)/adaptis
-	echo "$(PIP_TORCH)" > $(VENV)/constraints.txt
+# Test-only framework packages (megatron-core, torchtitan), installed with everything `install` installs in
+# one pip run (a fresh clone's `make test` resolves and builds once), again only when pyproject.toml changes.
+$(VENV)/.interop: pyproject.toml | $(VENV)/constraints.txt
 	$(BIN)/pip install -q -c $(VENV)/constraints.txt -e ".[dev,torch,interop]"
-	@touch $@
+	@touch $@ $(BIN)/adaptis
 
-interop: $(VENV)/.interop  ## the test-only interop extras (megatron-core, torchtitan)
+interop: $(VENV)/.interop  ## install, and the test-only interop extras (megatron-core, torchtitan)
 
 demo: install  ## plan a built-in model on a built-in profile and show the result
 	$(BIN)/adaptis plan --model gemma-s --hardware h200 --pp 4 --microbatches 16 --seq-len 4096 -o out/demo-plan.json
@@ -30,7 +33,7 @@ demo: install  ## plan a built-in model on a built-in profile and show the resul
 
 # the type check runs beside the suite (one core for a minute where the suite's two workers share both);
 # either failing fails the target, the suite's own exit status first (exit 5 = no tests collected: a failure)
-test: install interop  ## the type check beside the whole test suite
+test: interop  ## the type check beside the whole test suite
 	@echo "$(BIN)/mypy adaptis_plan (beside the suite; its report follows the suite's)"
 	@$(BIN)/mypy adaptis_plan > $(VENV)/mypy.log 2>&1 & types=$$!; \
 	$(BIN)/python -m pytest -n 2 --dist worksteal -p no:cacheprovider tests; suite=$$?; \
@@ -59,7 +62,7 @@ format: install
 schemas: install  ## regenerate schemas/ from the pydantic models
 	$(BIN)/adaptis schema
 
-bench: install interop  ## run every suite into bench/results/*.json, then render BENCHMARKS.md (refuses a dirty tree)
+bench: interop  ## run every suite into bench/results/*.json, then render BENCHMARKS.md (refuses a dirty tree)
 	$(BIN)/python -m bench.run
 
 bench-report: install  ## re-render BENCHMARKS.md, docs/img/*.svg and README's results block from bench/results/
