@@ -125,10 +125,7 @@ class RunOptions:
             raise InputError(f"--timeout = {self.timeout_s}: must be > 0 seconds")
         if self.optimizer not in ("sgd", "adamw"):
             raise InputError(f"optimizer = {self.optimizer!r}: use 'sgd' or 'adamw'")
-        if self.p2p_order not in ("auto", *P2P_ORDERS):
-            raise InputError(
-                f"p2p_order = {self.p2p_order!r}: use auto, {', '.join(P2P_ORDERS[:-1])} or {P2P_ORDERS[-1]}"
-            )
+        _check_p2p_order(self.p2p_order)
         if self.verify and self.nnodes > 1:
             raise InputError(
                 "--verify with --nnodes > 1: the other nodes' gradients are not visible here; verify on one node"
@@ -151,6 +148,8 @@ class PlanJob:
     expected step under the profile's measured variation (`judge.simulate.expected_step`; None: none).
     `predicted_comm_s`: the cost model's time of the step's collectives by dimension (e.g. {"dp": s}),
     reported as `predicted_comm_s` beside the measured `comm_s`; None: no prediction given.
+    `p2p_order`: this plan's order of sends and receives (`RunOptions.p2p_order`'s values; None: the
+    launch's), so that one launch can run the same plans in several orders side by side.
     """
 
     plan: PlanFile
@@ -160,6 +159,7 @@ class PlanJob:
     predicted_s: float | None = None
     expected_s: float | None = None
     predicted_comm_s: dict[str, float] | None = None
+    p2p_order: str | None = None
 
     @property
     def predicted_step_time_s(self) -> float:
@@ -168,6 +168,11 @@ class PlanJob:
     @property
     def expected_step_time_s(self) -> float | None:
         return self.plan.predicted.expected_step_time_s if self.predicted_s is None else self.expected_s
+
+
+def _check_p2p_order(order: str) -> None:
+    if order not in ("auto", *P2P_ORDERS):
+        raise InputError(f"p2p_order = {order!r}: use auto, {', '.join(P2P_ORDERS[:-1])} or {P2P_ORDERS[-1]}")
 
 
 class Terminated(AdaptisError):
@@ -223,6 +228,8 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
     jobs = [_prepare(job) for job in jobs]
     pp, dp, tp = jobs[0].plan.training.pp, jobs[0].plan.training.dp, jobs[0].plan.training.tp
     for job in jobs:
+        if job.p2p_order is not None:
+            _check_p2p_order(job.p2p_order)
         t = job.plan.training
         for dim, value, want in (("pp", t.pp, pp), ("dp", t.dp, dp), ("tp", t.tp, tp)):
             if value != want:
@@ -245,7 +252,9 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
             plan_file, model_file = run.work / f"plan{j}.json", run.work / f"model{j}.json"
             write_plan(job.plan, plan_file)
             model_file.write_text(job.model.model_dump_json())
-            manifest.append({"name": f"job{j}", "plan": str(plan_file), "model": str(model_file)})
+            manifest.append(
+                {"name": f"job{j}", "plan": str(plan_file), "model": str(model_file), "p2p_order": job.p2p_order}
+            )
         write_json_atomic(manifest, run.work / "jobs.json")
         o = options
         worker_args = [
@@ -678,6 +687,7 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "gemm_flops": {k: sum(d["gemm_flops"][k] for d in per_rank.values()) for k in first["gemm_flops"]},
         # per rank of this node, the core it was pinned to (CPU ranks that fit one per core; `executor.cpu`)
         "cpu_cores": [per_rank[r].get("cpu_core") for r in ranks],
+        "p2p_order": first["p2p_order"],  # the order of sends and receives the ranks ran (auto resolved)
     }
     if options.verify:
         result.update(_verify(plan, job.model, out, ranks, options, dev))

@@ -207,8 +207,16 @@ def _parallel(
 
 
 def run_job(
-    args: argparse.Namespace, plan_path: str, model_path: str, out: Path, device: torch.device, index: int = 0
+    args: argparse.Namespace,
+    plan_path: str,
+    model_path: str,
+    out: Path,
+    device: torch.device,
+    index: int = 0,
+    p2p_order: str | None = None,
 ) -> None:
+    """One plan of the launch: `index`, its number in launch order (what a `Fault` may name); `p2p_order`,
+    its own order of sends and receives (None: `--p2p-order`)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     # the launcher checked this pair (fingerprint, head chunks, layer count) and lowered the plan
     # before it started anything; here only what depends on the launch itself is checked
@@ -224,6 +232,8 @@ def run_job(
         all_reduce_(torch.zeros(1, device=device), place.tp_group)
     lowered = lower(plan_layout(plan), plan_programs(plan), tr.num_microbatches)
     dtype = DTYPES[args.dtype]
+    order = p2p_order or args.p2p_order
+    order = order if order != "auto" else ("global" if device.type == "cuda" else "ahead")
     rt = RankRuntime(
         rank=pp_rank,
         group=pp_group,
@@ -236,7 +246,7 @@ def run_job(
         device=device,
         dtype=dtype,
         timeout_s=args.timeout_s,
-        p2p_order=args.p2p_order if args.p2p_order != "auto" else ("global" if device.type == "cuda" else "ahead"),
+        p2p_order=order,
         recompute=[st.recompute for st in plan.stages],
         tp=(place.tp_rank, tr.tp, place.tp_group) if place.tp_group is not None else None,
     )
@@ -305,6 +315,7 @@ def run_job(
             "timeline": [list(a) for a in timeline],
             "gemm_flops": flops,
             "cpu_core": pinned_core(),
+            "p2p_order": order,
         },
     )
 
@@ -337,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
         for index, job in enumerate(jobs):
             job_out = out / job["name"]
             job_out.mkdir(parents=True, exist_ok=True)
-            run_job(args, job["plan"], job["model"], job_out, device, index)
+            run_job(args, job["plan"], job["model"], job_out, device, index, job.get("p2p_order"))
             dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher as a file
