@@ -1,8 +1,8 @@
 """The executor's optimizers: torch's SGD and AdamW arithmetic, without `torch.optim.Optimizer`.
 
 `torch.optim.Optimizer.__init__` imports `torch._dynamo` (and with it sympy) the first time any
-optimizer is built: about 1.5 s of CPU per process on a 2-core x86 VM (torch 2.13), as much as
-importing torch itself, paid by every rank of every launch before its first step. The classes
+optimizer is built, a start-up cost of the same order as importing torch itself, paid by every rank
+of every launch before its first step. The classes
 here call the same functional kernels that `torch.optim.SGD.step` and `torch.optim.AdamW.step`
 call (`torch.optim.sgd.sgd`, `torch.optim.adam.adam` with decoupled weight decay) on the same
 state, initialised as they initialise it (AdamW: a float32 `step` on the CPU, `exp_avg` and

@@ -180,8 +180,7 @@ def test_a_big_plan_stays_small_and_loads_fast(tmp_path: Path) -> None:
     num_actions = sum(len(d.actions) for d in outcome.plan.devices)
     assert num_actions == 128 * 512 * 2
     # CPU time of this process, least of three: other jobs stretch the wall time, not the work; and beside it
-    # the same file's plain JSON parse, timed the same way: a loaded machine slows both alike (idle here: load
-    # 0.82-1.02 s, parse 0.19-0.46 s; inside the full suite the load alone read 1.27 s)
+    # the same file's plain JSON parse, timed the same way: a loaded machine slows both alike
     cpu, wall, parse = [], [], []
     for _ in range(3):
         c0, w0 = time.process_time(), time.perf_counter()
@@ -198,8 +197,8 @@ def test_a_big_plan_stays_small_and_loads_fast(tmp_path: Path) -> None:
     )
     # the programs are the file: one line of about 80 bytes per action (the old multi-line form took 23 MB)
     assert path.stat().st_size < 100 * num_actions
-    # reading, checking and rebuilding every action costs a few times what parsing its text does (1.9-4.8x here;
-    # read_plan alone, part of it, is no slower), and stays in seconds whatever the load
+    # reading, checking and rebuilding every action costs a few times what parsing its text does (read_plan
+    # alone, part of it, is no slower), and stays in seconds whatever the load
     assert min(cpu) < 8 * min(parse) and min(cpu) < 3.0
     sim = simulate_plan_file(str(path))
     assert sim.result.step_time_s == pytest.approx(outcome.plan.predicted.step_time_s, rel=1e-9)
