@@ -8,13 +8,18 @@ PIP_TORCH := torch==2.13.0
 
 # The virtual environment, and the constraint that keeps torch the CPU build named above: every pip run
 # below installs under it, so nothing a package asks for can swap torch for another build.
+# pip byte-compiles what it installs one file after another (torch alone is thousands of files); every pip
+# run below skips that and compiles the environment afterwards on every core (COMPILE). A file that does not
+# compile (some packages ship such test data) is left to the import that never comes, as pip leaves it.
+COMPILE = $(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" > /dev/null || true
 $(VENV)/constraints.txt:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	echo "$(PIP_TORCH)" > $@
 
 $(BIN)/adaptis: pyproject.toml | $(VENV)/constraints.txt
-	$(BIN)/pip install -q -c $(VENV)/constraints.txt -e ".[dev,torch]"
+	$(BIN)/pip install -q --no-compile -c $(VENV)/constraints.txt -e ".[dev,torch]"
+	@$(COMPILE)
 	@touch $@
 
 install: $(BIN)/adaptis  ## virtual environment with adaptis, torch (CPU) and the dev tools
@@ -22,7 +27,8 @@ install: $(BIN)/adaptis  ## virtual environment with adaptis, torch (CPU) and th
 # Test-only framework packages (megatron-core, torchtitan), installed with everything `install` installs in
 # one pip run (a fresh clone's `make test` resolves and builds once), again only when pyproject.toml changes.
 $(VENV)/.interop: pyproject.toml | $(VENV)/constraints.txt
-	$(BIN)/pip install -q -c $(VENV)/constraints.txt -e ".[dev,torch,interop]"
+	$(BIN)/pip install -q --no-compile -c $(VENV)/constraints.txt -e ".[dev,torch,interop]"
+	@$(COMPILE)
 	@touch $@ $(BIN)/adaptis
 
 interop: $(VENV)/.interop  ## install, and the test-only interop extras (megatron-core, torchtitan)
