@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from adaptis_plan.inputs.hardware import HardwareOverrides
     from adaptis_plan.search.budget import Deadline, SearchBudget
     from adaptis_plan.search.driver import PipelinePlan
+    from adaptis_plan.search.generator import Candidate
     from adaptis_plan.search.plan_point import Choice
     from adaptis_plan.search.screen import Considered
     from adaptis_plan.search.space import Request
@@ -104,7 +106,7 @@ class PlanOutcome:
     programs: Programs
     model: ModelSpec
     costs: CostTable
-    baselines: dict[str, SimResult]
+    baselines: Mapping[str, SimResult]  # computed on first read (`BaselineResults`)
     plan_time_s: float
     search_info: dict = field(default_factory=dict)
     # with a --target other than adaptis: the best plan without the target's restriction
@@ -492,13 +494,37 @@ def _outcome(
         programs=best.programs,
         model=got.model,
         costs=got.costs,
-        baselines={k: c.result for k, c in got.baselines.items() if c.result is not None},
+        baselines=BaselineResults(got.baselines),
         plan_time_s=time.perf_counter() - t0,
         search_info=got.info,
         unrestricted=got.unrestricted,
         notes=costs_notes(profile, hw, req.costs_path or "--costs"),
         step=training_step(best.layout, best.programs, result, got.model, training, hw, got.costs.device_names),
     )
+
+
+class BaselineResults(Mapping[str, SimResult]):
+    """The simulated classic baselines of a pipeline search (`PipelinePlan.baselines`, candidates by name), read
+    on first use: the report and `--json` show them, the plan file does not hold them, and a classic plan's
+    search computes them only then (15 simulations, seconds on a deep pipeline) for a caller that reads them."""
+
+    def __init__(self, candidates: Mapping[str, Candidate]) -> None:
+        self._candidates = candidates
+        self._got: dict[str, SimResult] | None = None
+
+    def _all(self) -> dict[str, SimResult]:
+        if self._got is None:
+            self._got = {k: c.result for k, c in self._candidates.items() if c.result is not None}
+        return self._got
+
+    def __getitem__(self, key: str) -> SimResult:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 def _search_record(info: dict) -> dict:
