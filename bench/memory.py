@@ -30,8 +30,10 @@ the summary also gives the plain runs alone.
 Rule for unstated settings (written before any error was seen): a torchtitan run's unstated sequence
 length, local batch size or activation-checkpointing mode is the value of the model's train config in
 torchtitan at the commit the source names (or the last commit before the source's date); micro-batches
-under pipelining are torchtitan's default (one per pipeline rank). The recomputation is the one the
-source states: torchtitan's per-op selective checkpointing (`selective_ac_option = "op"`) is our `op`
+under pipelining are torchtitan's default (one per pipeline rank). Every run plans with `--target torchtitan`
+(`TORCHTITAN_SOURCES`), the framework its source ran: under pipelining torch's stages keep FSDP2's gathered
+parameters and fp32 unsharded gradients over the step (`TrainingConfig.stage_keeps_unsharded`). The
+recomputation is the one the source states: torchtitan's per-op selective checkpointing (`selective_ac_option = "op"`) is our `op`
 (`adaptis_plan.cost.recompute`), its full checkpointing our `full`.
 
 Left out, because a figure that cannot be pinned down exactly is not guessed: the Ultra-Scale
@@ -602,6 +604,18 @@ def render(rec: Mapping) -> str:
 TORCHTITAN_RUNTIME = {"dp_overlap": True, "attention": "flash", "tp_comm_overlap": False}
 
 
+#: the sources whose runs ran in torchtitan (every memory run, `MEASURES`; the sweeps' own torchtitan runs): they
+#: plan with `--target torchtitan`, whose pipeline stages keep FSDP2's parameters gathered and gradients unsharded
+#: over a step (`TrainingConfig.stage_keeps_unsharded`); the published runs of other frameworks plan as before
+TORCHTITAN_SOURCES = frozenset(
+    {"torchtitan_2024", "torchtitan_2024_04", "torchao_float8", "torchao_float8nocompile", "trainy_2025"}
+)
+
+
 def _runtime(run: dict) -> dict:
-    """The runtime settings a memory row plans with: its own where it states them, else torchtitan's."""
-    return {k: run.get(k, default) for k, default in TORCHTITAN_RUNTIME.items()}
+    """The runtime settings a memory row plans with (its own where it states them, else torchtitan's), and the
+    target runtime its source ran (`TORCHTITAN_SOURCES`)."""
+    got: dict = {k: run.get(k, default) for k, default in TORCHTITAN_RUNTIME.items()}
+    if run["source_key"] in TORCHTITAN_SOURCES:
+        got["target"] = "torchtitan"
+    return got

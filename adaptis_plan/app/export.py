@@ -104,6 +104,8 @@ def _training_shape(plan: PlanFile) -> TrainingShape:
         attention=t.attention,
         dp_overlap=t.dp_overlap,
         tp_comm_overlap=t.tp_comm_overlap,
+        pp=t.pp,
+        stage_keeps_unsharded=t.stage_keeps_unsharded,
     )
 
 

@@ -30,6 +30,7 @@ from adaptis_plan.errors import InfeasibleError, InputError
 from adaptis_plan.judge.simulate import SimResult
 from adaptis_plan.judge.training_step import TrainingStep, training_step
 from adaptis_plan.planfile.io import make_plan, plan_file_search_info
+from adaptis_plan.schedules.targets import get_target
 from adaptis_plan.spec.config import (
     SECTIONS,
     Parallelism,
@@ -148,7 +149,8 @@ class PlanOutcome:
 
 
 def _training(req: PlanRequest, recompute: str) -> TrainingConfig:
-    return TrainingConfig.of(req.parallelism, req.seq_len, recompute, req.runtime)
+    keeps = get_target(req.pipeline.target).keeps_unsharded
+    return TrainingConfig.of(req.parallelism, req.seq_len, recompute, req.runtime, keeps)
 
 
 RECOMPUTE_CHOICES = ("none", "selective", "op", "full", "auto")

@@ -649,11 +649,12 @@ def bytes_per_param(training: TrainingConfig, shard: int | None = None) -> float
     grads = 4.0
     optimizer = 8.0 if training.dtype == "fp32" else 12.0
     dp = training.dp * training.cp if shard is None else shard
-    if training.zero >= 1:
+    zero = training.zero_in_effect  # a runtime that keeps stages unsharded over the step holds what ZeRO-1 does
+    if zero >= 1:
         optimizer /= dp
-    if training.zero >= 2:
+    if zero >= 2:
         grads /= dp
-    if training.zero >= 3:
+    if zero >= 3:
         weights /= dp
     return weights + grads + optimizer
 

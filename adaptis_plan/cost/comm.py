@@ -174,7 +174,7 @@ def placement(hardware: HardwareProfile, training: TrainingConfig) -> GroupLinks
         ep=link("ep"),
         dp=link("dp_cp"),
         edp=link("edp"),
-        zero=training.zero,
+        zero=training.zero_in_effect,
         param_bytes=4 if training.dtype == "fp32" else 2,
         tp_overlap=training.tp_comm_overlap,
         dp_overlap=training.dp_overlap,
@@ -189,6 +189,7 @@ class StepExtras:
     param_gather_s: float  # all-gather of updated parameters (ZeRO >= 1)
     optimizer_s: float  # Adam over the parameters it owns
     num_syncs: int = 1  # the equal transfers `grad_sync_s` is made of (ZeRO 2: one per micro-batch)
+    after_backward: bool = False  # the sync starts after the rank's last backward (`reduces_after_backward`)
 
 
 def step_extras(
@@ -196,7 +197,7 @@ def step_extras(
 ) -> StepExtras:
     """Gradient sync, parameter gather and optimizer time of one pipeline rank holding
     `dense_params` + `expert_params` parameters per tensor-parallel rank (module docstring)."""
-    z, m = training.zero, training.num_microbatches
+    z, m = training.zero_in_effect, training.num_microbatches
     e = 4.0 if training.dtype == "fp32" else 2.0
     sync = gather = 0.0
     for params, group in ((dense_params, place.dp), (expert_params, place.edp)):
@@ -210,7 +211,7 @@ def step_extras(
             gather += group.ring("all_gather", params * e)
     owned = dense_params / (place.dp.size if z >= 1 else 1) + expert_params / (place.edp.size if z >= 1 else 1)
     syncs = m if z == 2 and sync > 0 else 1
-    return StepExtras(sync, gather, owned * ADAM_BYTES_PER_PARAM / hbm_bps, syncs)
+    return StepExtras(sync, gather, owned * ADAM_BYTES_PER_PARAM / hbm_bps, syncs, training.reduces_after_backward)
 
 
 def exposed(comm_s: float, window_s: float, overlap: bool) -> float:

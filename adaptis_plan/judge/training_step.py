@@ -14,7 +14,9 @@ its evidence, `cost.comm.dp_link_end`):
   rank's, X) and holds d's link until g_d - X in the pipeline's time;
 - the gradient sync (`cost.comm.step_extras`): ZeRO 0/1's all-reduce / reduce-scatter becomes
   available when the backward of d's last micro-batch starts (the micro-batch whose backward starts
-  last on d), ZeRO 2's reduce-scatter of micro-batch k when micro-batch k's backward starts on d;
+  last on d), ZeRO 2's reduce-scatter of micro-batch k when micro-batch k's backward starts on d, and
+  at finish_d where the runtime reduces after the rank's last backward
+  (`TrainingConfig.reduces_after_backward`: torch's pipeline stages with FSDP2);
   the link sends them in that order; what it still has to send at finish_d is exposed;
 - then Adam over the parameters d owns.
 step = max_d (max(finish_d, link end_d) + optimizer_d) + X. Without overlap every transfer is
@@ -137,7 +139,7 @@ def training_step(
             ranks.append(RankStep(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
             continue
         if overlap:
-            link_end = dp_link_end(x.param_gather_s - shift, _sync_transfers(x, starts))
+            link_end = dp_link_end(x.param_gather_s - shift, _sync_transfers(x, starts, finish))
             sync = max(0.0, link_end - finish)
         else:
             sync = x.grad_sync_s
@@ -155,11 +157,14 @@ def training_step(
     )
 
 
-def _sync_transfers(x: StepExtras, starts: dict[int, float]) -> list[tuple[float, float]]:
+def _sync_transfers(x: StepExtras, starts: dict[int, float], finish: float) -> list[tuple[float, float]]:
     """(available at, seconds) of a rank's gradient sync transfers, `starts` its micro-batches' backward
-    starts: one per micro-batch under ZeRO 2 (`StepExtras.num_syncs`), else one from the latest."""
+    starts: one per micro-batch under ZeRO 2 (`StepExtras.num_syncs`), one from the rank's `finish` where
+    the runtime reduces after its last backward (`StepExtras.after_backward`), else one from the latest."""
     if x.grad_sync_s <= 0 or not starts:
         return []
+    if x.after_backward:
+        return [(finish, x.grad_sync_s)]
     if x.num_syncs > 1:
         each = x.grad_sync_s / len(starts)
         return [(start, each) for start in starts.values()]

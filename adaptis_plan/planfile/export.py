@@ -57,6 +57,32 @@ class TrainingShape:
     attention: str = "flash"  # the attention core planned (`TrainingConfig.attention`)
     dp_overlap: bool = True  # gradient reduce / parameter gather overlapped (`TrainingConfig.dp_overlap`)
     tp_comm_overlap: bool = False  # TP collectives overlap their GEMMs (`TrainingConfig.tp_comm_overlap`)
+    pp: int = 1
+    stage_keeps_unsharded: bool = False  # priced as torch's pipeline stages run FSDP2 (`TrainingConfig`'s field)
+
+    @property
+    def reduces_after_backward(self) -> bool:
+        """`TrainingConfig.reduces_after_backward` of the plan: data-parallel state kept unsharded over the step."""
+        return self.stage_keeps_unsharded and self.zero >= 1 and self.pp > 1 and self.num_microbatches > 1
+
+    def unsharded_problem(self, runtime: str, keeps: bool) -> str | None:
+        """Why `runtime`, whose pipeline stages keep sharded data-parallel state unsharded over a step (`keeps`) or
+        not, does not run this plan as it was priced (None: it does): where sharding over data-parallel ranks
+        applies (ZeRO >= 1, dp x cp > 1, pp > 1, more than one micro-batch), the two keep different memory and move
+        different traffic."""
+        applies = self.zero >= 1 and self.dp * self.cp > 1 and self.pp > 1 and self.num_microbatches > 1
+        if not applies or self.stage_keeps_unsharded == keeps:
+            return None
+        if keeps:
+            return (
+                f"{runtime}'s pipeline stages keep FSDP parameters gathered and gradients unsharded (fp32) over a"
+                f" step's micro-batches, and this plan (ZeRO {self.zero}, dp {self.dp}, pp {self.pp}) was priced"
+                " with them sharded"
+            )
+        return (
+            f"this plan was priced for pipeline stages that keep parameters gathered and gradients unsharded over a"
+            f" step's micro-batches (torch's with FSDP2), and {runtime} shards them as ZeRO {self.zero}"
+        )
 
     @property
     def global_batch_size(self) -> int:

@@ -203,6 +203,9 @@ def _check_runnable(layout: Layout, kinds: Sequence[str], t: TrainingShape, num_
         )
     if t.attention not in _ATTENTION_BACKEND:
         raise InputError(f"megatron-args: attention = {t.attention!r}: use one of {', '.join(_ATTENTION_BACKEND)}")
+    why = t.unsharded_problem("Megatron-LM", keeps=False)
+    if why is not None:
+        raise InputError(f"megatron-args: {why}; re-plan with --target megatron")
     mode, more = one_recompute(layout, kinds, t.stage_recompute)
     if more:
         raise InputError(

@@ -225,6 +225,12 @@ _TORCHTITAN_ZERO = {
     ),
     3: (False, "always", "# ZeRO 3: FSDP2 that reshards parameters after every forward, as ZeRO-3"),
 }
+_KEPT_COMMENT = (
+    "\n# Under pipelining torch's stages keep the gathered parameters and fp32 unsharded gradients from the first"
+    "\n# micro-batch to the last backward and reduce once after it, whatever the policy; the plan is priced so"
+    "\n# (ZeRO-1's memory and traffic, the reduce-scatter after the last backward), and never resharding spares"
+    "\n# the per-micro-batch gathers"
+)
 _TORCHTITAN_AC = {
     "none": "# activation checkpointing: none",
     "selective": "# activation checkpointing: torchtitan's selective AC (per-op: it recomputes all but the matmuls\n"
@@ -247,6 +253,8 @@ def torchtitan_parallelism(training: TrainingShape) -> dict[str, object]:
     """
     t = training
     replicate, reshard, _ = _TORCHTITAN_ZERO[int(t.zero)]
+    if t.reduces_after_backward:  # gathered over the whole step anyway: torchtitan's own default under pipelining
+        reshard = "never"
     rep, shard = (t.dp, 1) if replicate else (1, t.dp)
     if (shard * t.cp * t.tp) % t.ep:
         raise InputError(
@@ -328,6 +336,9 @@ def torchtitan_config_module(
             f"torchtitan: dtype = {shown(t.dtype)}: torchtitan trains in bfloat16 or float32 (no fp16);"
             " re-plan with --dtype bf16"
         )
+    why = t.unsharded_problem("torchtitan", keeps=True)
+    if why is not None:
+        raise InputError(f"torchtitan: {why}; re-plan with --target torchtitan, which prices them kept")
     par = torchtitan_parallelism(t)
     recompute, recompute_comment = _recompute(layout, layer_kinds, t.stage_recompute)
     csv_name = str(csv_name)
@@ -362,7 +373,7 @@ def torchtitan_config_module(
         fqns=fqns,
         microbatch_field=microbatch_field,
         microbatch_value=microbatch_value,
-        zero_comment=_TORCHTITAN_ZERO[zero][2],
+        zero_comment=_TORCHTITAN_ZERO[zero][2] + (_KEPT_COMMENT if t.reduces_after_backward else ""),
         replicate=par["data_parallel_replicate_degree"],
         shard=par["data_parallel_shard_degree"],
         reshard=par["fsdp_reshard_after_forward"],

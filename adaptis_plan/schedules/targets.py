@@ -76,6 +76,12 @@ class Target:
     def runs_split_head(self) -> bool:
         return self.name == "adaptis"
 
+    @property
+    def keeps_unsharded(self) -> bool:
+        """Its pipeline stages keep sharded data-parallel parameters gathered and gradients unsharded over a
+        step's micro-batches (torch's pipeline stage with FSDP2: `TrainingConfig.stage_keeps_unsharded`)."""
+        return self.name in ("torch", "torchtitan")
+
     def placement_problem(self, stage_device: Sequence[int], num_devices: int) -> str | None:
         """Why this runtime cannot run stages placed as `stage_device` on `num_devices` devices (None: it can)."""
         sd = tuple(stage_device)

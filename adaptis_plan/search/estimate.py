@@ -162,6 +162,8 @@ def _whole_step(
         free = x.param_gather_s - shift
         if x.num_syncs > 1:  # one per micro-batch, from the first backward on, the last from the last
             link = max(max(free, first) + x.grad_sync_s, last + x.grad_sync_s / m)
+        elif x.after_backward:  # after the rank's last backward
+            link = max(free, finish) + x.grad_sync_s
         else:
             link = max(free, last) + x.grad_sync_s
         ends.append(max(finish, link) + x.optimizer_s)

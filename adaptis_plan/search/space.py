@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from adaptis_plan.cost.comm import devices_per_node
 from adaptis_plan.cost.table import check_tensor_parallel
 from adaptis_plan.errors import InputError
+from adaptis_plan.schedules.targets import get_target
 from adaptis_plan.spec.config import Parallelism, PipelineSettings, RuntimeSettings, field_names
 from adaptis_plan.spec.hardware import HardwareProfile
 from adaptis_plan.spec.limits import (
@@ -74,7 +75,8 @@ class Point(Parallelism):
 
     def training(self, req: Request, recompute: str = "none") -> TrainingConfig:
         """The training config of this point under `req`'s sequence length and runtime settings."""
-        return TrainingConfig.of(self, req.seq_len, recompute, req.runtime)
+        keeps = get_target(req.pipeline.target).keeps_unsharded
+        return TrainingConfig.of(self, req.seq_len, recompute, req.runtime, keeps)
 
     @property
     def label(self) -> str:

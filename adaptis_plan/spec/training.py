@@ -77,6 +77,16 @@ class TrainingConfig(StrictModel):
             " all-gather the next step's first forward (Megatron's --overlap-grad-reduce / --overlap-param-gather)"
         ),
     )
+    stage_keeps_unsharded: bool = Field(
+        False,
+        description=(
+            "the runtime's pipeline stages keep their sharded data-parallel parameters gathered and their gradients"
+            " unsharded in fp32 from a step's first micro-batch to its last backward, then reduce them once"
+            " (torch.distributed.pipelining with FSDP2, as torchtitan runs it: set by --target torch and"
+            " torchtitan); with pp > 1, more than one micro-batch and ZeRO >= 1 a rank then holds and moves what"
+            " ZeRO-1 does (`zero_in_effect`), its gradient reduction after its last backward"
+        ),
+    )
     dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="compute and weight dtype")
     recompute: RecomputeRequest = Field(
         "none",
@@ -90,13 +100,44 @@ class TrainingConfig(StrictModel):
     )
 
     @classmethod
-    def of(cls, parallelism: Parallelism, seq_len: int, recompute: str, runtime: RuntimeSettings) -> TrainingConfig:
+    def of(
+        cls,
+        parallelism: Parallelism,
+        seq_len: int,
+        recompute: str,
+        runtime: RuntimeSettings,
+        stage_keeps_unsharded: bool = False,
+    ) -> TrainingConfig:
         """The step of a planning request's parts (`spec.config`): its split, sequence length,
-        recompute request and runtime settings. Raises pydantic's ValidationError (a ValueError)
+        recompute request and runtime settings, and what the target runtime's stages keep
+        (`schedules.targets.Target.keeps_unsharded`). Raises pydantic's ValidationError (a ValueError)
         for a split these fields refuse."""
         return cls(
-            **dataclasses.asdict(parallelism), seq_len=seq_len, recompute=recompute, **dataclasses.asdict(runtime)
+            **dataclasses.asdict(parallelism),
+            seq_len=seq_len,
+            recompute=recompute,
+            stage_keeps_unsharded=stage_keeps_unsharded,
+            **dataclasses.asdict(runtime),
         )
+
+    @property
+    def reduces_after_backward(self) -> bool:
+        """The data-parallel parameters stay gathered and their gradients unsharded over the step's micro-batches,
+        reduced once after the rank's last backward (`stage_keeps_unsharded` where it applies: pp > 1, more than
+        one micro-batch, ZeRO >= 1). torch's pipeline stage turns FSDP2's resharding after backward and its
+        gradient sync off for every micro-batch's backward and reduces in one action after all of them
+        (torch/distributed/pipelining/stage.py: `backward_maybe_with_nosync`, `perform_reduce_grad`); FSDP2
+        accumulates unsharded gradients in its reduce dtype, fp32 under bf16 training
+        (`FSDPParam.to_accumulated_grad_if_needed`); torchtitan keeps parameters gathered after forward under
+        pipelining by default (`reshard_after_forward = not pp_enabled`)."""
+        return self.stage_keeps_unsharded and self.zero >= 1 and self.pp > 1 and self.num_microbatches > 1
+
+    @property
+    def zero_in_effect(self) -> int:
+        """The ZeRO stage whose memory and traffic a rank has: `zero`, or 1 where the stages keep parameters gathered
+        and gradients unsharded over the step (`reduces_after_backward`): whole weights and fp32 gradients, the
+        optimizer state sharded, one reduce-scatter and one all-gather per step."""
+        return 1 if self.reduces_after_backward else self.zero
 
     def runtime_settings(self) -> list[str]:
         """The runtime settings that differ from the defaults, as the reports name them ('attention cudnn',
@@ -106,6 +147,8 @@ class TrainingConfig(StrictModel):
             out.append("TP comm overlap")
         if not self.dp_overlap and self.dp * self.cp > 1:
             out.append("no DP overlap")
+        if self.reduces_after_backward and self.dp * self.cp > 1:
+            out.append(f"ZeRO {self.zero} state kept unsharded over the micro-batches (torch's stages)")
         return out
 
     @model_validator(mode="after")

@@ -132,6 +132,7 @@ def cases(draw: st.DrawFn, zero3: bool = True) -> Case:
         ep=ep,
         zero=zero,
         dp_overlap=draw(st.booleans()) if dp > 1 else True,
+        stage_keeps_unsharded=draw(st.booleans()),  # torch's pipeline stages (--target torch / torchtitan)
     )
     return Case(model, hw, training, strategy)
 
@@ -209,7 +210,8 @@ ZERO3_EXPOSED = Case(
 def test_exposed_sync_is_at_least_what_its_window_cannot_hold(case: Case) -> None:
     """Per rank and ZeRO stage: the exposed gradient sync is at least the sync less the compute it may
     overlap (ZeRO 0/1: from the last micro-batch's backward start, ZeRO 2: from the first backward
-    start) and all of it without overlap; the hidden part never exceeds finish - first backward."""
+    start, none where the stages reduce after their last backward) and all of it without overlap; the
+    hidden part never exceeds finish - first backward."""
     plan = _plan(case)
     t, step = case.training, plan.step
     extras = device_extras(plan.layout, case.model, t, case.hardware, plan.costs.device_names)
@@ -224,13 +226,15 @@ def test_exposed_sync_is_at_least_what_its_window_cannot_hold(case: Case) -> Non
             assert got == pytest.approx(x.grad_sync_s, rel=1e-12), d
             continue
         assert _le(x.grad_sync_s - (finish - first), got), (d, t.zero)
-        if t.zero == 2:  # micro-batch k's reduce-scatter only from its own backward on: the last one's too
+        if t.reduces_after_backward:  # torch's stages reduce once, after the rank's last backward
+            assert got == pytest.approx(x.grad_sync_s, rel=1e-12), d
+        elif t.zero_in_effect == 2:  # micro-batch k's reduce-scatter only from its own backward on: the last one's too
             assert _le(x.grad_sync_s / t.num_microbatches - (finish - last), got), d
         else:
             assert _le(x.grad_sync_s - (finish - last), got), (d, t.zero)
         # the gather is exposed beyond micro-batch 0's forward, the whole step waits for the worst rank's
         assert _le(x.param_gather_s - first_f, step.param_gather_exposed_s), d
-    if t.zero == 3 or t.dp * t.cp == 1:
+    if t.zero_in_effect == 3 or t.dp * t.cp == 1:
         assert step.grad_sync_s == 0.0 and step.param_gather_exposed_s == 0.0
 
 
@@ -247,7 +251,7 @@ def test_the_step_covers_every_rank_s_compute_and_every_link_s_traffic(case: Cas
     t, step, layout, result = case.training, plan.step, plan.layout, plan.result
     assert _le(result.step_time_s, step.step_time_s)
     extras = device_extras(layout, case.model, t, case.hardware, plan.costs.device_names)
-    per_layer = zero3_seconds(case.model, case.hardware, t) if t.zero == 3 else None
+    per_layer = zero3_seconds(case.model, case.hardware, t) if t.zero_in_effect == 3 else None
     if per_layer is not None:  # the same ops without ZeRO-3's collectives
         plain = CostTables(case.hardware, t.model_copy(update={"zero": 1})).table(case.model)
         compute = simulate(layout, plain, plan.programs, t.num_microbatches)
@@ -283,7 +287,9 @@ def _request(t: TrainingConfig, **pipeline: str) -> Request:
         gpus=t.tp * t.pp * t.dp,
         global_batch_size=t.dp * t.micro_batch_size * t.num_microbatches,
         seq_len=t.seq_len,
-        pipeline=dataclasses.replace(Request.pipeline, **pipeline),
+        pipeline=dataclasses.replace(
+            Request.pipeline, target="torchtitan" if t.stage_keeps_unsharded else "adaptis", **pipeline
+        ),
         runtime=RuntimeSettings(attention=t.attention, tp_comm_overlap=t.tp_comm_overlap, dp_overlap=t.dp_overlap),
     )
 
