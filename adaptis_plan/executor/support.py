@@ -26,6 +26,13 @@ def refusal(plan: PlanFile, model: ModelSpec | None = None) -> str | None:
             " whole blocks (full), not torchtitan's per-op selection; run this plan under torchtitan"
             " (`adaptis export --format torchtitan`), or plan with --recompute none, selective or full to run it here"
         )
+    if t.reduces_after_backward and t.dp * t.cp > 1:
+        return (
+            f"training.stage_keeps_unsharded: the plan was priced for torch's pipeline stages, which keep ZeRO"
+            f" {t.zero}'s parameters gathered and gradients unsharded over the step; the executor shards them as"
+            f" ZeRO {t.zero} (other memory, other traffic): run it under torchtitan (`adaptis export --format"
+            " torchtitan`), or re-plan with --target adaptis to run it here"
+        )
     if t.cp > 1:
         return (
             f"training.cp = {t.cp}: `adaptis run` executes the pipeline, data-, tensor- and expert-parallel"

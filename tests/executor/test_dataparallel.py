@@ -87,7 +87,9 @@ def test_executor_refuses_cp_ep_and_runs_dp_tp(adaptive: Path) -> None:
     plan = PlanFile.model_validate_json(adaptive.read_text())
     assert executor_refusal(with_training(plan, dp=2, zero=3)) is None
     assert executor_refusal(with_training(plan, dp=2, tp=2)) is None  # tests/executor/test_tensorparallel.py runs it
-    for dims, says in (({"cp": 2}, "training.cp = 2"), ({"dp": 2, "ep": 4}, "ep = 4")):
+    kept = {"dp": 2, "zero": 3, "stage_keeps_unsharded": True}  # priced for torch's stages (--target torchtitan)
+    assert executor_refusal(with_training(plan, **{**kept, "dp": 1})) is None  # nothing sharded: nothing differs
+    for dims, says in (({"cp": 2}, "training.cp = 2"), ({"dp": 2, "ep": 4}, "ep = 4"), (kept, "--target adaptis")):
         why = executor_refusal(with_training(plan, **dims))
         assert why is not None and says in why and "\n" not in why, why
 
