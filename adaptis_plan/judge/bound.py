@@ -8,6 +8,7 @@ placement and schedule. Imports only `core` and `errors` (numpy inside).
 from __future__ import annotations
 
 import functools
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,16 +222,19 @@ def _best_packing_cached(sizes: tuple[float, ...], counts: tuple[int, ...], num_
     devices = min(num_devices, sum(counts))
     g = load
     choices: list[np.ndarray] = []  # per k >= 2: the flat index of the chosen C for each S
-    subsets = list(np.ndindex(shape))
-    # only a device load up to a known packing's busiest (largest first onto the least loaded) matters;
-    # with a relative margin: that packing's loads are summed job by job, `load` as count x size, and
-    # the two roundings differ (cutting the busiest device's own subset would leave an invalid bound)
+    # only a device load up to a known packing's busiest (largest first onto the least loaded, the lowest
+    # index among equals) matters; with a relative margin: that packing's loads are summed job by job,
+    # `load` as count x size, and the two roundings differ (cutting the busiest device's own subset would
+    # leave an invalid bound)
     jobs = sorted((x for x, c in zip(sizes, counts, strict=True) for _ in range(c)), reverse=True)
-    loads = [0.0] * devices
+    heap = [(0.0, d) for d in range(devices)]
     for x in jobs:
-        loads[loads.index(min(loads))] += x
-    cap = max(loads) * (1 + 1e-9)
-    worth = [(flat, c) for flat, c in enumerate(subsets) if load[c] <= cap]
+        least, d = heapq.heappop(heap)
+        heapq.heappush(heap, (least + x, d))
+    cap = max(busy for busy, _ in heap) * (1 + 1e-9)
+    flats = np.flatnonzero(load.ravel() <= cap)  # the subsets C worth trying, in flat order
+    axes = [axis.tolist() for axis in np.unravel_index(flats, shape)]
+    worth = list(zip(flats.tolist(), zip(*axes, strict=True), strict=True))
     best = float(load[full])
     for k in range(2, devices + 1):
         choice = np.full(shape, -1, dtype=np.int64)  # -1: S alone on this device (C = S)
@@ -253,7 +257,7 @@ def _best_packing_cached(sizes: tuple[float, ...], counts: tuple[int, ...], num_
     left = full
     for choice in reversed(choices):
         flat = int(choice[left])
-        take = left if flat < 0 else subsets[flat]
+        take = left if flat < 0 else tuple(int(i) for i in np.unravel_index(flat, shape))
         per_device.append(tuple(int(x) for x in take))
         left = tuple(a - b for a, b in zip(left, take, strict=True))
     per_device.append(tuple(int(x) for x in left))
