@@ -9,14 +9,15 @@ No pydantic, no IO, no solver, no torch: frozen dataclasses and numpy arrays onl
 - `CostTable`: per-device, per-layer costs (seconds, bytes) from the cost model or a measured profile,
   plus the link matrix. Times may differ per device (heterogeneous clusters), hence the
   `[device, layer]` shape.
+- `LazyMapping`: a read-only mapping computed on first read (the classic baselines of a search).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -24,6 +25,34 @@ OPS = ("F", "B", "I", "W")
 #: what the adaptive search varies (`adaptis plan --search`); with all three, classic plans are its candidates
 ALL_COMPONENTS = ("partition", "placement", "schedule")
 _ACTION_RE = re.compile(r"^\s*(\d+)([FBIW])(\d+)\s*$")
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LazyMapping(Mapping[K, V]):
+    """A read-only mapping whose items a subclass computes once, on first read (`_compute`); it holds
+    plain data until then, so it pickles to and from the search's worker processes."""
+
+    _got: dict[K, V] | None = None
+
+    def _compute(self) -> dict[K, V]:
+        raise NotImplementedError
+
+    def _all(self) -> dict[K, V]:
+        if self._got is None:
+            self._got = self._compute()
+        return self._got
+
+    def __getitem__(self, key: K) -> V:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 class Action(NamedTuple):

@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adaptis_plan.app.simulate import judge_result
-from adaptis_plan.core import CostTable, Layout, Programs, ProgressFn
+from adaptis_plan.core import CostTable, Layout, LazyMapping, Programs, ProgressFn
 from adaptis_plan.cost.flops import throughput
 from adaptis_plan.cost.recompute import stage_recompute
 from adaptis_plan.cost.source import CostTables, costs_notes, load_costs_profile
@@ -505,28 +505,16 @@ def _outcome(
     )
 
 
-class BaselineResults(Mapping[str, SimResult]):
+class BaselineResults(LazyMapping[str, SimResult]):
     """The simulated classic baselines of a pipeline search (`PipelinePlan.baselines`, candidates by name), read
     on first use: the report and `--json` show them, the plan file does not hold them, and a classic plan's
     search computes them only then (15 simulations, seconds on a deep pipeline) for a caller that reads them."""
 
     def __init__(self, candidates: Mapping[str, Candidate]) -> None:
         self._candidates = candidates
-        self._got: dict[str, SimResult] | None = None
 
-    def _all(self) -> dict[str, SimResult]:
-        if self._got is None:
-            self._got = {k: c.result for k, c in self._candidates.items() if c.result is not None}
-        return self._got
-
-    def __getitem__(self, key: str) -> SimResult:
-        return self._all()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._all())
+    def _compute(self) -> dict[str, SimResult]:
+        return {k: c.result for k, c in self._candidates.items() if c.result is not None}
 
 
 def _search_record(info: dict) -> dict:

@@ -47,13 +47,13 @@ import functools
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from adaptis_plan.core import ALL_COMPONENTS, Action, CostTable, Layout, Programs, ProgressFn
+from adaptis_plan.core import ALL_COMPONENTS, Action, CostTable, Layout, LazyMapping, Programs, ProgressFn
 from adaptis_plan.errors import InputError
 from adaptis_plan.judge.simulate import SimResult, simulate
 from adaptis_plan.schedules import STRATEGIES, ScheduleSpec, get_spec, placement, uniform_bounds
@@ -260,27 +260,15 @@ def classic_baselines(
     return out
 
 
-class LazyBaselines(Mapping[str, Candidate]):
+class LazyBaselines(LazyMapping[str, Candidate]):
     """`classic_baselines(costs, num_microbatches, extra)`, computed on first use: a big pipeline's
     search (`search_plan`) starts its ranking run in a worker first, then computes them beside it."""
 
     def __init__(self, costs: CostTable, num_microbatches: int, extra: Sequence[tuple[str, str, int]] = ()) -> None:
         self._args = (costs, num_microbatches, tuple(extra))
-        self._got: dict[str, Candidate] | None = None
 
-    def _all(self) -> dict[str, Candidate]:
-        if self._got is None:
-            self._got = classic_baselines(*self._args)
-        return self._got
-
-    def __getitem__(self, key: str) -> Candidate:
-        return self._all()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._all())
+    def _compute(self) -> dict[str, Candidate]:
+        return classic_baselines(*self._args)
 
 
 def candidate_placements(num_devices: int, num_layers: int, max_chunks: int = 4) -> list[tuple[str, tuple[int, ...]]]:
