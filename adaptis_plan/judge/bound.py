@@ -232,21 +232,20 @@ def _best_packing_cached(sizes: tuple[float, ...], counts: tuple[int, ...], num_
         least, d = heapq.heappop(heap)
         heapq.heappush(heap, (least + x, d))
     cap = max(busy for busy, _ in heap) * (1 + 1e-9)
-    flats = np.flatnonzero(load.ravel() <= cap)  # the subsets C worth trying, in flat order
-    axes = [axis.tolist() for axis in np.unravel_index(flats, shape)]
-    worth = list(zip(flats.tolist(), zip(*axes, strict=True), strict=True))
+    flats = np.flatnonzero(load.ravel() <= cap)  # the subsets C worth trying, in flat order (the empty one too)
+    worth = np.stack(np.unravel_index(flats, shape), axis=1)  # their counts, a row each
     best = float(load[full])
     for k in range(2, devices + 1):
         choice = np.full(shape, -1, dtype=np.int64)  # -1: S alone on this device (C = S)
         if k == devices:  # the last count reads the whole multiset's entry alone: only it is computed
-            best, choice[full] = _whole_entry(load, g, full, worth)
+            best, choice[full] = _whole_entry(load, g, full, flats, worth)
             choices.append(choice)
             break
         new = load.copy()
-        for flat, c in worth:
+        for flat, c in zip(flats.tolist(), worth.tolist(), strict=True):
             dst = tuple(slice(ci, None) for ci in c)
             src = tuple(slice(0, s - ci) for s, ci in zip(shape, c, strict=True))
-            cand = np.maximum(load[c], g[src])
+            cand = np.maximum(load.flat[flat], g[src])
             better = cand < new[dst]
             new[dst] = np.where(better, cand, new[dst])
             choice[dst] = np.where(better, flat, choice[dst])
@@ -266,17 +265,14 @@ def _best_packing_cached(sizes: tuple[float, ...], counts: tuple[int, ...], num_
 
 
 def _whole_entry(
-    load: np.ndarray, g: np.ndarray, full: tuple[int, ...], worth: list[tuple[int, tuple[int, ...]]]
+    load: np.ndarray, g: np.ndarray, full: tuple[int, ...], flats: np.ndarray, worth: np.ndarray
 ) -> tuple[float, int]:
-    """The DP's entry for the whole multiset `full` at one more device than `g` is for: min over C in `worth`
-    of max(load(C), g(full - C)), or load(full) alone, with the C chosen (its flat index; -1: full alone):
-    the first C in `worth`'s order that reaches the minimum, as the entry-by-entry loop keeps the first
-    strict improvement. One vectorised pass over `worth` instead of a slice per C."""
+    """The DP's entry for the whole multiset `full` at one more device than `g` is for: min over the subsets C
+    (flat indices `flats`, counts the rows of `worth`; the empty one among them) of max(load(C), g(full - C)),
+    or load(full) alone, with the C chosen (its flat index; -1: full alone): the first C in `flats`' order that
+    reaches the minimum, as the entry-by-entry loop keeps the first strict improvement. One vectorised pass
+    instead of a slice per C."""
     alone = float(load[full])
-    if not worth:
-        return alone, -1
-    flats = np.fromiter((flat for flat, _ in worth), dtype=np.int64, count=len(worth))
-    rest = np.asarray(full, dtype=np.int64) - np.array([c for _, c in worth], dtype=np.int64)
-    cand = np.maximum(load.ravel()[flats], g[tuple(rest.T)])
+    cand = np.maximum(load.ravel()[flats], g[tuple((np.asarray(full) - worth).T)])
     i = int(np.argmin(cand))
     return (float(cand[i]), int(flats[i])) if cand[i] < alone else (alone, -1)
