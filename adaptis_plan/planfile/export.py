@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from adaptis_plan.core import OPS, Action, Layout, Programs
 from adaptis_plan.errors import InputError
+from adaptis_plan.spec.training import keeping_applies
 from adaptis_plan.text import printable
 
 # Megatron's layer letters: E embedding, t transformer (any decoder block), m MTP, L loss (+ final norm and head).
@@ -63,14 +64,14 @@ class TrainingShape:
     @property
     def reduces_after_backward(self) -> bool:
         """`TrainingConfig.reduces_after_backward` of the plan: data-parallel state kept unsharded over the step."""
-        return self.stage_keeps_unsharded and self.zero >= 1 and self.pp > 1 and self.num_microbatches > 1
+        return self.stage_keeps_unsharded and keeping_applies(self.zero, self.pp, self.num_microbatches)
 
     def unsharded_problem(self, runtime: str, keeps: bool) -> str | None:
         """Why `runtime`, whose pipeline stages keep sharded data-parallel state unsharded over a step (`keeps`) or
         not, does not run this plan as it was priced (None: it does): where sharding over data-parallel ranks
         applies (ZeRO >= 1, dp x cp > 1, pp > 1, more than one micro-batch), the two keep different memory and move
         different traffic."""
-        applies = self.zero >= 1 and self.dp * self.cp > 1 and self.pp > 1 and self.num_microbatches > 1
+        applies = keeping_applies(self.zero, self.pp, self.num_microbatches) and self.dp * self.cp > 1
         if not applies or self.stage_keeps_unsharded == keeps:
             return None
         if keeps:

@@ -35,6 +35,13 @@ RECOMPUTE_MODES = ("none", "selective", "op", "full")
 RecomputeRequest = Literal["none", "selective", "op", "full", "auto"]
 
 
+def keeping_applies(zero: int, pp: int, num_microbatches: int) -> bool:
+    """Where pipeline stages that keep their sharded data-parallel state gathered over the step
+    (`TrainingConfig.stage_keeps_unsharded`) hold and move other than ZeRO `zero` says: ZeRO >= 1 (something is
+    sharded), pp > 1 (stages), more than one micro-batch (a step to keep it over)."""
+    return zero >= 1 and pp > 1 and num_microbatches > 1
+
+
 class TrainingConfig(StrictModel):
     """The step being planned. Stored in the plan file under `training`."""
 
@@ -123,14 +130,14 @@ class TrainingConfig(StrictModel):
     @property
     def reduces_after_backward(self) -> bool:
         """The data-parallel parameters stay gathered and their gradients unsharded over the step's micro-batches,
-        reduced once after the rank's last backward (`stage_keeps_unsharded` where it applies: pp > 1, more than
-        one micro-batch, ZeRO >= 1). torch's pipeline stage turns FSDP2's resharding after backward and its
-        gradient sync off for every micro-batch's backward and reduces in one action after all of them
+        reduced once after the rank's last backward (`stage_keeps_unsharded` where `keeping_applies`). torch's
+        pipeline stage turns FSDP2's resharding after backward and its gradient sync off for every micro-batch's
+        backward and reduces in one action after all of them
         (torch/distributed/pipelining/stage.py: `backward_maybe_with_nosync`, `perform_reduce_grad`); FSDP2
         accumulates unsharded gradients in its reduce dtype, fp32 under bf16 training
         (`FSDPParam.to_accumulated_grad_if_needed`); torchtitan keeps parameters gathered after forward under
         pipelining by default (`reshard_after_forward = not pp_enabled`)."""
-        return self.stage_keeps_unsharded and self.zero >= 1 and self.pp > 1 and self.num_microbatches > 1
+        return self.stage_keeps_unsharded and keeping_applies(self.zero, self.pp, self.num_microbatches)
 
     @property
     def zero_in_effect(self) -> int:
