@@ -220,24 +220,27 @@ def run_plan(
 
 
 def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[dict[str, Any]]:
-    """Run several plans (same `pp` and `dp`) side by side in one torchrun launch; one result dict each."""
+    """Run several plans side by side in one torchrun launch; one result dict each.
+
+    The plans need the same number of processes (pp x dp x tp), not the same split of it: each job
+    creates its own process groups (`worker.mesh_groups`), so one launch can measure pp 4 against
+    pp 2 x dp 2 against tp 2 x dp 2 on the same four ranks."""
     if not jobs:
         return []
     options = options or RunOptions()
     options.check()
     jobs = [_prepare(job) for job in jobs]
-    pp, dp, tp = jobs[0].plan.training.pp, jobs[0].plan.training.dp, jobs[0].plan.training.tp
-    for job in jobs:
+    sizes = [job.plan.training.pp * job.plan.training.dp * job.plan.training.tp for job in jobs]
+    for job, size in zip(jobs, sizes, strict=True):
         if job.p2p_order is not None:
             _check_p2p_order(job.p2p_order)
-        t = job.plan.training
-        for dim, value, want in (("pp", t.pp, pp), ("dp", t.dp, dp), ("tp", t.tp, tp)):
-            if value != want:
-                raise InputError(
-                    f"{job.label}: training.{dim} = {value}: plans run together need the same {dim}"
-                    f" ({want}); run them separately"
-                )
-    world = pp * dp * tp
+        if size != sizes[0]:
+            t = job.plan.training
+            raise InputError(
+                f"{job.label}: pp x dp x tp = {t.pp} x {t.dp} x {t.tp} = {size} processes: plans run together need"
+                f" the same number of processes ({sizes[0]}); run them separately"
+            )
+    world = sizes[0]
     if world % options.nnodes:
         raise InputError(
             f"--nnodes = {options.nnodes}: the plan's pp x dp x tp = {world} processes do not split evenly over the"
@@ -266,7 +269,8 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
         if o.verify:
             worker_args.append("--verify")
         _supervise(run, cmd + worker_args, options, nproc, dev)
-        return [_collect(job, run.out / f"job{j}", nproc, options, dev) for j, job in enumerate(jobs)]
+        references: dict[tuple[object, ...], Any] = {}  # one single-process step per model and global batch
+        return [_collect(job, run.out / f"job{j}", nproc, options, dev, references) for j, job in enumerate(jobs)]
 
 
 # ---------------------------------------------------------------- checks
@@ -637,7 +641,11 @@ def _torchrun_failures(output: str) -> tuple[int | None, dict[int, int]]:
 # ---------------------------------------------------------------- results
 
 
-def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str) -> dict[str, Any]:
+def _collect(
+    job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str, references: dict[tuple[object, ...], Any]
+) -> dict[str, Any]:
+    """One job's `run --json` keys from its ranks' files; `references`: the launch's single-process steps so far
+    (`_verify`)."""
     ranks = range(options.node_rank * nproc, (options.node_rank + 1) * nproc)
     per_rank = {r: json.loads((out / f"rank{r}.json").read_text()) for r in ranks}
     first = per_rank[ranks[0]]
@@ -690,7 +698,7 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
         "p2p_order": first["p2p_order"],  # the order of sends and receives the ranks ran (auto resolved)
     }
     if options.verify:
-        result.update(_verify(plan, job.model, out, ranks, options, dev))
+        result.update(_verify(plan, job.model, out, ranks, options, dev, references))
     if job.trace_path is not None:  # the timeline of replica 0 (dp rank 0), its tp rank 0
         timelines = {
             d["pp_rank"]: d["timeline"] for d in per_rank.values() if d["dp_rank"] == 0 and d.get("tp_rank", 0) == 0
@@ -700,11 +708,21 @@ def _collect(job: PlanJob, out: Path, nproc: int, options: RunOptions, dev: str)
     return result
 
 
-def _verify(plan: PlanFile, model: ModelSpec, out: Path, ranks: range, options: RunOptions, dev: str) -> dict[str, Any]:
+def _verify(
+    plan: PlanFile,
+    model: ModelSpec,
+    out: Path,
+    ranks: range,
+    options: RunOptions,
+    dev: str,
+    references: dict[tuple[object, ...], Any],
+) -> dict[str, Any]:
     """Every dp replica's gradients (after the dp average) and parameters (after the optimizer step)
     against one process's step over the whole global batch; the loss is the replicas' mean. With tp,
     each (dp rank, tp rank) is checked: its tp-sharded tensors gathered over tp, its replicated ones
-    its own copy (so tp ranks whose copies drift apart fail too)."""
+    its own copy (so tp ranks whose copies drift apart fail too). The single-process step depends on the
+    model, the global batch and the optimizer only: plans of a launch that share them share it
+    (`references`, read-only), whatever their split, schedule or ZeRO stage."""
     import torch
 
     from adaptis_plan.executor.verify import compare, compare_tensors, reference_update, step_with_grads, tolerance
@@ -723,19 +741,22 @@ def _verify(plan: PlanFile, model: ModelSpec, out: Path, ranks: range, options: 
             replica_losses.append(dump["loss"])
     pipe_loss = statistics.fmean(replica_losses)
     zero_fill = tr.dp > 1 and tr.zero >= 2  # flat shards step a gradient-less parameter with zeros
-    ref_loss, ref_grads, ref_params = reference_update(
-        model,
-        num_microbatches=tr.num_microbatches,
-        micro_batch_size=tr.micro_batch_size,
-        seq_len=tr.seq_len,
-        optimizer=options.optimizer,
-        lr=options.lr,
-        seed=options.seed,
-        device=dev,
-        dtype=DTYPES[options.dtype],
-        dp=tr.dp,
-        none_grads_as_zero=zero_fill,
-    )
+    key = (model.model_dump_json(), tr.num_microbatches, tr.micro_batch_size, tr.seq_len, tr.dp, zero_fill)
+    if key not in references:  # the options are the launch's: the same for every job
+        references[key] = reference_update(
+            model,
+            num_microbatches=tr.num_microbatches,
+            micro_batch_size=tr.micro_batch_size,
+            seq_len=tr.seq_len,
+            optimizer=options.optimizer,
+            lr=options.lr,
+            seed=options.seed,
+            device=dev,
+            dtype=DTYPES[options.dtype],
+            dp=tr.dp,
+            none_grads_as_zero=zero_fill,
+        )
+    ref_loss, ref_grads, ref_params = references[key]
     rtol, atol = tolerance(dev, options.dtype)
     worst: Any = None
     mismatched: list[str] = []

@@ -150,7 +150,8 @@ class Stage(nn.Module):
 class Fault:
     """Test hook (env ADAPTIS_EXECUTOR_FAULT=kind:rank[:step[:job]], rank: the global rank): `exit` (os._exit(1)),
     `raise` or `hang` after the first action of `step`, or `skipw` (drop the first W's gradient: a silently
-    wrong run); in every job of the launch, or in job number `job` alone (0-based, in launch order)."""
+    wrong run); in every job of the launch, or in job number `job` alone (0-based, in launch order). Several
+    faults, comma-separated, each in its own job: the first that applies to a job is its fault."""
 
     kind: str
     rank: int
@@ -159,15 +160,20 @@ class Fault:
 
     @classmethod
     def from_env(cls, job: int = 0) -> Fault | None:
-        """The fault set for this launch, if it applies to its job number `job`."""
-        text = os.environ.get("ADAPTIS_EXECUTOR_FAULT", "")
-        if not text:
-            return None
-        parts = text.split(":")
-        fault = cls(
-            parts[0], int(parts[1]), int(parts[2]) if len(parts) > 2 else 0, int(parts[3]) if len(parts) > 3 else None
-        )
-        return fault if fault.job is None or fault.job == job else None
+        """The fault set for this launch, if one applies to its job number `job`."""
+        for text in os.environ.get("ADAPTIS_EXECUTOR_FAULT", "").split(","):
+            if not text:
+                continue
+            parts = text.split(":")
+            fault = cls(
+                parts[0],
+                int(parts[1]),
+                int(parts[2]) if len(parts) > 2 else 0,
+                int(parts[3]) if len(parts) > 3 else None,
+            )
+            if fault.job is None or fault.job == job:
+                return fault
+        return None
 
 
 class P2P:
