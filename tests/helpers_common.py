@@ -1,15 +1,49 @@
 """Small helpers several test modules share (imported like `helpers_executor`): tiny model specs
 and training settings, textbook programs, markdown table reading, SIGINT for child processes, bench
-records with a fixed provenance."""
+records with a fixed provenance, and a result computed once per test session across workers."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pickle
 import signal
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
 
 from adaptis_plan.core import Action, Programs
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec, ModelSpec
 from adaptis_plan.spec.training import TrainingConfig
+
+T = TypeVar("T")
+
+
+def once_per_session(tmp_path_factory: pytest.TempPathFactory, name: str, compute: Callable[[Path], T]) -> T:
+    """`compute(folder)`, run by one process of the test session and shared with the others.
+
+    A module-scoped fixture runs once per xdist worker that runs one of its tests, and the workers
+    share tests out one by one: an expensive fixture (a torchrun launch, a bench) would run on every
+    worker. Here the first worker to ask computes under a file lock in the session's shared temporary
+    folder and pickles the result; the others wait on the lock and read it back. `folder` is shared
+    too: files the tests read beside the result. A `compute` that raises leaves nothing behind, so the
+    next worker to ask computes again (and fails the same way). Read-only for the tests, like any
+    shared fixture."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # xdist: <session>/<worker id>; the session's folder is shared
+        base = base.parent
+    folder, done = base / f"once-{name}", base / f"once-{name}.pickle"
+    with open(base / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if done.exists():
+            return pickle.loads(done.read_bytes())
+        folder.mkdir(exist_ok=True)
+        result = compute(folder)
+        done.write_bytes(pickle.dumps(result))
+        return result
+
 
 #: the two ends every model spec has
 EMB, HEAD = LayerSpec(kind="embedding"), LayerSpec(kind="head")

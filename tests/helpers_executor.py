@@ -5,20 +5,25 @@
 scheduler (each round every device runs one ready action, picked by the style's priority),
 so every order it returns is accepted by the dependency simulator by construction;
 `plan_file` / `write_plan_file` wrap a layout and programs in a plan file (with per-stage
-recomputation), `job` makes a launcher job of a plan file on disk. `cpu_plan_file` is the one
+recomputation), `job` makes a launcher job of a plan file on disk; `four_rank_launch` runs every
+four-process case of tests/executor in one torchrun launch (the session fixture `four_ranks`).
+`cpu_plan_file` is the one
 helper that runs the planner: its own plan of a zoo model on the cpu profile, for the tests that
 execute what `adaptis plan` writes.
 """
 
 from __future__ import annotations
 
+import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from adaptis_plan.core import Action, Layout, Programs
 from adaptis_plan.cost.recompute import layer_modes
 from adaptis_plan.cost.table import build_cost_table
-from adaptis_plan.executor.launch import PlanJob
+from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
 from adaptis_plan.inputs.hardware import load_hardware
 from adaptis_plan.planfile.io import plan_costs, read_plan, write_plan
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
@@ -257,3 +262,77 @@ def with_training(plan: PlanFile, *, recompute: list[str] | None = None, **train
     if recompute is not None:
         stages = [st.model_copy(update={"recompute": r}) for st, r in zip(stages, recompute, strict=True)]
     return plan.model_copy(update={"training": plan.training.model_copy(update=training), "stages": stages})
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One job of a shared launch: the plan and model it ran, and `run_plans`' result for it."""
+
+    plan: PlanFile
+    model: ModelSpec
+    result: dict[str, Any]
+
+
+#: the options of the four-process launch: two steps (the second shows the first one trained), verified
+FOUR_RANK_OPTIONS = RunOptions(steps=2, warmup=0, verify=True, timeout_s=180)
+
+
+def four_rank_launch(folder: Path) -> dict[str, Ran]:
+    """Every four-process case of tests/executor in one torchrun launch, by label "<module>:<case>", each
+    job with its own split of the four processes: PP2 x TP2 (the planner's adaptive tiny-llama plan with
+    split backward, its tp = 2 plans with full recomputation and with a head split in two, a tied
+    interleaved gemma-like model), TP2 x DP2 with ZeRO 1 and 3, PP2 x DP2 with ZeRO 1-3, PP2 x DP2 x EP2
+    and DP4 x EP2 (tiny-deepseek), and two jobs where global rank 1 drops one W (tp and dp), which must
+    fail verification."""
+    import torch
+
+    from adaptis_plan.usecases import load_plan_and_model
+
+    def load(path: Path) -> tuple[PlanFile, ModelSpec]:
+        return load_plan_and_model(str(path), None)
+
+    llama, model = load(cpu_plan_file(folder / "adaptive.json", "tiny-llama"))
+    tp_recompute, _ = load(cpu_plan_file(folder / "recompute.json", "tiny-llama", tp=2, recompute="full"))
+    tp_chunks, _ = load(cpu_plan_file(folder / "chunks.json", "tiny-llama", tp=2, head_chunks=2))
+    tp_pp1, _ = load(cpu_plan_file(folder / "pp1.json", "tiny-llama", pp=1, tp=2))
+    gemma_spec = tiny_family("gemma")
+    layout = layout_for(gemma_spec, "interleaved-zb", (0, 1, 0, 1))
+    programs = greedy_programs(layout, 4, "zb", seed=1)
+    gemma, gemma_model = load(write_plan_file(folder / "gemma.json", gemma_spec, layout, programs, 4, predicted_s=0.05))
+    deepseek, ds_model = load(cpu_plan_file(folder / "deepseek.json", "tiny-deepseek"))
+    ds_pp1, _ = load(cpu_plan_file(folder / "deepseek-pp1.json", "tiny-deepseek", pp=1, num_microbatches=2))
+    modes = ["full", "selective"] + ["none"] * (len(deepseek.stages) - 2)
+    dp = {"dp": 0.001}
+    cases: list[tuple[str, PlanFile, ModelSpec, dict[str, float] | None]] = [
+        ("tp:adaptive", with_training(llama, tp=2), model, None),
+        ("tp:recompute", tp_recompute, model, None),
+        ("tp:adaptive+recompute", with_training(llama, tp=2, recompute=["full", "selective"]), model, None),
+        ("tp:chunks", tp_chunks, model, None),
+        ("tp:gemma-interleaved", with_training(gemma, tp=2), gemma_model, None),
+        ("tp:adaptive, rank 1 drops a W", with_training(llama, tp=2), model, None),
+        ("tp:zero1", with_training(tp_pp1, dp=2, zero=1), model, None),
+        ("tp:zero3", with_training(tp_pp1, dp=2, zero=3), model, None),
+        ("dp:zero1", with_training(llama, dp=2, zero=1), model, dp),
+        ("dp:zero2", with_training(llama, dp=2, zero=2), model, dp),
+        ("dp:zero3", with_training(llama, dp=2, zero=3), model, dp),
+        ("dp:zero3+recompute", with_training(llama, dp=2, zero=3, recompute=["full", "selective"]), model, dp),
+        ("dp:gemma-interleaved-zero3", with_training(gemma, dp=2, zero=3), gemma_model, dp),
+        ("dp:zero1, rank 1 drops a W", with_training(llama, dp=2, zero=1), model, None),
+        ("ep:ep2-zero1", with_training(deepseek, dp=2, ep=2, zero=1), ds_model, None),
+        ("ep:ep2-zero3+recompute", with_training(deepseek, dp=2, ep=2, zero=3, recompute=modes), ds_model, None),
+        ("ep:dp4-ep2-zero3", with_training(ds_pp1, dp=4, ep=2, zero=3), ds_model, None),
+    ]
+    jobs = [PlanJob(plan, spec, label=label, predicted_comm_s=comm) for label, plan, spec, comm in cases]
+    faults = ",".join(f"skipw:1:0:{i}" for i, (label, *_) in enumerate(cases) if "drops a W" in label)
+    prev, threads = os.environ.get("ADAPTIS_EXECUTOR_FAULT"), torch.get_num_threads()
+    os.environ["ADAPTIS_EXECUTOR_FAULT"] = faults  # the workers inherit it; these jobs alone
+    torch.set_num_threads(1)  # the references, as `_one_thread` (a session fixture starts before it)
+    try:
+        results = run_plans(jobs, FOUR_RANK_OPTIONS)
+    finally:
+        torch.set_num_threads(threads)
+        if prev is None:
+            del os.environ["ADAPTIS_EXECUTOR_FAULT"]
+        else:
+            os.environ["ADAPTIS_EXECUTOR_FAULT"] = prev
+    return {job.label: Ran(job.plan, job.model, r) for job, r in zip(jobs, results, strict=True)}

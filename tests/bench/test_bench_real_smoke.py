@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_common import once_per_session
 from helpers_common import table_after as _table_after
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,13 +51,19 @@ NUM = r"[-+]?\d+(\.\d+)?"
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("real")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, real.RealResults]:
+    """The smoke bench's folder and results, one run for the whole session (every worker reads it)."""
+    return once_per_session(tmp_path_factory, "real-smoke", lambda work: (work, real.run_bench(SMOKE, work_dir=work)))
 
 
 @pytest.fixture(scope="module")
-def results(work: Path) -> real.RealResults:
-    return real.run_bench(SMOKE, work_dir=work)
+def work(launched: tuple[Path, real.RealResults]) -> Path:
+    return launched[0]
+
+
+@pytest.fixture(scope="module")
+def results(launched: tuple[Path, real.RealResults]) -> real.RealResults:
+    return launched[1]
 
 
 def test_every_action_span_is_recorded_in_program_order(results: real.RealResults, work: Path) -> None:

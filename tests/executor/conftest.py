@@ -1,9 +1,12 @@
-"""Executor tests run torch in-process with one intra-op thread, as the workers do."""
+"""Executor tests run torch in-process with one intra-op thread, as the workers do; the four-process cases
+of tensor, data and expert parallelism share one torchrun launch."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from helpers_common import once_per_session
+from helpers_executor import Ran, four_rank_launch
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -25,3 +28,10 @@ def one_rank_group():
         yield dist.group.WORLD
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session")
+def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
+    """Every four-process case of tests/executor (tp, dp and ep), by label: one torchrun launch of 4 gloo ranks
+    for the whole session, whichever worker asks first (each torchrun launch costs every rank a torch import)."""
+    return once_per_session(tmp_path_factory, "four-ranks", four_rank_launch)

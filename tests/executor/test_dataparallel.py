@@ -8,6 +8,8 @@ head copy on two ranks) with ZeRO 3: every replica's averaged gradients must equ
 gradients over the whole global batch, and every replica's parameters after the optimizer step
 must equal one process's step with them; a replica that loses a W must fail the check.
 
+The launch is the session's shared four-process one (`four_ranks`, tests/executor/conftest.py).
+
 Run: `pytest tests/executor/test_dataparallel.py`.
 """
 
@@ -16,19 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_executor import cpu_plan_file, greedy_programs, layout_for, tiny_family, with_training, write_plan_file
+from helpers_executor import Ran, cpu_plan_file, tiny_family, with_training
 
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.usecases import executor_refusal, load_plan_and_model
-
-
-@pytest.fixture(scope="module")
-def interleaved_gemma(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model = tiny_family("gemma")
-    layout = layout_for(model, "interleaved-zb", (0, 1, 0, 1))
-    programs = greedy_programs(layout, 4, "zb", seed=1)
-    return write_plan_file(tmp_path_factory.mktemp("dp") / "gemma.json", model, layout, programs, 4, predicted_s=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -37,28 +31,18 @@ def adaptive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_pp2_dp2_zero_1_2_3_match_one_process(
-    adaptive: Path, interleaved_gemma: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pp2_dp2_zero_1_2_3_match_one_process(four_ranks: dict[str, Ran]) -> None:
     """ZeRO 1-3 (with recomputation; a tied interleaved model) against one process; in the same launch, a
-    last job where global rank 1 (pp rank 0 of replica 1) drops one W: the dp average spreads the error to
+    job where global rank 1 (pp rank 0 of replica 1) drops one W: the dp average spreads the error to
     replica 0, and verification fails."""
-    plan, model = load_plan_and_model(str(adaptive), None)
+    plan = four_ranks["dp:zero1"].plan
     ops = {a.op for d in plan.devices for a in d.actions}
     assert {"I", "W"} <= ops, ops  # the adaptive plan splits backward: W runs after the rank's I
-    gemma, gemma_model = load_plan_and_model(str(interleaved_gemma), None)
-    assert [st.device for st in gemma.stages] == [0, 1, 0, 1] and gemma_model.tie_word_embeddings
-    cases = {
-        "zero1": (with_training(plan, dp=2, zero=1), model),
-        "zero2": (with_training(plan, dp=2, zero=2), model),
-        "zero3": (with_training(plan, dp=2, zero=3), model),
-        "zero3+recompute": (with_training(plan, dp=2, zero=3, recompute=["full", "selective"]), model),
-        "gemma-interleaved-zero3": (with_training(gemma, dp=2, zero=3), gemma_model),
-    }
-    jobs = [PlanJob(p, m, label=name, predicted_comm_s={"dp": 0.001}) for name, (p, m) in cases.items()]
-    jobs.append(PlanJob(with_training(plan, dp=2, zero=1), model, label="zero1, rank 1 drops a W"))
-    monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", f"skipw:1:0:{len(cases)}")  # the last job alone
-    *results, lost = run_plans(jobs, RunOptions(steps=2, warmup=0, verify=True, timeout_s=120))
+    gemma = four_ranks["dp:gemma-interleaved-zero3"]
+    assert [st.device for st in gemma.plan.stages] == [0, 1, 0, 1] and gemma.model.tie_word_embeddings
+    labels = ["zero1", "zero2", "zero3", "zero3+recompute", "gemma-interleaved-zero3"]
+    results = [four_ranks[f"dp:{label}"].result for label in labels]
+    lost = four_ranks["dp:zero1, rank 1 drops a W"].result
     assert lost["verified"] is False
     # replica 0 ran every W itself: its gradients are wrong only through the average
     assert any(n.endswith("(dp rank 0)") for n in lost["mismatched_params"]), lost["mismatched_params"]
@@ -94,12 +78,16 @@ def test_executor_refuses_cp_ep_and_runs_dp_tp(adaptive: Path) -> None:
         assert why is not None and says in why and "\n" not in why, why
 
 
-def test_plans_run_together_need_the_same_dp(adaptive: Path) -> None:
+def test_plans_run_together_need_the_same_number_of_processes(adaptive: Path) -> None:
+    """pp 2 and pp 2 x dp 2 cannot share a launch (tests/executor/conftest.py's `four_ranks` runs pp 2 x tp 2,
+    tp 2 x dp 2, pp 2 x dp 2 and dp 4 side by side)."""
     from adaptis_plan.errors import InputError
 
     plan, model = load_plan_and_model(str(adaptive), None)
     jobs = [PlanJob(plan, model, label="a"), PlanJob(with_training(plan, dp=2), model, label="b")]
-    with pytest.raises(InputError, match="training.dp = 2"):
+    with pytest.raises(
+        InputError, match=r"b: pp x dp x tp = 2 x 2 x 1 = 4 processes: .* the same number of processes \(2\)"
+    ):
         run_plans(jobs, RunOptions(steps=1))
 
 

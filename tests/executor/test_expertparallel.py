@@ -9,6 +9,8 @@ equal one process's over the whole global batch with all experts. In one process
 sharded MoE must reproduce `layers.Moe`, under the I / W split too. Plans the executor
 cannot run (ep not dividing dp or the expert count, tp > 1) are refused in one line, exit 2.
 
+The four-process runs are jobs of the session's shared launch (`four_ranks`, tests/executor/conftest.py).
+
 Run: `pytest tests/executor/test_expertparallel.py`.
 """
 
@@ -20,9 +22,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_executor import cpu_plan_file, with_training
+from helpers_executor import Ran, cpu_plan_file, with_training
 
-from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
 from adaptis_plan.spec.plan_file import PlanFile
 from adaptis_plan.usecases import executor_refusal, load_plan_and_model
 
@@ -49,19 +50,15 @@ def _expert_elements(plan: PlanFile, model: object, device: int) -> tuple[int, i
 
 
 @pytest.mark.slow
-def test_pp2_dp2_ep2_match_one_process(deepseek: Path) -> None:
-    plan, model = load_plan_and_model(str(deepseek), None)
+def test_pp2_dp2_ep2_match_one_process(four_ranks: dict[str, Ran]) -> None:
+    ran = [four_ranks[f"ep:{label}"] for label in ("ep2-zero1", "ep2-zero3+recompute")]
+    plan, model = ran[0].plan, ran[0].model
     ops = {a.op for d in plan.devices for a in d.actions}
     assert {"I", "W"} <= ops, ops  # the adaptive plan defers the experts' weight gradients to W
-    modes = ["full", "selective"] + ["none"] * (len(plan.stages) - 2)
-    cases = {
-        "ep2-zero1": with_training(plan, dp=2, ep=2, zero=1),
-        "ep2-zero3+recompute": with_training(plan, dp=2, ep=2, zero=3, recompute=modes),
-    }
-    for p in cases.values():
-        assert executor_refusal(p) is None
-    jobs = [PlanJob(p, model, label=name) for name, p in cases.items()]
-    results = run_plans(jobs, RunOptions(steps=2, warmup=0, verify=True, timeout_s=120))
+    assert [st.recompute for st in ran[1].plan.stages][:2] == ["full", "selective"]
+    for r in ran:
+        assert executor_refusal(r.plan) is None
+    results = [r.result for r in ran]
     summary = {r["plan"]: (r["verified"], r["max_abs_grad_diff"], r["loss_diff"], r["worst_param"]) for r in results}
     assert all(v[0] for v in summary.values()), summary
     for r in results:
@@ -77,15 +74,14 @@ def test_pp2_dp2_ep2_match_one_process(deepseek: Path) -> None:
 
 
 @pytest.mark.slow
-def test_dp4_ep2_syncs_experts_over_the_expert_data_parallel_group(tmp_path: Path) -> None:
+def test_dp4_ep2_syncs_experts_over_the_expert_data_parallel_group(four_ranks: dict[str, Ran]) -> None:
     """PP1 x DP4 x EP2: dp ranks 0 and 2 hold experts 0-3, 1 and 3 experts 4-7; each pair averages its
     experts' gradients (ZeRO 3 shards them, and their optimizer state, over the pair), the 4 ranks the
     dense ones."""
-    path = cpu_plan_file(tmp_path / "pp1.json", "tiny-deepseek", pp=1, num_microbatches=2)
-    plan, model = load_plan_and_model(str(path), None)
-    p = with_training(plan, dp=4, ep=2, zero=3)
-    assert executor_refusal(p) is None
-    (r,) = run_plans([PlanJob(p, model, label="dp4-ep2-zero3")], RunOptions(steps=1, warmup=0, verify=True))
+    ran = four_ranks["ep:dp4-ep2-zero3"]
+    plan, model, r = ran.plan, ran.model, ran.result
+    assert (plan.training.pp, plan.training.dp, plan.training.ep, plan.training.zero) == (1, 4, 2, 3)
+    assert executor_refusal(plan) is None
     assert r["verified"], (r["max_abs_grad_diff"], r["worst_param"], r["mismatched_params"])
     assert r["world_size"] == 4 and r["comm_s"]["ep"] > 0
     total, experts = _expert_elements(plan, model, 0)

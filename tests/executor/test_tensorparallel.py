@@ -14,9 +14,18 @@ Run: `pytest tests/executor/test_tensorparallel.py`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers_executor import cpu_plan_file, greedy_programs, layout_for, tiny_family, with_training, write_plan_file
+from helpers_executor import (
+    Ran,
+    cpu_plan_file,
+    greedy_programs,
+    layout_for,
+    tiny_family,
+    with_training,
+    write_plan_file,
+)
 
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MlpSpec, ModelSpec
@@ -48,7 +57,7 @@ def _ops(plan: PlanFile) -> set[str]:
     return {a.op for d in plan.devices for a in d.actions}
 
 
-def _check(results: list[dict], world: int) -> None:
+def _check(results: list[dict[str, Any]], world: int) -> None:
     summary = {
         r["plan"]: (r["verified"], r["max_abs_grad_diff"], r["loss_diff"], r["mismatched_params"][:3]) for r in results
     }
@@ -60,33 +69,26 @@ def _check(results: list[dict], world: int) -> None:
 
 
 @pytest.mark.slow
-def test_pp2_tp2_matches_one_process(plans: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pp2_tp2_matches_one_process(four_ranks: dict[str, Ran]) -> None:
     """Split backward, recomputation, a split head and a tied interleaved model on pp 2 x tp 2 against one
-    process; in the same launch, a last job where global rank 1 (tp rank 1 of pipeline rank 0) drops one W:
+    process; in the same launch, a job where global rank 1 (tp rank 1 of pipeline rank 0) drops one W:
     its slices' gathered gradients are wrong, and verification fails."""
-    adaptive, model = load_plan_and_model(str(plans["adaptive"]), None)
-    assert {"I", "W"} <= _ops(adaptive)  # split backward: W's deferred GEMMs on tp shards
-    recompute, _ = load_plan_and_model(str(plans["recompute"]), None)
+    adaptive = four_ranks["tp:adaptive"]
+    assert {"I", "W"} <= _ops(adaptive.plan)  # split backward: W's deferred GEMMs on tp shards
+    recompute = four_ranks["tp:recompute"].plan
     assert {st.recompute for st in recompute.stages} == {"full"} and recompute.training.tp == 2
-    chunks, _ = load_plan_and_model(str(plans["chunks"]), None)
+    chunks = four_ranks["tp:chunks"].plan
     assert chunks.model.head_chunks == 2 and chunks.training.tp == 2
-    gemma, gemma_model = load_plan_and_model(str(plans["gemma"]), None)
-    assert gemma_model.tie_word_embeddings and gemma_model.layers[1].attention.num_kv_heads == 1
-    jobs = [
-        PlanJob(with_training(adaptive, tp=2), model, label="adaptive"),
-        PlanJob(recompute, model, label="recompute"),
-        PlanJob(with_training(adaptive, tp=2, recompute=["full", "selective"]), model, label="adaptive+recompute"),
-        PlanJob(chunks, model, label="chunks"),
-        PlanJob(with_training(gemma, tp=2), gemma_model, label="gemma-interleaved"),
-        PlanJob(with_training(adaptive, tp=2), model, label="adaptive, rank 1 drops a W"),
-    ]
-    monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", f"skipw:1:0:{len(jobs) - 1}")  # the last job alone
-    *results, lost = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
+    gemma = four_ranks["tp:gemma-interleaved"].model
+    assert gemma.tie_word_embeddings and gemma.layers[1].attention.num_kv_heads == 1
+    lost = four_ranks["tp:adaptive, rank 1 drops a W"].result
     assert lost["verified"] is False and lost["mismatched_params"], lost
-    _check(results, 4)
-    for job, r in zip(jobs[:3], results, strict=False):  # tiny-llama, one head: the bytes are countable
-        assert r["comm_step_s"][0]["tp_bytes"] == _tp_bytes(job.plan, model), job.label
-    assert results[2]["comm_step_s"][0]["tp_bytes"] > results[0]["comm_step_s"][0]["tp_bytes"]  # rerun forwards
+    labels = ["tp:adaptive", "tp:recompute", "tp:adaptive+recompute", "tp:chunks", "tp:gemma-interleaved"]
+    ran = [four_ranks[label] for label in labels]
+    _check([r.result for r in ran], 4)
+    for r in ran[:3]:  # tiny-llama, one head: the bytes are countable
+        assert r.result["comm_step_s"][0]["tp_bytes"] == _tp_bytes(r.plan, r.model), r.result["plan"]
+    assert ran[2].result["comm_step_s"][0]["tp_bytes"] > ran[0].result["comm_step_s"][0]["tp_bytes"]  # rerun forwards
 
 
 def _tp_bytes(plan: PlanFile, model: ModelSpec) -> int:
@@ -112,13 +114,11 @@ def _tp_bytes(plan: PlanFile, model: ModelSpec) -> int:
 
 
 @pytest.mark.slow
-def test_tp2_dp2_zero_1_3_match_one_process(plans: dict[str, Path]) -> None:
-    plan, model = load_plan_and_model(str(plans["pp1"]), None)
-    jobs = [PlanJob(with_training(plan, dp=2, zero=z), model, label=f"zero{z}") for z in (1, 3)]
-    results = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
+def test_tp2_dp2_zero_1_3_match_one_process(four_ranks: dict[str, Ran]) -> None:
+    results = [four_ranks[f"tp:zero{z}"].result for z in (1, 3)]
     _check(results, 4)
     for r in results:
-        assert r["dp"] == 2 and r["comm_s"]["dp"] > 0
+        assert r["dp"] == 2 and r["pp"] == 1 and r["comm_s"]["dp"] > 0
 
 
 @pytest.mark.slow
