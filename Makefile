@@ -37,12 +37,13 @@ demo: install  ## plan a built-in model on a built-in profile and show the resul
 	$(BIN)/adaptis plan --model gemma-s --hardware h200 --pp 4 --microbatches 16 --seq-len 4096 -o out/demo-plan.json
 	$(BIN)/adaptis simulate out/demo-plan.json --svg out/demo-timeline.svg
 
-# the type check runs beside the suite (one core for a minute where the suite's two workers share both);
-# either failing fails the target, the suite's own exit status first (exit 5 = no tests collected: a failure)
+# the type check runs beside the suite; either failing fails the target, the suite's own exit status first
+# (exit 5 = no tests collected: a failure). Three workers on two cores: a worker that waits (on torchrun's
+# start, on a launch another worker runs for the session, on a rank's sleep) leaves its core to the others.
 test: interop  ## the type check beside the whole test suite
 	@echo "$(BIN)/mypy adaptis_plan (beside the suite; its report follows the suite's)"
 	@$(BIN)/mypy adaptis_plan > $(VENV)/mypy.log 2>&1 & types=$$!; \
-	$(BIN)/python -m pytest -n 2 --dist worksteal -p no:cacheprovider tests; suite=$$?; \
+	$(BIN)/python -m pytest -n 3 --dist worksteal -p no:cacheprovider tests; suite=$$?; \
 	wait $$types; checked=$$?; echo "mypy adaptis_plan:"; cat $(VENV)/mypy.log; \
 	[ $$suite -eq 0 ] && [ $$checked -eq 0 ]
 

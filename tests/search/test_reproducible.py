@@ -22,13 +22,16 @@ def test_time_limit_is_a_hard_abort_and_is_reported() -> None:
 
     costs = uniform_costs(32, 8, f=1.0, i=1.0, w=1.0, latency=0.01)
     limit = 1.5
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     out = search_plan(
         costs, 32, 64, baselines={}, budget=SearchBudget.for_time_limit(1000.0), deadline=Deadline.after(limit)
     )
     wall = time.perf_counter() - t0
     assert out.aborted and out.abort_phase
-    assert wall <= 1.1 * limit + 0.5  # + one list schedule or CP-SAT step's overrun on a loaded machine
+    # + one list schedule or CP-SAT step's overrun: 0.5 s of a whole core, longer in wall time when the
+    # machine gives this process less (its share: CPU seconds per wall second, at least a fifth of a core)
+    share = min(1.0, max(0.2, (time.process_time() - cpu0) / wall))
+    assert wall <= 1.1 * limit + 0.5 / share, (wall, share)
     assert out.best.feasible
 
 
