@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -43,6 +44,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: the large message's sizes `measure_link` tries, in multiples of its first, until one stands out of the noise
+_LARGE_FACTORS = (1, 4, 16)
 #: Message sizes (bytes) at which `measure_link` times what each end of a message costs a computing rank.
 _HOST_SIZES = (64 * 2**10, 1 * 2**20)
 #: compute units per timed phase of `_host_busy`, and how many units after its send a message is waited for
@@ -118,7 +121,6 @@ def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int,
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", world_size=2, rank=rank)
     peer = 1 - rank
     small = torch.zeros(1)
-    large = torch.zeros(large_bytes // 4)
 
     def pingpong(t: torch.Tensor) -> float:
         samples = []
@@ -133,10 +135,15 @@ def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int,
             samples.append(time.perf_counter() - t0)
         return statistics.median(samples[2:])
 
+    def agree(verdict: bool) -> bool:  # rank 0's round trips decide for both ends
+        flag = torch.tensor([float(verdict)])
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
+
     rtt_small = pingpong(small)
-    rtt_large = pingpong(large)
-    host = _host_busy(rank, _HOST_SIZES) if host_costs else []
-    Path(f"{out}.{rank}").write_text(json.dumps({"rtt": [rtt_small, rtt_large], "host": host}))
+    size, rtt_large = settle_large(rtt_small, large_bytes, lambda n: pingpong(torch.zeros(n // 4)), agree)
+    host = _host_busy(rank, _HOST_SIZES) if host_costs and agree(_stands_out(rtt_small, rtt_large)) else []
+    Path(f"{out}.{rank}").write_text(json.dumps({"size": size, "rtt": [rtt_small, rtt_large], "host": host}))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -148,31 +155,49 @@ def measure_link(
 
     Latency = half a small message's round trip; bandwidth from a large message's round trip (the
     large one way, a small one back) less a small round trip. When that difference does not stand
-    out of the noise (under one small round trip: a busy machine), the large message is measured
-    again 4x and 16x larger; if it still does not, the measurement fails with one line instead of
-    reporting a bandwidth that is noise. Runs `python -m adaptis_plan.executor.link
-    --link-rank R PORT OUT REPEATS BYTES HOST` twice per attempt.
+    out of the noise (under one small round trip: a busy machine), the same two processes measure the
+    large message again 4x and 16x larger (`_LARGE_FACTORS`); if it still does not, the measurement fails
+    with one line instead of reporting a bandwidth that is noise. Runs `python -m adaptis_plan.executor.link
+    --link-rank R PORT OUT REPEATS BYTES HOST` once per end (BYTES: the first large size).
 
     `host_costs` (for CPU ranks, whose compute shares the cores with gloo's I/O threads): also
     the time one end of a message costs a rank while both ranks compute, fixed + per byte, fitted
     to the two ranks' mean cost per message end at `_HOST_SIZES` (`_host_busy`; `host_s_per_message`,
-    `host_s_per_byte`). It takes a few seconds more.
+    `host_s_per_byte`), once a large size stood out. It takes a few seconds more.
     """
-    for size in (large_bytes, 4 * large_bytes, 16 * large_bytes):
-        rtt_small, rtt_large, host = _link_pair(repeats, size, timeout_s, host_costs)
-        one_way = rtt_large - rtt_small
-        if one_way >= rtt_small:
-            link = MeasuredLink(latency_s=rtt_small / 2, bandwidth_gbps=size / one_way / 1e9, backend="gloo")
-            if host_costs:
-                (n0, n1), (c0, c1) = _HOST_SIZES, host
-                per_byte = max(0.0, (c1 - c0) / (n1 - n0))
-                fixed = max(0.0, c0 - n0 * per_byte)
-                link = link.model_copy(update={"host_s_per_message": fixed, "host_s_per_byte": per_byte})
-            return link
-    raise AdaptisError(
-        f"measuring the gloo link: a {size} B message took no longer than a 4 B one ({rtt_large * 1e3:.3f} vs"
-        f" {rtt_small * 1e3:.3f} ms round trip): the machine is too busy to measure; try again when it is quieter"
-    )
+    size, rtt_small, rtt_large, host = _link_pair(repeats, large_bytes, timeout_s, host_costs)
+    one_way = rtt_large - rtt_small
+    if not _stands_out(rtt_small, rtt_large):
+        raise AdaptisError(
+            f"measuring the gloo link: a {size} B message took no longer than a 4 B one ({rtt_large * 1e3:.3f} vs"
+            f" {rtt_small * 1e3:.3f} ms round trip): the machine is too busy to measure; try again when it is quieter"
+        )
+    link = MeasuredLink(latency_s=rtt_small / 2, bandwidth_gbps=size / one_way / 1e9, backend="gloo")
+    if host_costs:
+        (n0, n1), (c0, c1) = _HOST_SIZES, host
+        per_byte = max(0.0, (c1 - c0) / (n1 - n0))
+        fixed = max(0.0, c0 - n0 * per_byte)
+        link = link.model_copy(update={"host_s_per_message": fixed, "host_s_per_byte": per_byte})
+    return link
+
+
+def _stands_out(rtt_small: float, rtt_large: float) -> bool:
+    """Whether a large message's round trip stands out of the noise: its one-way time over a small round trip."""
+    return rtt_large - rtt_small >= rtt_small
+
+
+def settle_large(
+    rtt_small: float, large_bytes: int, round_trip: Callable[[int], float], agree: Callable[[bool], bool]
+) -> tuple[int, float]:
+    """(size, round trip) of the first of `_LARGE_FACTORS` x `large_bytes` whose round trip stands out of the
+    noise, or of the last one tried when none does. `round_trip(size)`: measure one; `agree(verdict)`: the
+    verdict both ends act on (rank 0's, broadcast)."""
+    for factor in _LARGE_FACTORS:
+        size = factor * large_bytes
+        rtt_large = round_trip(size)
+        if agree(_stands_out(rtt_small, rtt_large)):
+            break
+    return size, rtt_large
 
 
 def pair_env() -> dict[str, str]:
@@ -186,9 +211,10 @@ def pair_env() -> dict[str, str]:
 
 def _link_pair(
     repeats: int, large_bytes: int, timeout_s: float, host_costs: bool = False
-) -> tuple[float, float, list[float]]:
-    """The two link processes' median round trips (small, large) and (`host_costs`) their mean cost per
-    message end at each of `_HOST_SIZES` (`_host_busy`; else an empty list), in seconds."""
+) -> tuple[int, float, float, list[float]]:
+    """The large message's size the two link processes settled on (`_LARGE_FACTORS`), their median round
+    trips (small, large) and (`host_costs`, once a size stood out) their mean cost per message end at each
+    of `_HOST_SIZES` (`_host_busy`; else an empty list), in seconds."""
     with tempfile.TemporaryDirectory(prefix="adaptis-link-") as tmp:
         out = os.path.join(tmp, "link.txt")
         port = free_port()
@@ -229,7 +255,7 @@ def _link_pair(
         ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in (0, 1)]
     rtt_small, rtt_large = (float(x) for x in ranks[0]["rtt"])
     host = [statistics.mean(float(r["host"][k]) for r in ranks) for k in range(len(ranks[0]["host"]))]
-    return rtt_small, rtt_large, host
+    return int(ranks[0]["size"]), rtt_small, rtt_large, host
 
 
 if __name__ == "__main__":

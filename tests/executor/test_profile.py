@@ -286,31 +286,41 @@ def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatc
     import adaptis_plan.executor.link as prof
     from adaptis_plan.errors import AdaptisError
 
+    # the two ends try larger messages in the same processes, on rank 0's verdict: small round trip 0.2 ms,
+    # the large one stands out only at 4x (0.2 ms + 4 MiB at 2 GB/s); a size is measured once
     sizes: list[int] = []
+
+    def round_trip(size: int) -> float:
+        sizes.append(size)
+        return 1.9e-4 if len(sizes) == 1 else 2e-4 + size / 2e9
+
+    assert prof.settle_large(2e-4, 2**20, round_trip, lambda verdict: verdict) == (4 * 2**20, 2e-4 + 4 * 2**20 / 2e9)
+    assert sizes == [2**20, 4 * 2**20]
+    sizes.clear()  # the other end follows rank 0's verdict, whatever its own round trips say
+    assert prof.settle_large(2e-4, 2**20, round_trip, lambda verdict: True) == (2**20, 1.9e-4)
+    sizes.clear()  # never: every size tried, the last one reported
+    assert prof.settle_large(2e-4, 2**20, lambda n: sizes.append(n) or 2e-4, lambda v: v)[0] == 16 * 2**20
+    assert sizes == [2**20, 4 * 2**20, 16 * 2**20]
 
     # cost per message end at the two probe sizes: 30 us + 1 ns per byte
     host = [30e-6 + n * 1e-9 for n in prof._HOST_SIZES]
     asked: list[bool] = []
 
-    def swamped_then_clear(
-        repeats: int, size: int, timeout_s: float, host_costs: bool = False
-    ) -> tuple[float, float, list[float]]:
-        sizes.append(size)
+    def pair(repeats: int, size: int, timeout_s: float, host_costs: bool = False) -> tuple[int, float, float, list]:
         asked.append(host_costs)
-        # small round trip 0.2 ms; the large one stands out only at 4x: 0.2 ms + 4 MiB at 2 GB/s
-        return (2e-4, 1.9e-4, host) if len(sizes) == 1 else (2e-4, 2e-4 + size / 2e9, host)
+        return 4 * size, 2e-4, 2e-4 + 4 * size / 2e9, host if host_costs else []
 
-    monkeypatch.setattr(prof, "_link_pair", swamped_then_clear)
+    monkeypatch.setattr(prof, "_link_pair", pair)
     link = prof.measure_link(large_bytes=2**20)
-    assert sizes == [2**20, 4 * 2**20]
     assert link.latency_s == pytest.approx(1e-4) and link.bandwidth_gbps == pytest.approx(2.0)
     assert link.host_s_per_message is None and link.host_s_per_byte is None  # asked for on CPU ranks only
-    assert asked == [False, False]  # and only then measured: it takes seconds
-    sizes.clear()
+    assert asked == [False]  # and only then measured: it takes seconds
     link = prof.measure_link(large_bytes=2**20, host_costs=True)
     assert link.host_s_per_message == pytest.approx(30e-6) and link.host_s_per_byte == pytest.approx(1e-9)
-    monkeypatch.setattr(prof, "_link_pair", lambda repeats, size, timeout_s, host_costs=False: (2e-4, 2.5e-4, host))
-    with pytest.raises(AdaptisError, match="too busy to measure"):
+    monkeypatch.setattr(
+        prof, "_link_pair", lambda repeats, size, timeout_s, host_costs=False: (16 * size, 2e-4, 2.5e-4, [])
+    )
+    with pytest.raises(AdaptisError, match="a 16777216 B message took no longer than a 4 B one .* too busy to measure"):
         prof.measure_link(large_bytes=2**20)
 
 
