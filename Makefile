@@ -8,10 +8,12 @@ PIP_TORCH := torch==2.13.0
 
 # The virtual environment, and the constraint that keeps torch the CPU build named above: every pip run
 # below installs under it, so nothing a package asks for can swap torch for another build.
-# pip byte-compiles what it installs one file after another (torch alone is thousands of files); every pip
-# run below skips that and compiles the environment afterwards on every core (COMPILE). A file that does not
-# compile (some packages ship such test data) is left to the import that never comes, as pip leaves it.
-COMPILE = $(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" > /dev/null || true
+# pip byte-compiles all it installs, one file after another (12,384 files with the interop extras, most of
+# them never imported); every pip run below skips that, and Python writes each module's bytecode the first
+# time something imports it: the recipes run with bytecode writing on, whatever the caller's environment
+# says (PYTHONDONTWRITEBYTECODE would make every process of the suite, each torchrun rank, compile torch's
+# modules again).
+unexport PYTHONDONTWRITEBYTECODE
 $(VENV)/constraints.txt:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -19,7 +21,6 @@ $(VENV)/constraints.txt:
 
 $(BIN)/adaptis: pyproject.toml | $(VENV)/constraints.txt
 	$(BIN)/pip install -q --no-compile -c $(VENV)/constraints.txt -e ".[dev,torch]"
-	@$(COMPILE)
 	@touch $@
 
 install: $(BIN)/adaptis  ## virtual environment with adaptis, torch (CPU) and the dev tools
@@ -28,7 +29,6 @@ install: $(BIN)/adaptis  ## virtual environment with adaptis, torch (CPU) and th
 # one pip run (a fresh clone's `make test` resolves and builds once), again only when pyproject.toml changes.
 $(VENV)/.interop: pyproject.toml | $(VENV)/constraints.txt
 	$(BIN)/pip install -q --no-compile -c $(VENV)/constraints.txt -e ".[dev,torch,interop]"
-	@$(COMPILE)
 	@touch $@ $(BIN)/adaptis
 
 interop: $(VENV)/.interop  ## install, and the test-only interop extras (megatron-core, torchtitan)
