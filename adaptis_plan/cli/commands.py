@@ -670,6 +670,20 @@ def schema_cmd(check: bool, out_dir: str, as_json: bool) -> None:
         console().print(f"wrote {shown(p, 4096)}")
 
 
+def _from_interrupt(e: BaseException) -> bool:
+    """Whether `e` stands for a Ctrl-C: a KeyboardInterrupt in its chain of causes. A C extension whose
+    initialisation a Ctrl-C interrupts (importing ortools' solver mid-search) raises `ImportError:
+    initialization failed` from the KeyboardInterrupt; that is the user's Ctrl-C, not a bug."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def main() -> None:
     """Console entry point: the one place user errors become messages and exit codes."""
     global _STARTED
@@ -696,7 +710,9 @@ def main() -> None:
         _interrupted()
     except _ReaderGone:
         _quiet_exit_reader_gone()
-    except Exception:  # a bug, never bad input: exit 1 with the traceback to report
+    except Exception as e:  # a bug, never bad input: exit 1 with the traceback to report
+        if _from_interrupt(e):
+            _interrupted()
         import traceback
 
         traceback.print_exc()

@@ -437,6 +437,34 @@ def test_absurd_micro_batch_counts_are_refused_up_front(adaptis, tmp_path: Path)
     assert time.perf_counter() - t0 < 30
 
 
+@pytest.mark.parametrize("interrupted", [True, False])
+def test_a_ctrl_c_inside_an_import_is_a_ctrl_c_and_an_import_error_a_bug(tmp_path: Path, interrupted: bool) -> None:
+    """A C extension whose initialisation a Ctrl-C interrupts (ortools' solver, imported mid-search) raises
+    `ImportError: initialization failed` from the KeyboardInterrupt: exit 130 as for any Ctrl-C, no plan.
+    The same error without a Ctrl-C behind it is a bug: exit 1 with its traceback."""
+    code = f"""
+import sys
+import adaptis_plan.app.plan as plan
+import adaptis_plan.cli.commands as c
+def solve(*args, **kwargs):
+    try:
+        if {interrupted}:
+            raise KeyboardInterrupt
+        raise RuntimeError("stand-in")
+    except BaseException as e:
+        raise ImportError("initialization failed") from e
+plan.make_plan_for = solve
+sys.argv = ["adaptis", "plan", "--model", "tiny-llama", "--hardware", "cpu", "--pp", "2", "--microbatches", "4", "-o", "p.json"]
+c.main()
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert not (tmp_path / "p.json").exists() and leftovers(tmp_path) == []
+    if interrupted:
+        assert p.returncode == 130 and p.stderr.strip() == "interrupted (Ctrl-C); no file is left half-written", p
+    else:
+        assert p.returncode == 1 and "ImportError: initialization failed" in p.stderr and "internal error" in p.stderr
+
+
 @pytest.mark.slow
 def test_ctrl_c_while_cp_sat_solves(tmp_path: Path) -> None:
     """SIGINT in the middle of the adaptive search: exit 130 at once, no plan, no temporary file."""
