@@ -158,14 +158,16 @@ def measure_link(
     out of the noise (under one small round trip: a busy machine), the same two processes measure the
     large message again 4x and 16x larger (`_LARGE_FACTORS`); if it still does not, the measurement fails
     with one line instead of reporting a bandwidth that is noise. Runs `python -m adaptis_plan.executor.link
-    --link-rank R PORT OUT REPEATS BYTES HOST` once per end (BYTES: the first large size).
+    --link-rank R PORT OUT REPEATS BYTES HOST` once per end (BYTES: the first large size), allowed
+    `timeout_s` per large size it may try.
 
     `host_costs` (for CPU ranks, whose compute shares the cores with gloo's I/O threads): also
     the time one end of a message costs a rank while both ranks compute, fixed + per byte, fitted
     to the two ranks' mean cost per message end at `_HOST_SIZES` (`_host_busy`; `host_s_per_message`,
     `host_s_per_byte`), once a large size stood out. It takes a few seconds more.
     """
-    size, rtt_small, rtt_large, host = _link_pair(repeats, large_bytes, timeout_s, host_costs)
+    # `timeout_s` per large size the pair may try: the budget one pair of processes per size had
+    size, rtt_small, rtt_large, host = _link_pair(repeats, large_bytes, timeout_s * len(_LARGE_FACTORS), host_costs)
     one_way = rtt_large - rtt_small
     if not _stands_out(rtt_small, rtt_large):
         raise AdaptisError(
