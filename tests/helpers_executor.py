@@ -284,8 +284,6 @@ def four_rank_launch(folder: Path) -> dict[str, Ran]:
     interleaved gemma-like model), TP2 x DP2 with ZeRO 1 and 3, PP2 x DP2 with ZeRO 1-3, PP2 x DP2 x EP2
     and DP4 x EP2 (tiny-deepseek), and two jobs where global rank 1 drops one W (tp and dp), which must
     fail verification."""
-    import torch
-
     from adaptis_plan.usecases import load_plan_and_model
 
     def load(path: Path) -> tuple[PlanFile, ModelSpec]:
@@ -324,15 +322,119 @@ def four_rank_launch(folder: Path) -> dict[str, Ran]:
     ]
     jobs = [PlanJob(plan, spec, label=label, predicted_comm_s=comm) for label, plan, spec, comm in cases]
     faults = ",".join(f"skipw:1:0:{i}" for i, (label, *_) in enumerate(cases) if "drops a W" in label)
+    results = launch_with_faults(jobs, FOUR_RANK_OPTIONS, faults)
+    return {job.label: Ran(job.plan, job.model, r) for job, r in zip(jobs, results, strict=True)}
+
+
+def shape_plans(folder: Path, num_microbatches: int = 4) -> dict[tuple[str, str], tuple[Path, ModelSpec]]:
+    """Every family (`FAMILIES`) on every plan shape (`PLAN_SHAPES`), written under `folder`, each predicted
+    at 0.05 s: {(family, shape): (plan file, model)}."""
+    out = {}
+    for fam in FAMILIES:
+        model = tiny_family(fam)
+        for name, stage_device, style in PLAN_SHAPES:
+            layout = layout_for(model, name, stage_device)
+            programs = greedy_programs(layout, num_microbatches, style, seed=1)
+            path = write_plan_file(
+                folder / f"{fam}-{name}.json", model, layout, programs, num_microbatches, predicted_s=0.05
+            )
+            out[(fam, name)] = (path, model)
+    return out
+
+
+#: the recomputation patterns `recompute_plans` runs, per stage of a four-stage V placement
+RECOMPUTE_PATTERNS = {
+    "none": ("none",) * 4,
+    "full": ("full",) * 4,
+    "selective": ("selective",) * 4,
+    "mixed": ("none", "full", "selective", "full"),
+}
+
+
+def recompute_plans(folder: Path, num_microbatches: int = 4) -> list[tuple[str, str, PlanJob]]:
+    """(family, pattern, job): per family, no recompute, full everywhere, selective everywhere and mixed
+    (each of none / selective / full on some stage), alternately with the I / W split and fused B."""
+    out = []
+    for fam in FAMILIES:
+        model = tiny_family(fam)
+        layout = Layout(bounds=even_bounds(model.num_layers, 4), stage_device=(0, 1, 1, 0), num_devices=2)
+        for k, (name, modes) in enumerate(RECOMPUTE_PATTERNS.items()):
+            programs = greedy_programs(layout, num_microbatches, "zb" if k % 2 else "1f1b")
+            path = write_plan_file(
+                folder / f"{fam}-{name}.json", model, layout, programs, num_microbatches, recompute=modes
+            )
+            out.append((fam, name, job(path, model)))
+    return out
+
+
+#: the zoo's tiny models whose plans `strategy_jobs` makes with every strategy
+ZOO_TINY = ("tiny-llama", "tiny-gemma", "tiny-deepseek", "tiny-nemotron-h")
+
+
+def strategy_jobs(folder: Path) -> list[tuple[str, PlanJob]]:
+    """(label, job): `adaptis plan` of each of `ZOO_TINY` on the cpu profile (pp 2, 4 micro-batches, seq 16)
+    with every classic strategy and adaptive, written under `folder` and read back as `adaptis run` reads it;
+    the label names the model, the strategy and where the plan came from."""
+    from adaptis_plan.schedules import STRATEGIES
+    from adaptis_plan.usecases import PlanRequest, load_plan_and_model, make_plan_for
+
+    out = []
+    for model in ZOO_TINY:  # every plan has pp 2 (dp 1, tp 1): one launch runs them all
+        for strategy in (*STRATEGIES, "adaptive"):
+            req = PlanRequest.of(
+                model_arg=model, hardware_arg="cpu", pp=2, num_microbatches=4, seq_len=16, strategy=strategy,
+                time_limit_s=1.0, hard_stop=False,
+            )  # fmt: skip
+            path = folder / f"{model}-{strategy}.json"
+            write_plan(make_plan_for(req).plan, path)
+            plan, spec = load_plan_and_model(str(path), None)
+            source = plan.search.get("source") if plan.search else ""
+            out.append((f"{model} {strategy} ({source})", PlanJob(plan, spec, label=str(path))))
+    return out
+
+
+#: the options of the two-process launch: one verified step
+TWO_RANK_OPTIONS = RunOptions(steps=1, warmup=0, verify=True, timeout_s=180)
+
+
+def launch_with_faults(jobs: list[PlanJob], options: RunOptions, faults: str) -> list[dict[str, Any]]:
+    """`run_plans` with the executor's fault hook set to `faults` (ADAPTIS_EXECUTOR_FAULT, which the workers
+    inherit) and one intra-op thread for the references here, as `_one_thread` gives the tests (a session
+    fixture starts before it); both restored after."""
+    import torch
+
     prev, threads = os.environ.get("ADAPTIS_EXECUTOR_FAULT"), torch.get_num_threads()
-    os.environ["ADAPTIS_EXECUTOR_FAULT"] = faults  # the workers inherit it; these jobs alone
-    torch.set_num_threads(1)  # the references, as `_one_thread` (a session fixture starts before it)
+    os.environ["ADAPTIS_EXECUTOR_FAULT"] = faults
+    torch.set_num_threads(1)
     try:
-        results = run_plans(jobs, FOUR_RANK_OPTIONS)
+        return run_plans(jobs, options)
     finally:
         torch.set_num_threads(threads)
         if prev is None:
             del os.environ["ADAPTIS_EXECUTOR_FAULT"]
         else:
             os.environ["ADAPTIS_EXECUTOR_FAULT"] = prev
-    return {job.label: Ran(job.plan, job.model, r) for job, r in zip(jobs, results, strict=True)}
+
+
+def two_rank_launch(folder: Path) -> dict[str, Ran]:
+    """The two-process cases of tests/executor that verify one step, in one torchrun launch, by label:
+    "shapes:<family> <shape>" (`shape_plans`; gemma's irregular plan also writes its measured trace, the
+    result's "trace"), "shapes:rank 1 drops a W" (deepseek's interleaved plan, where rank 1 loses one
+    micro-batch's weight gradients: it must fail verification), "recompute:<family> <pattern>"
+    (`recompute_plans`) and "strategies:<model> <strategy> (<source>)" (`strategy_jobs`)."""
+    for sub in ("shapes", "recompute", "strategies"):
+        (folder / sub).mkdir(exist_ok=True)
+    shapes = shape_plans(folder / "shapes")
+    named: list[tuple[str, PlanJob]] = [
+        (
+            f"shapes:{fam} {shape}",
+            job(path, model, folder / "trace.json" if (fam, shape) == ("gemma", "irregular") else None),
+        )
+        for (fam, shape), (path, model) in sorted(shapes.items())
+    ]
+    named.append(("shapes:rank 1 drops a W", job(*shapes[("deepseek", "interleaved-zb")])))
+    named += [(f"recompute:{fam} {name}", j) for fam, name, j in recompute_plans(folder / "recompute")]
+    named += [(f"strategies:{label}", j) for label, j in strategy_jobs(folder / "strategies")]
+    fault = next(i for i, (label, _) in enumerate(named) if label == "shapes:rank 1 drops a W")
+    results = launch_with_faults([j for _, j in named], TWO_RANK_OPTIONS, f"skipw:1:0:{fault}")
+    return {label: Ran(j.plan, j.model, r) for (label, j), r in zip(named, results, strict=True)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers_common import once_per_session
-from helpers_executor import Ran, four_rank_launch
+from helpers_executor import Ran, four_rank_launch, two_rank_launch
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -35,3 +35,10 @@ def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
     """Every four-process case of tests/executor (tp, dp and ep), by label: one torchrun launch of 4 gloo ranks
     for the whole session, whichever worker asks first (each torchrun launch costs every rank a torch import)."""
     return once_per_session(tmp_path_factory, "four-ranks", four_rank_launch)
+
+
+@pytest.fixture(scope="session")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
+    """The two-process cases of tests/executor that verify one step (plan shapes, recomputation, every strategy's
+    plan), by label: one torchrun launch of 2 gloo ranks for the whole session (`two_rank_launch`)."""
+    return once_per_session(tmp_path_factory, "two-ranks", two_rank_launch)

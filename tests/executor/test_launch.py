@@ -16,11 +16,12 @@ import torch
 from helpers_executor import (
     FAMILIES,
     PLAN_SHAPES,
+    Ran,
     even_bounds,
     greedy_programs,
     job,
-    layout_for,
     plan_file,
+    shape_plans,
     tiny_family,
     write_plan_file,
 )
@@ -41,32 +42,17 @@ M = 4  # micro-batches in the executor runs
 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[Path, ModelSpec]]:
-    d = tmp_path_factory.mktemp("plans")
-    out = {}
-    for fam in FAMILIES:
-        model = tiny_family(fam)
-        for name, stage_device, style in PLAN_SHAPES:
-            layout = layout_for(model, name, stage_device)
-            programs = greedy_programs(layout, M, style, seed=1)
-            out[(fam, name)] = (
-                write_plan_file(d / f"{fam}-{name}.json", model, layout, programs, M, predicted_s=0.05),
-                model,
-            )
-    return out
+    return shape_plans(tmp_path_factory.mktemp("plans"), M)
 
 
 @pytest.mark.slow
-def test_pipelined_step_matches_single_process_for_every_family_and_plan_shape(
-    plans: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every family and plan shape against one process; in the same launch, a last job where rank 1 drops
-    one micro-batch's weight gradients: verification catches the wrong gradient."""
-    keys = sorted(plans)
-    trace = tmp_path / "trace.json"
-    jobs = [job(plans[k][0], plans[k][1], trace if k == ("gemma", "irregular") else None) for k in keys]
-    jobs.append(job(*plans[("deepseek", "interleaved-zb")]))
-    monkeypatch.setenv("ADAPTIS_EXECUTOR_FAULT", f"skipw:1:0:{len(keys)}")  # the last job alone
-    *results, lost = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True))
+def test_pipelined_step_matches_single_process_for_every_family_and_plan_shape(two_ranks: dict[str, Ran]) -> None:
+    """Every family and plan shape against one process; in the same launch (the session's shared two-process
+    one), a job where rank 1 drops one micro-batch's weight gradients: verification catches the wrong gradient."""
+    keys = sorted(k for k in two_ranks if k.startswith("shapes:") and "drops a W" not in k)
+    assert len(keys) == len(FAMILIES) * len(PLAN_SHAPES)
+    results = [two_ranks[k].result for k in keys]
+    lost = two_ranks["shapes:rank 1 drops a W"].result
     assert lost["verified"] is False and lost["mismatched_params"]
     failed = {
         k: (r["worst_param"], r["max_abs_grad_diff"], r["mismatched_params"][:3])
@@ -78,7 +64,7 @@ def test_pipelined_step_matches_single_process_for_every_family_and_plan_shape(
         assert r["steps"] == 1 and len(r["step_times_s"]) == 1 and r["measured_step_time_s"] > 0
         assert r["predicted_step_time_s"] == 0.05
         assert r["loss_diff"] <= 1e-5 * r["reference_loss"] and r["max_abs_grad_diff"] < 1e-6
-    events = json.loads(trace.read_text())["traceEvents"]
+    events = json.loads(Path(two_ranks["shapes:gemma irregular"].result["trace"]).read_text())["traceEvents"]
     xs = [e for e in events if e["ph"] == "X"]
     assert {e["pid"] for e in xs} == {0, 1}
     assert {e["args"]["op"] for e in xs} <= {"F", "B", "I", "W"} and all(e["dur"] >= 0 for e in xs)

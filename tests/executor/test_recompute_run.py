@@ -18,10 +18,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_executor import FAMILIES, even_bounds, greedy_programs, job, tiny_family, write_plan_file
+from helpers_executor import (
+    FAMILIES,
+    RECOMPUTE_PATTERNS,
+    Ran,
+    greedy_programs,
+    tiny_family,
+    write_plan_file,
+)
 
 from adaptis_plan.core import Layout
-from adaptis_plan.executor.launch import RunOptions, run_plans
 from adaptis_plan.executor.layers import build_layer, set_recompute
 from adaptis_plan.executor.profile import profile_recompute, saved_bytes
 from adaptis_plan.executor.runtime import Stage
@@ -129,30 +135,12 @@ def test_profile_reports_what_recompute_keeps() -> None:
 # ---------------------------------------------------------------- real runs (torchrun, gloo, 2 processes)
 
 
-def _recompute_plans(tmp_path: Path) -> list[tuple[str, str, object]]:
-    """(family, pattern, job): per family, no recompute, full everywhere, selective everywhere and mixed
-    (each of none / selective / full on some stage), alternately with the I / W split and fused B."""
-    out = []
-    patterns = {
-        "none": ("none",) * 4,
-        "full": ("full",) * 4,
-        "selective": ("selective",) * 4,
-        "mixed": ("none", "full", "selective", "full"),
-    }
-    for fam in FAMILIES:
-        model = tiny_family(fam)
-        layout = Layout(bounds=even_bounds(model.num_layers, 4), stage_device=(0, 1, 1, 0), num_devices=2)
-        for k, (name, modes) in enumerate(patterns.items()):
-            programs = greedy_programs(layout, M, "zb" if k % 2 else "1f1b")
-            path = write_plan_file(tmp_path / f"{fam}-{name}.json", model, layout, programs, M, recompute=modes)
-            out.append((fam, name, job(path, model)))
-    return out
-
-
 @pytest.mark.slow
-def test_plans_with_full_selective_and_mixed_recompute_verify_under_torchrun(tmp_path: Path) -> None:
-    named = _recompute_plans(tmp_path)
-    results = run_plans([j for _, _, j in named], RunOptions(steps=1, warmup=0, verify=True))
+def test_plans_with_full_selective_and_mixed_recompute_verify_under_torchrun(two_ranks: dict[str, Ran]) -> None:
+    """Per family, no recompute, full everywhere, selective everywhere and mixed, alternately with the I / W split
+    and fused B (`helpers_executor.recompute_plans`), jobs of the session's shared two-process launch."""
+    named = [(f, n, two_ranks[f"recompute:{f} {n}"]) for f in FAMILIES for n in RECOMPUTE_PATTERNS]
+    results = [ran.result for _, _, ran in named]
     failed = [(f, n, r["worst_param"]) for (f, n, _), r in zip(named, results, strict=True) if not r["verified"]]
     assert not failed
     by = {(f, n): r for (f, n, _), r in zip(named, results, strict=True)}

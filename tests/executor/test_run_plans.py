@@ -1,7 +1,7 @@
 """`adaptis run --verify` on the planner's own plans: for each tiny model family, every classic
 strategy and the adaptive plan, executed for real under torchrun with gloo on 2 CPU processes
-(one launch, the plans one after another), each checked against a single-process
-step. Any gradient that differs fails the test.
+(the session's shared two-process launch, the plans one after another), each checked against a
+single-process step. Any gradient that differs fails the test.
 """
 
 from __future__ import annotations
@@ -9,45 +9,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers_executor import ZOO_TINY, Ran
 
-from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
+from adaptis_plan.executor.launch import RunOptions
 from adaptis_plan.planfile.io import write_plan
 from adaptis_plan.schedules import STRATEGIES
-from adaptis_plan.usecases import PlanRequest, load_plan_and_model, make_plan_for
-
-FAMILIES = ["tiny-llama", "tiny-gemma", "tiny-deepseek", "tiny-nemotron-h"]
+from adaptis_plan.usecases import PlanRequest, make_plan_for
 
 
 @pytest.mark.slow
-def test_every_strategy_and_adaptive_verify(tmp_path: Path) -> None:
-    jobs, labels = [], []
-    for model in FAMILIES:  # every plan has pp 2 (dp 1, tp 1): one launch runs them all
-        for strategy in (*STRATEGIES, "adaptive"):
-            req = PlanRequest.of(
-                model_arg=model,
-                hardware_arg="cpu",
-                pp=2,
-                num_microbatches=4,
-                seq_len=16,
-                strategy=strategy,
-                time_limit_s=1.0,
-                hard_stop=False,
-            )
-            outcome = make_plan_for(req)
-            path = tmp_path / f"{model}-{strategy}.json"
-            write_plan(outcome.plan, path)
-            plan, spec = load_plan_and_model(str(path), None)
-            jobs.append(PlanJob(plan, spec, label=str(path)))
-            labels.append(f"{model} {strategy} ({plan.search.get('source') if plan.search else ''})")
-    results = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True, timeout_s=120))
-    failed = [
-        (label, r["max_abs_grad_diff"], r["loss_diff"])
-        for label, r in zip(labels, results, strict=True)
-        if not r["verified"]
-    ]
+def test_every_strategy_and_adaptive_verify(two_ranks: dict[str, Ran]) -> None:
+    """The planner's plans of the zoo's tiny models, every classic strategy and adaptive (jobs of the session's
+    shared two-process launch, `helpers_executor.strategy_jobs`), against one process."""
+    results = {k.removeprefix("strategies:"): ran.result for k, ran in two_ranks.items() if k.startswith("strategies:")}
+    failed = [(label, r["max_abs_grad_diff"], r["loss_diff"]) for label, r in results.items() if not r["verified"]]
     assert not failed, failed
-    assert len(results) == len(FAMILIES) * (len(STRATEGIES) + 1)
-    assert all(r["measured_step_time_s"] > 0 for r in results)
+    assert len(results) == len(ZOO_TINY) * (len(STRATEGIES) + 1)
+    assert all(r["measured_step_time_s"] > 0 for r in results.values())
 
 
 def test_run_reports_the_judges_prediction_not_a_stale_stored_one(
