@@ -141,8 +141,8 @@ def _link_worker(rank: int, port: int, out: str, repeats: int, large_bytes: int,
         return bool(flag.item())
 
     rtt_small = pingpong(small)
-    size, rtt_large = settle_large(rtt_small, large_bytes, lambda n: pingpong(torch.zeros(n // 4)), agree)
-    host = _host_busy(rank, _HOST_SIZES) if host_costs and agree(_stands_out(rtt_small, rtt_large)) else []
+    size, rtt_large, stood_out = settle_large(rtt_small, large_bytes, lambda n: pingpong(torch.zeros(n // 4)), agree)
+    host = _host_busy(rank, _HOST_SIZES) if host_costs and stood_out else []
     Path(f"{out}.{rank}").write_text(json.dumps({"size": size, "rtt": [rtt_small, rtt_large], "host": host}))
     dist.barrier()
     dist.destroy_process_group()
@@ -190,16 +190,16 @@ def _stands_out(rtt_small: float, rtt_large: float) -> bool:
 
 def settle_large(
     rtt_small: float, large_bytes: int, round_trip: Callable[[int], float], agree: Callable[[bool], bool]
-) -> tuple[int, float]:
-    """(size, round trip) of the first of `_LARGE_FACTORS` x `large_bytes` whose round trip stands out of the
-    noise, or of the last one tried when none does. `round_trip(size)`: measure one; `agree(verdict)`: the
-    verdict both ends act on (rank 0's, broadcast)."""
+) -> tuple[int, float, bool]:
+    """(size, round trip, whether it stood out) of the first of `_LARGE_FACTORS` x `large_bytes` whose round
+    trip stands out of the noise, or of the last one tried when none does. `round_trip(size)`: measure one;
+    `agree(verdict)`: the verdict both ends act on (rank 0's, broadcast)."""
     for factor in _LARGE_FACTORS:
         size = factor * large_bytes
         rtt_large = round_trip(size)
         if agree(_stands_out(rtt_small, rtt_large)):
-            break
-    return size, rtt_large
+            return size, rtt_large, True
+    return size, rtt_large, False
 
 
 def pair_env() -> dict[str, str]:

@@ -294,12 +294,16 @@ def test_measure_link_retries_larger_messages_and_never_reports_noise(monkeypatc
         sizes.append(size)
         return 1.9e-4 if len(sizes) == 1 else 2e-4 + size / 2e9
 
-    assert prof.settle_large(2e-4, 2**20, round_trip, lambda verdict: verdict) == (4 * 2**20, 2e-4 + 4 * 2**20 / 2e9)
+    assert prof.settle_large(2e-4, 2**20, round_trip, lambda verdict: verdict) == (
+        4 * 2**20,
+        2e-4 + 4 * 2**20 / 2e9,
+        True,
+    )
     assert sizes == [2**20, 4 * 2**20]
     sizes.clear()  # the other end follows rank 0's verdict, whatever its own round trips say
-    assert prof.settle_large(2e-4, 2**20, round_trip, lambda verdict: True) == (2**20, 1.9e-4)
+    assert prof.settle_large(2e-4, 2**20, round_trip, lambda verdict: True) == (2**20, 1.9e-4, True)
     sizes.clear()  # never: every size tried, the last one reported
-    assert prof.settle_large(2e-4, 2**20, lambda n: sizes.append(n) or 2e-4, lambda v: v)[0] == 16 * 2**20
+    assert prof.settle_large(2e-4, 2**20, lambda n: sizes.append(n) or 2e-4, lambda v: v) == (16 * 2**20, 2e-4, False)
     assert sizes == [2**20, 4 * 2**20, 16 * 2**20]
 
     # cost per message end at the two probe sizes: 30 us + 1 ns per byte

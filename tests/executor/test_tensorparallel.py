@@ -20,11 +20,8 @@ import pytest
 from helpers_executor import (
     Ran,
     cpu_plan_file,
-    greedy_programs,
-    layout_for,
     tiny_family,
     with_training,
-    write_plan_file,
 )
 
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
@@ -41,15 +38,11 @@ def _plan(tmp: Path, name: str, **kw: object) -> Path:
 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The plans this module's own tests read (the four-process cases are `four_ranks` jobs)."""
     tmp = tmp_path_factory.mktemp("tp")
-    gemma = tiny_family("gemma")
-    layout = layout_for(gemma, "interleaved-zb", (0, 1, 0, 1))
     return {
         "adaptive": _plan(tmp, "adaptive", pp=2),  # tp 1: the planner splits backward here
         "recompute": _plan(tmp, "recompute", pp=2, tp=2, recompute="full"),
-        "chunks": _plan(tmp, "chunks", pp=2, tp=2, head_chunks=2),
-        "pp1": _plan(tmp, "pp1", pp=1, tp=2),
-        "gemma": write_plan_file(tmp / "gemma.json", gemma, layout, greedy_programs(layout, M, "zb", seed=1), M),
     }
 
 
