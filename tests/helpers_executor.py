@@ -25,6 +25,7 @@ from adaptis_plan.cost.recompute import layer_modes
 from adaptis_plan.cost.table import build_cost_table
 from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plans
 from adaptis_plan.inputs.hardware import load_hardware
+from adaptis_plan.inputs.models.transform import split_head
 from adaptis_plan.planfile.io import plan_costs, read_plan, write_plan
 from adaptis_plan.spec.model import AttentionSpec, LayerSpec, MambaSpec, MlpSpec, ModelSpec, MoeSpec
 from adaptis_plan.spec.plan_file import PlanDevice, PlanFile, PlanHardwareRef, PlanModelRef, PlanStage, Predicted
@@ -416,13 +417,45 @@ def launch_with_faults(jobs: list[PlanJob], options: RunOptions, faults: str) ->
             os.environ["ADAPTIS_EXECUTOR_FAULT"] = prev
 
 
+def untied_gemma() -> ModelSpec:
+    """The tiny gemma family with its own (untied) head, which can be split into vocabulary chunks."""
+    g = tiny_family("gemma")
+    return ModelSpec.model_validate({**g.model_dump(), "name": "tiny-gemma-untied", "tie_word_embeddings": False})
+
+
+#: the split-head plans `head_chunk_jobs` writes: (chunks k, bounds, stage -> device, order style) of the
+#: 6-layer `untied_gemma` split into blocks 1-4 and then its k head chunks from layer 5 on
+HEAD_CHUNK_CASES = (
+    (2, (0, 3, 6, 7), (0, 1, 0), "zb"),  # chunk 0 with two blocks on device 1, chunk 1 on device 0; I/W
+    (3, (0, 5, 6, 7, 8), (0, 1, 0, 1), "zb"),  # one stage per chunk, every boundary crosses devices; I/W
+    (3, (0, 3, 6, 8), (0, 1, 0), "1f1b"),  # chunks 1 and 2 in one stage
+    (3, (0, 5, 6, 7, 8), (0, 1, 1, 0), "random"),  # chunks 0 and 1: adjacent stages on device 1; B and I/W
+)
+
+
+def head_chunk_jobs(folder: Path, num_microbatches: int = 4) -> list[tuple[str, PlanJob]]:
+    """(label, job): each of `HEAD_CHUNK_CASES` planned on the split model ("split<j>"), then the second
+    one's plan given the unsplit model ("unsplit"), which the launcher splits as planned."""
+    base = untied_gemma()
+    out = []
+    for j, (k, bounds, stage_device, style) in enumerate(HEAD_CHUNK_CASES):
+        model = split_head(base, k)
+        layout = Layout(bounds=bounds, stage_device=stage_device, num_devices=2)
+        programs = greedy_programs(layout, num_microbatches, style, seed=2)
+        path = write_plan_file(folder / f"split{j}.json", model, layout, programs, num_microbatches)
+        out.append((f"split{j}", PlanJob(read_plan(path), model, label=str(path))))
+    out.append(("unsplit", PlanJob(out[1][1].plan, base)))
+    return out
+
+
 def two_rank_launch(folder: Path) -> dict[str, Ran]:
     """The two-process cases of tests/executor that verify one step, in one torchrun launch, by label:
     "shapes:<family> <shape>" (`shape_plans`; gemma's irregular plan also writes its measured trace, the
     result's "trace"), "shapes:rank 1 drops a W" (deepseek's interleaved plan, where rank 1 loses one
     micro-batch's weight gradients: it must fail verification), "recompute:<family> <pattern>"
-    (`recompute_plans`) and "strategies:<model> <strategy> (<source>)" (`strategy_jobs`)."""
-    for sub in ("shapes", "recompute", "strategies"):
+    (`recompute_plans`), "strategies:<model> <strategy> (<source>)" (`strategy_jobs`) and
+    "heads:split<j>" / "heads:unsplit" (`head_chunk_jobs`)."""
+    for sub in ("shapes", "recompute", "strategies", "heads"):
         (folder / sub).mkdir(exist_ok=True)
     shapes = shape_plans(folder / "shapes")
     named: list[tuple[str, PlanJob]] = [
@@ -435,6 +468,7 @@ def two_rank_launch(folder: Path) -> dict[str, Ran]:
     named.append(("shapes:rank 1 drops a W", job(*shapes[("deepseek", "interleaved-zb")])))
     named += [(f"recompute:{fam} {name}", j) for fam, name, j in recompute_plans(folder / "recompute")]
     named += [(f"strategies:{label}", j) for label, j in strategy_jobs(folder / "strategies")]
+    named += [(f"heads:{label}", j) for label, j in head_chunk_jobs(folder / "heads")]
     fault = next(i for i, (label, _) in enumerate(named) if label == "shapes:rank 1 drops a W")
     results = launch_with_faults([j for _, j in named], TWO_RANK_OPTIONS, f"skipw:1:0:{fault}")
     return {label: Ran(j.plan, j.model, r) for (label, j), r in zip(named, results, strict=True)}

@@ -9,30 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_executor import (
-    greedy_programs,
-    tiny_family,
-    write_plan_file,
-)
+from helpers_executor import HEAD_CHUNK_CASES, Ran, head_chunk_jobs, untied_gemma
 
-from adaptis_plan.core import Layout
 from adaptis_plan.errors import InputError
-from adaptis_plan.executor.launch import PlanJob, RunOptions, run_plan, run_plans
+from adaptis_plan.executor.launch import RunOptions, run_plan, run_plans
 from adaptis_plan.executor.layers import build_layer
 from adaptis_plan.executor.profile import distinct_layers, profile_model
 from adaptis_plan.executor.wgrad import WeightGradStore
 from adaptis_plan.inputs.models.transform import split_head
-from adaptis_plan.planfile.io import check_model_matches, read_plan
-from adaptis_plan.spec.model import ModelSpec
+from adaptis_plan.planfile.io import check_model_matches
 
 M = 4  # micro-batches in the executor runs
 
 # ---------------------------------------------------------------- head split into vocabulary chunks
-
-
-def _untied_gemma() -> ModelSpec:
-    g = tiny_family("gemma")
-    return ModelSpec.model_validate({**g.model_dump(), "name": "tiny-gemma-untied", "tie_word_embeddings": False})
 
 
 def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -41,7 +30,7 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("k", [2, 3])
 def test_head_chunks_reproduce_the_unsplit_head_loss_and_gradients(k: int) -> None:
-    model = _untied_gemma()
+    model = untied_gemma()
     h, v = model.hidden_size, model.vocab_size
     head = build_layer(model, model.num_layers - 1, seed=0)
     g = torch.Generator().manual_seed(2)
@@ -86,7 +75,7 @@ def test_head_chunks_reproduce_the_unsplit_head_loss_and_gradients(k: int) -> No
 
 
 def test_head_chunks_keep_the_running_statistics_in_fp32_in_bf16() -> None:
-    split = split_head(_untied_gemma(), 3)
+    split = split_head(untied_gemma(), 3)
     first = split.num_layers - 3
     chunks = [build_layer(split, first + c, seed=0) for c in range(3)]
     g = torch.Generator().manual_seed(3)
@@ -103,39 +92,39 @@ def test_head_chunks_keep_the_running_statistics_in_fp32_in_bf16() -> None:
     assert abs(losses[0] - losses[1]) < 2e-2 * losses[0]
 
 
-@pytest.mark.slow
-def test_split_head_plans_verify_under_torchrun(tmp_path: Path) -> None:
-    base = _untied_gemma()  # 6 layers; split: blocks 1-4, then the k head chunks from layer 5 on
-    cases = [  # (k, bounds, stage -> device, order style)
-        (2, (0, 3, 6, 7), (0, 1, 0), "zb"),  # chunk 0 with two blocks on device 1, chunk 1 on device 0; I/W
-        (3, (0, 5, 6, 7, 8), (0, 1, 0, 1), "zb"),  # one stage per chunk, every boundary crosses devices; I/W
-        (3, (0, 3, 6, 8), (0, 1, 0), "1f1b"),  # chunks 1 and 2 in one stage
-        (3, (0, 5, 6, 7, 8), (0, 1, 1, 0), "random"),  # chunks 0 and 1: adjacent stages on device 1; B and I/W
-    ]
-    jobs = []
-    for j, (k, bounds, stage_device, style) in enumerate(cases):
-        model = split_head(base, k)
-        layout = Layout(bounds=bounds, stage_device=stage_device, num_devices=2)
-        path = write_plan_file(tmp_path / f"split{j}.json", model, layout, greedy_programs(layout, M, style, seed=2), M)
-        plan = read_plan(path)
-        assert plan.model.head_chunks == k and plan.model.num_layers == model.num_layers
-        check_model_matches(plan, model, path)  # a split model keeps its fingerprint
-        check_model_matches(plan, base, path)
-        jobs.append(PlanJob(plan, model, label=str(path)))
-    jobs.append(PlanJob(jobs[1].plan, base))  # given unsplit, the launcher splits it as planned
+def test_split_head_plans_keep_the_model_fingerprint(tmp_path: Path) -> None:
+    base = untied_gemma()
+    for label, job in head_chunk_jobs(tmp_path):
+        k = job.plan.model.head_chunks
+        assert k == (3 if label == "unsplit" else HEAD_CHUNK_CASES[int(label[-1])][0])
+        assert job.plan.model.num_layers == split_head(base, k).num_layers
+        check_model_matches(job.plan, split_head(base, k), tmp_path)  # a split model keeps its fingerprint
+        check_model_matches(job.plan, base, tmp_path)
     with pytest.raises(InputError, match=r"head in 3 chunk\(s\).*head in 2 chunk\(s\)"):
-        run_plan(jobs[1].plan, split_head(base, 2))
-    results = run_plans(jobs, RunOptions(steps=1, warmup=0, verify=True))
-    assert [r["verified"] for r in results] == [True] * len(jobs), [r["mismatched_params"][:3] for r in results]
+        run_plan(job.plan, split_head(base, 2))
+
+
+@pytest.mark.slow
+def test_split_head_plans_verify_under_torchrun(two_ranks: dict[str, Ran]) -> None:
+    """fp32: the jobs of `head_chunk_jobs` in the session's shared two-process launch (`two_ranks`)."""
+    ran = [r for label, r in two_ranks.items() if label.startswith("heads:")]
+    assert len(ran) == len(HEAD_CHUNK_CASES) + 1
+    results = [r.result for r in ran]
+    assert [r["verified"] for r in results] == [True] * len(ran), [r["mismatched_params"][:3] for r in results]
     for r in results:
         assert r["loss_diff"] <= 1e-5 * r["reference_loss"] and r["max_abs_grad_diff"] < 1e-6
-    # bf16: the packed boundary crosses devices in fp32 while the hidden states are bf16
-    (bf16,) = run_plans(jobs[1:2], RunOptions(steps=1, warmup=0, verify=True, dtype="bf16"))
+
+
+@pytest.mark.slow
+def test_split_head_plan_verifies_in_bf16(tmp_path: Path) -> None:
+    """bf16: the packed boundary crosses devices in fp32 while the hidden states are bf16."""
+    _, job = head_chunk_jobs(tmp_path, M)[1]
+    (bf16,) = run_plans([job], RunOptions(steps=1, warmup=0, verify=True, dtype="bf16"))
     assert bf16["verified"], bf16["mismatched_params"][:3]
 
 
 def test_profile_measures_every_head_chunk() -> None:
-    model = split_head(_untied_gemma(), 5)  # slices 205, 205, 204, 205, 205
+    model = split_head(untied_gemma(), 5)  # slices 205, 205, 204, 205, 205
     groups = distinct_layers(model)
     assert groups == [[0], [1, 3], [2, 4], [5], [6, 8], [7], [9]]  # equal middle slices share an entry
     prof = profile_model(model, seq_len=8, micro_batch_size=1, repeats=1, warmup=0)
