@@ -1,15 +1,16 @@
-"""Hand-built tiny models and plans for the executor tests (no zoo, no builders, no simulator).
+"""Hand-built tiny models and plans for the executor tests, and the shared torchrun launches.
 
 `tiny_family(name)` gives CPU-sized models of the four families the paper studies;
 `greedy_programs` produces valid per-device orders of several styles by a round-based list
 scheduler (each round every device runs one ready action, picked by the style's priority),
 so every order it returns is accepted by the dependency simulator by construction;
 `plan_file` / `write_plan_file` wrap a layout and programs in a plan file (with per-stage
-recomputation), `job` makes a launcher job of a plan file on disk; `four_rank_launch` runs every
-four-process case of tests/executor in one torchrun launch (the session fixture `four_ranks`).
-`cpu_plan_file` is the one
-helper that runs the planner: its own plan of a zoo model on the cpu profile, for the tests that
-execute what `adaptis plan` writes.
+recomputation), `job` makes a launcher job of a plan file on disk. Two helpers run the planner,
+for the tests that execute what `adaptis plan` writes: `cpu_plan_file` (its plan of a zoo model on
+the cpu profile) and `strategy_jobs` (every strategy's plan of the zoo's tiny models).
+`four_rank_launch` and `two_rank_launch` run every four-process case of tests/executor, and every
+two-process one that verifies a step, each in one torchrun launch (the session fixtures
+`four_ranks` and `two_ranks`, tests/executor/conftest.py), labelled jobs with their results (`Ran`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Executor tests run torch in-process with one intra-op thread, as the workers do; the four-process cases
-of tensor, data and expert parallelism share one torchrun launch."""
+of tensor, data and expert parallelism share one torchrun launch, the two-process verified steps another."""
 
 from __future__ import annotations
 
@@ -40,5 +40,5 @@ def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
 @pytest.fixture(scope="session")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
     """The two-process cases of tests/executor that verify one step (plan shapes, recomputation, every strategy's
-    plan), by label: one torchrun launch of 2 gloo ranks for the whole session (`two_rank_launch`)."""
+    plan, split heads), by label: one torchrun launch of 2 gloo ranks for the whole session (`two_rank_launch`)."""
     return once_per_session(tmp_path_factory, "two-ranks", two_rank_launch)

@@ -94,14 +94,15 @@ def test_head_chunks_keep_the_running_statistics_in_fp32_in_bf16() -> None:
 
 def test_split_head_plans_keep_the_model_fingerprint(tmp_path: Path) -> None:
     base = untied_gemma()
-    for label, job in head_chunk_jobs(tmp_path):
-        k = job.plan.model.head_chunks
-        assert k == (3 if label == "unsplit" else HEAD_CHUNK_CASES[int(label[-1])][0])
-        assert job.plan.model.num_layers == split_head(base, k).num_layers
-        check_model_matches(job.plan, split_head(base, k), tmp_path)  # a split model keeps its fingerprint
-        check_model_matches(job.plan, base, tmp_path)
+    *split, (_, unsplit) = head_chunk_jobs(tmp_path)
+    for (k, *_), (_, job) in zip(HEAD_CHUNK_CASES, split, strict=True):
+        path = Path(job.label)
+        assert job.plan.model.head_chunks == k and job.plan.model.num_layers == job.model.num_layers
+        check_model_matches(job.plan, job.model, path)  # a split model keeps its fingerprint
+        check_model_matches(job.plan, base, path)
+    assert unsplit.model == base and unsplit.plan.model.head_chunks == 3  # the launcher splits it as planned
     with pytest.raises(InputError, match=r"head in 3 chunk\(s\).*head in 2 chunk\(s\)"):
-        run_plan(job.plan, split_head(base, 2))
+        run_plan(unsplit.plan, split_head(base, 2))
 
 
 @pytest.mark.slow
