@@ -6,6 +6,7 @@ Run: `pytest tests/executor/test_profile.py`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -17,7 +18,8 @@ from helpers_executor import (
     tiny_family,
 )
 
-from adaptis_plan.app.profile import ProfileRequest, _overhead_probe, profile_for
+import adaptis_plan.app.profile as app_profile
+from adaptis_plan.app.profile import ProfileRequest, _overhead_probe, measure_action_overhead, profile_for
 from adaptis_plan.errors import AdaptisError
 from adaptis_plan.executor.profile import distinct_layers, profile_model
 from adaptis_plan.inputs.models.load import load_model
@@ -407,6 +409,9 @@ def test_profile_with_runtime_measures_the_link_and_the_time_per_action(
         raise AssertionError("unreachable")
 
     monkeypatch.setattr(link_mod, "measure_link", patient)
+    # one (launch, profile) round of the time per action: the launch and the arithmetic are what run here;
+    # the rule over several rounds is `test_time_per_action_is_the_quickest_step_over_the_quickest_profile`'s
+    monkeypatch.setattr(app_profile, "measure_action_overhead", functools.partial(measure_action_overhead, rounds=1))
     got = profile_for(ProfileRequest(model_arg="tiny-llama", seq_len=16, repeats=1, runtime=True))
     link = got.profile.link
     assert link is not None and link.backend == "gloo" and link.latency_s > 0 and link.bandwidth_gbps > 0
@@ -417,6 +422,36 @@ def test_profile_with_runtime_measures_the_link_and_the_time_per_action(
     # the runtime's own work per action beyond its layers' profiled time: at most a few hundred
     # microseconds on this CPU (0 when the noise hides it); the layers' dispatch is in their profile
     assert 0.0 <= got.profile.action_overhead_s < 1e-3
+
+
+def test_time_per_action_is_the_quickest_step_over_the_quickest_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`measure_action_overhead` over its rounds: the least step against the least profile (each round
+    is a launch and a profile; another process only ever adds time to either), per action, at least 0."""
+    import adaptis_plan.executor.launch as launch_mod
+    import adaptis_plan.executor.profile as profile_mod
+
+    steps = iter([[0.9, 0.5], [0.7, 0.4], [0.8, 0.6]])  # a burst of load in the first and third launch
+    layer_f = iter([0.012, 0.010, 0.011])  # the profile's F per layer, round by round
+    calls = []
+
+    def run_plan(plan: object, model: object, options: object, label: str) -> dict[str, object]:
+        calls.append(label)
+        return {"step_times_s": next(steps)}
+
+    def profile_model(model: object, **kw: object) -> object:
+        f = next(layer_f)
+        entry = type("E", (), {"layers": [0, 1], "f_s": f, "b_s": 2 * f})  # two layers of F + B = 3 f each
+        return type("P", (), {"entries": [entry]})
+
+    monkeypatch.setattr(launch_mod, "run_plan", run_plan)
+    monkeypatch.setattr(profile_mod, "profile_model", profile_model)
+    _, _, actions = _overhead_probe(4)
+    got = measure_action_overhead(num_microbatches=4, steps=2, rounds=3)
+    assert calls == ["overhead probe"] * 3
+    # the quickest step (0.4 s) less 4 micro-batches x 2 layers x (F + B) at the quickest F (0.010 s)
+    assert got == pytest.approx((0.4 - 4 * 2 * 3 * 0.010) / actions)
+    steps, layer_f = iter([[0.01]]), iter([0.012])  # the layers alone take longer than the step: noise
+    assert measure_action_overhead(num_microbatches=4, steps=1, rounds=1) == 0.0
 
 
 # ---------------------------------------------------------------- stage context
