@@ -36,7 +36,9 @@ so a replay is O(actions).
 
 from __future__ import annotations
 
+import functools
 import itertools
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, cast
@@ -428,8 +430,31 @@ class StageCosts:
         return out
 
 
+#: per live cost table (by id, with a weak reference that drops the entry when the table goes): the
+#: `StageCosts` of each layout asked of it. The search asks the same (layout, table) again and again (each
+#: list-scheduling policy, each simulation of a candidate): nine calls in ten repeat one before them.
+_STAGE_COSTS: dict[int, tuple[weakref.ref[CostTable], dict[Layout, StageCosts]]] = {}
+
+
 def stage_costs(layout: Layout, costs: CostTable) -> StageCosts:
-    """The `StageCosts` of `layout` on `costs` (raises InputError when the table does not cover it)."""
+    """The `StageCosts` of `layout` on `costs` (raises InputError when the table does not cover it).
+
+    Computed once per (layout, table) while the table lives; the arrays are read-only (callers share them)."""
+    key = id(costs)
+    entry = _STAGE_COSTS.get(key)
+    if entry is None or entry[0]() is not costs:
+        entry = _STAGE_COSTS[key] = (weakref.ref(costs, functools.partial(_forget, key)), {})
+    known = entry[1].get(layout)
+    if known is None:
+        known = entry[1][layout] = _stage_costs(layout, costs)
+    return known
+
+
+def _forget(key: int, _: object) -> None:
+    _STAGE_COSTS.pop(key, None)
+
+
+def _stage_costs(layout: Layout, costs: CostTable) -> StageCosts:
     _check_costs(layout, costs)
     n = layout.num_stages
     f, i, w, b, act, act_w, w_hot = (np.zeros(n) for _ in range(7))
@@ -458,7 +483,10 @@ def stage_costs(layout: Layout, costs: CostTable) -> StageCosts:
                 arr[s - 1] += host
                 arr[s] += host
     hot = w_hot if costs.w_hot_s is not None else None
-    return StageCosts(f, i, w, b, act, act_w, static, p2p_act, p2p_grad, occ_act, occ_grad, hot)
+    arrays = (f, i, w, b, act, act_w, static, p2p_act, p2p_grad, occ_act, occ_grad)
+    for arr in (*arrays, w_hot):
+        arr.flags.writeable = False
+    return StageCosts(*arrays, hot)
 
 
 def _check_costs(layout: Layout, costs: CostTable) -> None:

@@ -17,6 +17,7 @@ solver, no simulator.
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Callable, Sequence
 
@@ -37,9 +38,10 @@ def _prefix(work: np.ndarray) -> np.ndarray:
     return np.concatenate([np.zeros((work.shape[0], 1)), np.cumsum(work, axis=1)], axis=1)
 
 
-def _greedy_fill(prefix: np.ndarray, stage_device: tuple[int, ...], limit: float) -> list[int] | None:
-    """Cut points giving each stage as many layers as fit under `limit`; None if impossible."""
-    num_layers = prefix.shape[1] - 1
+def _greedy_fill(prefix: list[list[float]], stage_device: tuple[int, ...], limit: float) -> list[int] | None:
+    """Cut points giving each stage as many layers as fit under `limit`; None if impossible. `prefix`: each
+    device's row of `_prefix` as a list (the bisection calls this some sixty times per partition)."""
+    num_layers = len(prefix[0]) - 1
     num_stages = len(stage_device)
     bounds = [0]
     start = 0
@@ -47,7 +49,7 @@ def _greedy_fill(prefix: np.ndarray, stage_device: tuple[int, ...], limit: float
         remaining_stages = num_stages - s - 1
         row = prefix[d]
         # furthest stop with row[stop] - row[start] <= limit, leaving >= 1 layer per later stage
-        stop = int(np.searchsorted(row, row[start] + limit * (1 + 1e-12), side="right")) - 1
+        stop = bisect.bisect_right(row, row[start] + limit * (1 + 1e-12)) - 1
         stop = min(stop, num_layers - remaining_stages)
         if stop <= start:
             return None
@@ -79,9 +81,10 @@ def min_max_stage_bounds(costs: CostTable, stage_device: tuple[int, ...]) -> tup
     if len(stage_device) > num_layers:
         raise ValueError(f"{len(stage_device)} stages for {num_layers} layers")
     work = layer_work(costs)
-    prefix = _prefix(work)
+    prefix_array = _prefix(work)
+    prefix = prefix_array.tolist()
     lo = float(max(work[stage_device[0]].min(), 0.0))
-    hi = float(prefix[:, -1].max())
+    hi = float(prefix_array[:, -1].max())
     best = _greedy_fill(prefix, stage_device, hi)
     assert best is not None
     for _ in range(60):
@@ -127,10 +130,11 @@ class _Scorer:
         return (*np.round(np.sort(dev)[::-1], 12).tolist(), float(stage.max()))
 
 
-def _target_fill(prefix: np.ndarray, stage_device: tuple[int, ...], target: float) -> tuple[int, ...]:
+def _target_fill(prefix: list[list[float]], stage_device: tuple[int, ...], target: float) -> tuple[int, ...]:
     """Walk the stages in order; each takes layers until it reaches its device's remaining budget
-    shared over the device's remaining stages (stopping at the layer nearest that share)."""
-    num_layers = prefix.shape[1] - 1
+    shared over the device's remaining stages (stopping at the layer nearest that share). `prefix`:
+    each device's row of `_prefix` as a list."""
+    num_layers = len(prefix[0]) - 1
     num_stages = len(stage_device)
     left_stages = {d: stage_device.count(d) for d in set(stage_device)}
     budget = {d: target for d in left_stages}
@@ -144,7 +148,7 @@ def _target_fill(prefix: np.ndarray, stage_device: tuple[int, ...], target: floa
             stop = num_layers
         else:
             goal = row[start] + share
-            stop = int(np.searchsorted(row, goal, side="right")) - 1
+            stop = bisect.bisect_right(row, goal) - 1
             stop = max(stop, start + 1)
             if stop + 1 <= max_stop and abs(row[stop + 1] - goal) < abs(row[stop] - goal):
                 stop += 1
@@ -169,8 +173,9 @@ def device_balanced_bounds(
     starts.append(min_max_stage_bounds(costs, stage_device))
     num_devices = len(set(stage_device))
     mean_load = float(scorer.prefix[:, -1].min()) / num_devices
+    rows = scorer.prefix.tolist()
     for factor in np.linspace(0.9, 1.3, 41):
-        starts.append(_target_fill(scorer.prefix, stage_device, mean_load * factor))
+        starts.append(_target_fill(rows, stage_device, mean_load * factor))
     lightest = min(starts, key=scorer.score)
     bounds = list(lightest)
     best = scorer.score(bounds)

@@ -130,3 +130,28 @@ def test_every_source_passes_the_shared_grid(p: int, m: int, placement: str) -> 
         seen = {(a.stage, a.op, a.mb): i for i, (_, a) in enumerate(order)}
         for i, (_, a) in enumerate(order):
             assert all(seen[dep] < i for dep in _deps(a, last, backward)), (source, str(a))
+
+
+def test_stage_costs_are_computed_once_per_layout_and_table_and_shared_read_only() -> None:
+    """The search asks the same (layout, table) again and again: one `StageCosts` is kept per pair while
+    the table lives, its arrays read-only (every caller shares them), and an equal table of its own
+    gets its own."""
+    import dataclasses
+    import gc
+
+    import adaptis_plan.judge.semantics as semantics
+    from adaptis_plan.core import uniform_costs
+
+    costs = uniform_costs(4, 2, f=1.0, i=1.0, w=1.0, mem_limit=1e12)
+    layout = Layout(bounds=(0, 2, 4), stage_device=(0, 1), num_devices=2)
+    first = stage_costs(layout, costs)
+    assert stage_costs(Layout(bounds=(0, 2, 4), stage_device=(0, 1), num_devices=2), costs) is first
+    with pytest.raises(ValueError, match="read-only"):
+        first.f[0] = 0.0
+    slower = dataclasses.replace(costs, f_s=costs.f_s * 2)
+    assert stage_costs(layout, slower).f.tolist() == [4.0, 4.0] and first.f.tolist() == [2.0, 2.0]
+    assert stage_costs(Layout(bounds=(0, 1, 4), stage_device=(0, 1), num_devices=2), costs).f.tolist() == [1.0, 3.0]
+    kept = len(semantics._STAGE_COSTS)
+    del costs, slower, first
+    gc.collect()
+    assert len(semantics._STAGE_COSTS) == kept - 2  # a table that is gone takes its entries along
