@@ -645,7 +645,7 @@ def replay(
                 if wk >= 0:
                     work.append(wk)
             k += 1
-        order.extend((d, j) for j in range(k0, k))
+        order.extend(zip(itertools.repeat(d, k - k0), range(k0, k), strict=True))
         ptr[d], clock[d] = k, t_dev
 
     if any(ptr[d] < lengths[d] for d in range(num_devices)):

@@ -220,6 +220,7 @@ def list_schedule(
     free_at = [0.0] * num_devices
     remaining = [len(dev_stages[d]) * m_total * (3 if split else 2) for d in range(num_devices)]
     programs: Programs = [[] for _ in range(num_devices)]
+    new_tuple = tuple.__new__
     heap = [(0.0, d) for d in range(num_devices) if remaining[d]]
     heapq.heapify(heap)
     makespan = 0.0
@@ -386,7 +387,7 @@ def list_schedule(
         last_op[d] = "F" if choice_op == "F" else "W" if choice_op == "W" else "B"
         if choice_op != "W":
             last_fb[d] = last_op[d]
-        programs[d].append(Action(s, choice_op, k))
+        programs[d].append(new_tuple(Action, (s, choice_op, k)))  # Action(s, choice_op, k), built in C
         end = t + dur
         if end > makespan:
             makespan = end
