@@ -103,27 +103,8 @@ def _compute_layer_groups(model: ModelSpec) -> list[int]:
     return groups
 
 
-#: per model object (`_per_model`), the per-layer work of its last `_WORKS_KEPT` (training, modes): one
-#: configuration point asks for it three times or more (its cost table, its parameter shares, its
-#: collectives), and a point's training differs from the next point's
-_WORKS: dict[tuple[int, int], tuple[ModelSpec, Any]] = {}
-_WORKS_KEPT = 16
-
-
-def _works(model: ModelSpec, training: TrainingConfig, modes: Sequence[str] | None = None) -> tuple[LayerWork, ...]:
+def _works(model: ModelSpec, training: TrainingConfig, modes: Sequence[str] | None = None) -> list[LayerWork]:
     """Per-layer work under `modes` (None: no recomputation); equal layers share one object."""
-    kept: dict[tuple[TrainingConfig, tuple[str, ...] | None], tuple[LayerWork, ...]]
-    kept = _per_model(_WORKS, model, lambda _: {})
-    key = (training, None if modes is None else tuple(modes))
-    got = kept.get(key)
-    if got is None:
-        if len(kept) >= _WORKS_KEPT:
-            kept.pop(next(iter(kept)))
-        got = kept[key] = _layer_works(model, training, modes)
-    return got
-
-
-def _layer_works(model: ModelSpec, training: TrainingConfig, modes: Sequence[str] | None) -> tuple[LayerWork, ...]:
     cache: dict[tuple[int, str], LayerWork] = {}
     works = []
     for n, (layer, layer_key) in enumerate(zip(model.layers, _layer_groups(model), strict=True)):
@@ -137,7 +118,7 @@ def _layer_works(model: ModelSpec, training: TrainingConfig, modes: Sequence[str
         if work is None:
             work = cache[key] = recompute_work(plain, layer, model, training, mode)
         works.append(work)
-    return tuple(works)
+    return works
 
 
 def _slots(hardware: HardwareProfile, pp: int, tp: int, width: int | None = None) -> list[tuple[str, int]]:
@@ -160,7 +141,7 @@ def device_types(hardware: HardwareProfile, training: TrainingConfig) -> tuple[s
     return tuple(dt for dt, _ in _slots(hardware, training.pp, training.tp, width))
 
 
-def _times(works: Sequence[LayerWork], hardware: HardwareProfile, device_type: str, place: GroupLinks) -> np.ndarray:
+def _times(works: list[LayerWork], hardware: HardwareProfile, device_type: str, place: GroupLinks) -> np.ndarray:
     """[3, num_layers] F / I / W seconds of every layer on one device type."""
     device = hardware.device_types[device_type]
     link = hardware.intra_node
