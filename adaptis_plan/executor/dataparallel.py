@@ -38,9 +38,9 @@ sync off) would leave exactly the reduce-scatter below to write anyway.
 
 ZeRO stages (`training.zero`), each a documented, checkable equivalent of its namesake:
 - 0: every rank all-reduces all gradients (one flat bucket per step) and steps a full optimizer.
-- 1: as 0, and the optimizer state is sharded: `torch.distributed.optim.ZeroRedundancyOptimizer`
-  on the dp group (parameters assigned whole to ranks; each rank steps its own and broadcasts
-  them).
+- 1: as 0, and the optimizer state is sharded (`ShardedOptimizer`): parameters assigned whole to
+  ranks, largest first to the least-loaded rank (the partition of torch's ZeroRedundancyOptimizer);
+  each rank keeps state for and steps its own, and each owner broadcasts them (one flat bucket).
 - 2: gradients sharded: per stage all parameters live in one flat buffer padded to a multiple
   of dp; the flat gradient is reduce-scattered (each rank keeps its 1 / dp slice, the full
   gradients are dropped), the optimizer steps the rank's slice of the flat parameters (a flat
@@ -68,16 +68,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Protocol, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from adaptis_plan.executor import optim
-
-if TYPE_CHECKING:
-    from torch.distributed.optim import ZeroRedundancyOptimizer
 
 ZERO_STAGES = (0, 1, 2, 3)
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -90,19 +87,53 @@ class StageParams(Protocol):
     def named_layer_parameters(self) -> list[tuple[str, nn.Parameter]]: ...
 
 
-def make_optimizer(
-    params: list, name: str, lr: float, *, group: dist.ProcessGroup | None = None
-) -> optim.Optimizer | ZeroRedundancyOptimizer:
+def make_optimizer(params: list, name: str, lr: float) -> optim.Optimizer:
     """The executor's optimizer: SGD or AdamW (weight decay 0.01, single-tensor path; `optim`), the same in
-    the workers and in the single-process reference. `group`: shard its state with torch's
-    ZeroRedundancyOptimizer around torch's own class of the same arithmetic."""
-    if group is not None and params:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        cls: type[torch.optim.SGD] | type[torch.optim.AdamW] = torch.optim.SGD if name == "sgd" else torch.optim.AdamW
-        kw: dict[str, Any] = {} if name == "sgd" else {"weight_decay": optim.ADAMW_WEIGHT_DECAY, "foreach": False}
-        return ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=group, lr=lr, **kw)
+    the workers and in the single-process reference."""
     return optim.SGD(params, lr) if name == "sgd" else optim.AdamW(params, lr)
+
+
+def owners(numels: list[int], world: int) -> list[int]:
+    """The rank that owns each parameter under ZeRO 1 (`ShardedOptimizer`): largest first (ties: the earlier
+    parameter), each to the rank with the fewest elements so far (ties: the lowest rank)."""
+    held = [0] * world
+    owner = [0] * len(numels)
+    for i in sorted(range(len(numels)), key=lambda i: (-numels[i], i)):
+        owner[i] = min(range(world), key=lambda r: (held[r], r))
+        held[owner[i]] += numels[i]
+    return owner
+
+
+class ShardedOptimizer:
+    """ZeRO-1 on a dp group: every parameter is owned by one rank, largest first to the rank with the fewest
+    elements so far (ties: the lowest rank), as torch's ZeroRedundancyOptimizer partitions them; this rank's
+    optimizer (`local`) keeps state for its own parameters only, and after it steps them each owner
+    broadcasts its parameters to the group as one flat bucket. (torch's class would do the same, and
+    building it imports `torch._dynamo` through `torch.optim.Optimizer`: seconds per rank; `optim`.)"""
+
+    def __init__(self, params: list[nn.Parameter], name: str, lr: float, group: dist.ProcessGroup) -> None:
+        self.group = group
+        world, me = dist.get_world_size(group), dist.get_rank(group)
+        owner = owners([p.numel() for p in params], world)
+        self.owned = [[p for p, o in zip(params, owner, strict=True) if o == r] for r in range(world)]
+        self.rank = me
+        self.local = make_optimizer(self.owned[me], name, lr)
+        if len({p.dtype for p in params}) > 1:
+            raise RuntimeError("ZeRO 1 broadcasts each rank's parameters as one flat bucket: mixed dtypes")
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.local.step()
+        for r, params in enumerate(self.owned):
+            if not params:
+                continue
+            bucket = torch.cat([p.reshape(-1) for p in params])
+            dist.broadcast(bucket, src=dist.get_global_rank(self.group, r), group=self.group)
+            if r != self.rank:
+                offset = 0
+                for p in params:
+                    p.copy_(bucket[offset : offset + p.numel()].view_as(p))
+                    offset += p.numel()
 
 
 class _FlatStage:
@@ -188,6 +219,7 @@ class DataParallel:
         named = {s: st.named_layer_parameters() for s, st in stages.items()}
         self._named = [kv for s in sorted(named) for kv in named[s]]
         self.flats: dict[int, _FlatStage] = {}
+        self.optimizer: optim.Optimizer | ShardedOptimizer
         self.start_step()
         if self.zero >= 2:
             rank = dist.get_rank(group)
@@ -199,7 +231,11 @@ class DataParallel:
                     f.free()
         else:
             params = [p for _, p in self._named]
-            self.optimizer = make_optimizer(params, optimizer, lr, group=group if self.zero == 1 else None)
+            self.optimizer = (
+                ShardedOptimizer(params, optimizer, lr, cast(dist.ProcessGroup, group))
+                if self.zero == 1 and params
+                else make_optimizer(params, optimizer, lr)
+            )
         self._current: int | None = None
 
     # ------------------------------------------------------------ during the step
@@ -286,7 +322,7 @@ class DataParallel:
         ZeRO 1-3: about 1 / dp of the stages'), `full_params` (full parameters with storage; ZeRO 3:
         0 between steps) and `params` (all of this rank's stages' parameters)."""
         opt = self.optimizer
-        local = cast(Any, opt).optim if self.zero == 1 else opt  # ZeroRedundancyOptimizer's own shard
+        local = opt.local if isinstance(opt, ShardedOptimizer) else opt
         updated = sum(p.numel() for g in local.param_groups for p in g["params"]) if self._named else 0
         full = sum(p.numel() for _, p in self._named if p.untyped_storage().nbytes() > 0)
         return {"optimizer": updated, "full_params": full, "params": sum(p.numel() for _, p in self._named)}

@@ -9,8 +9,8 @@ state, initialised as they initialise it (AdamW: a float32 `step` on the CPU, `e
 `exp_avg_sq` zeros like the parameter), on the single-tensor path: the parameters after each
 step are bitwise those of torch's classes with `foreach=False` (tests/executor/test_optim.py).
 
-ZeRO-1 (`torch.distributed.optim.ZeroRedundancyOptimizer`) wraps one of torch's own classes, and
-so still imports `torch._dynamo` there.
+ZeRO-1 shards these same classes over the dp group (`dataparallel.ShardedOptimizer`) rather than
+wrapping torch's in `torch.distributed.optim.ZeroRedundancyOptimizer`, for the same reason.
 """
 
 from __future__ import annotations

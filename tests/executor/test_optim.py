@@ -40,3 +40,28 @@ def test_an_optimizer_without_parameters_steps_nothing() -> None:
     for opt in (optim.SGD([], 0.1), optim.AdamW([], 0.1)):
         opt.step()
         assert opt.param_groups == [{"params": []}]
+
+
+def test_zero_1_owners_are_largest_first_to_the_least_loaded_rank() -> None:
+    """ZeRO 1's partition (`dataparallel.owners`): as torch's ZeroRedundancyOptimizer assigns parameters."""
+    from adaptis_plan.executor.dataparallel import owners
+
+    assert owners([5, 3, 3, 1], 2) == [0, 1, 1, 0]  # 5 -> 0; 3 -> 1; 3 -> 1 (3 < 5); 1 -> 0 (5 < 6)
+    assert owners([2, 2, 2, 2], 4) == [0, 1, 2, 3]
+    assert owners([1, 1, 9], 2) == [1, 1, 0]  # the largest first, wherever it stands
+    assert owners([4, 4], 1) == [0, 0] and owners([], 3) == []
+
+
+def test_zero_1_on_one_rank_steps_as_the_plain_optimizer(one_rank_group: object) -> None:
+    """On a group of one the sharded optimizer owns every parameter and steps as the plain one does."""
+    from adaptis_plan.executor.dataparallel import ShardedOptimizer
+
+    ours, theirs = _params(0), _params(0)
+    sharded, plain = ShardedOptimizer(ours, "adamw", 1e-2, one_rank_group), optim.AdamW(theirs, 1e-2)  # type: ignore[arg-type]
+    for a, b in zip(ours, theirs, strict=True):
+        a.grad = b.grad = torch.ones_like(a)
+    sharded.step()
+    plain.step()
+    assert all(torch.equal(a.detach(), b.detach()) for a, b in zip(ours, theirs, strict=True))
+    owned = sharded.local.param_groups[0]["params"]
+    assert len(owned) == len(ours) and all(a is b for a, b in zip(owned, ours, strict=True))
