@@ -150,6 +150,7 @@ class PlanJob:
     reported as `predicted_comm_s` beside the measured `comm_s`; None: no prediction given.
     `p2p_order`: this plan's order of sends and receives (`RunOptions.p2p_order`'s values; None: the
     launch's), so that one launch can run the same plans in several orders side by side.
+    `steps`: this plan's measured steps after the launch's warm-up (None: `RunOptions.steps`).
     """
 
     plan: PlanFile
@@ -160,6 +161,7 @@ class PlanJob:
     expected_s: float | None = None
     predicted_comm_s: dict[str, float] | None = None
     p2p_order: str | None = None
+    steps: int | None = None
 
     @property
     def predicted_step_time_s(self) -> float:
@@ -234,6 +236,8 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
     for job, size in zip(jobs, sizes, strict=True):
         if job.p2p_order is not None:
             _check_p2p_order(job.p2p_order)
+        if job.steps is not None and job.steps < 1:
+            raise InputError(f"{job.label}: steps = {job.steps}: use at least 1")
         if size != sizes[0]:
             t = job.plan.training
             raise InputError(
@@ -256,7 +260,13 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
             write_plan(job.plan, plan_file)
             model_file.write_text(job.model.model_dump_json())
             manifest.append(
-                {"name": f"job{j}", "plan": str(plan_file), "model": str(model_file), "p2p_order": job.p2p_order}
+                {
+                    "name": f"job{j}",
+                    "plan": str(plan_file),
+                    "model": str(model_file),
+                    "p2p_order": job.p2p_order,
+                    "steps": job.steps,
+                }
             )
         write_json_atomic(manifest, run.work / "jobs.json")
         o = options
@@ -663,7 +673,7 @@ def _collect(
     result: dict[str, Any] = {
         "plan": job.label,
         "strategy": plan.strategy,
-        "steps": options.steps,
+        "steps": options.steps if job.steps is None else job.steps,
         "warmup": options.warmup,
         "measured_step_time_s": statistics.median(times),
         "predicted_step_time_s": job.predicted_step_time_s,

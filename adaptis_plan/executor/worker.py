@@ -214,9 +214,10 @@ def run_job(
     device: torch.device,
     index: int = 0,
     p2p_order: str | None = None,
+    steps: int | None = None,
 ) -> None:
     """One plan of the launch: `index`, its number in launch order (what a `Fault` may name); `p2p_order`,
-    its own order of sends and receives (None: `--p2p-order`)."""
+    its own order of sends and receives (None: `--p2p-order`); `steps`, its own measured steps (None: `--steps`)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     # the launcher checked this pair (fingerprint, head chunks, layer count) and lowered the plan
     # before it started anything; here only what depends on the launch itself is checked
@@ -258,7 +259,7 @@ def run_job(
     comm: list[dict[str, float]] = []
     losses: list[float] = []
     timeline: list = []
-    for step in range(args.warmup + args.steps):
+    for step in range(args.warmup + (args.steps if steps is None else steps)):
         inputs, labels = synthetic_batch(
             model.vocab_size, tr.num_microbatches, tr.dp * mbs, tr.seq_len, seed=args.seed, step=step
         )  # the global batch; this replica's slice of every micro-batch:
@@ -348,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
         for index, job in enumerate(jobs):
             job_out = out / job["name"]
             job_out.mkdir(parents=True, exist_ok=True)
-            run_job(args, job["plan"], job["model"], job_out, device, index, job.get("p2p_order"))
+            run_job(args, job["plan"], job["model"], job_out, device, index, job.get("p2p_order"), job.get("steps"))
             dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher as a file

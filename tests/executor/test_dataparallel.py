@@ -52,7 +52,7 @@ def test_pp2_dp2_zero_1_2_3_match_one_process(four_ranks: dict[str, Ran]) -> Non
     assert all(v[0] for v in summary.values()), summary
     for r in results:
         assert r["world_size"] == 4 and r["dp"] == 2 and r["global_batch_size"] == 2 * 1 * 4
-        assert len(r["losses"]) == 2 and r["losses"][0] != r["losses"][1]  # the step trained
+        assert r["steps"] == len(r["losses"]) == 2 and r["losses"][0] != r["losses"][1]  # the step trained
         assert len(r["comm_step_s"]) == 2 and r["comm_s"]["dp"] > 0 and r["predicted_comm_s"] == {"dp": 0.001}
         for step in r["comm_step_s"]:
             assert step["dp_grad_sync"] > 0 and step["dp"] >= step["dp_grad_sync"]
@@ -89,6 +89,8 @@ def test_plans_run_together_need_the_same_number_of_processes(adaptive: Path) ->
         InputError, match=r"b: pp x dp x tp = 2 x 2 x 1 = 4 processes: .* the same number of processes \(2\)"
     ):
         run_plans(jobs, RunOptions(steps=1))
+    with pytest.raises(InputError, match=r"^c: steps = 0: use at least 1$"):
+        run_plans([PlanJob(plan, model, label="c", steps=0)], RunOptions(steps=1))
 
 
 @pytest.mark.unit

@@ -76,6 +76,8 @@ def test_pp2_tp2_matches_one_process(four_ranks: dict[str, Ran]) -> None:
     assert gemma.tie_word_embeddings and gemma.layers[1].attention.num_kv_heads == 1
     lost = four_ranks["tp:adaptive, rank 1 drops a W"].result
     assert lost["verified"] is False and lost["mismatched_params"], lost
+    # one step per tp job, beside the dp jobs' two in the same launch (`PlanJob.steps`)
+    assert adaptive.result["steps"] == len(adaptive.result["step_times_s"]) == len(adaptive.result["losses"]) == 1
     labels = ["tp:adaptive", "tp:recompute", "tp:adaptive+recompute", "tp:chunks", "tp:gemma-interleaved"]
     ran = [four_ranks[label] for label in labels]
     _check([r.result for r in ran], 4)
