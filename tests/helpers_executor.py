@@ -15,6 +15,7 @@ two-process one that verifies a step, each in one torchrun launch (the session f
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from dataclasses import dataclass
@@ -461,8 +462,11 @@ def two_rank_launch(folder: Path) -> dict[str, Ran]:
     "shapes:<family> <shape>" (`shape_plans`; gemma's irregular plan also writes its measured trace, the
     result's "trace"), "shapes:rank 1 drops a W" (deepseek's interleaved plan, where rank 1 loses one
     micro-batch's weight gradients: it must fail verification), "recompute:<family> <pattern>"
-    (`recompute_plans`), "strategies:<model> <strategy> (<source>)" (`strategy_jobs`) and
-    "heads:split<j>" / "heads:unsplit" (`head_chunk_jobs`)."""
+    (`recompute_plans`), "strategies:<model> <strategy> (<source>)" (`strategy_jobs`),
+    "heads:split<j>" / "heads:unsplit" (`head_chunk_jobs`), and with their own steps or dtype
+    (`PlanJob.steps`, `PlanJob.dtype`): "bf16:heads split1" (the second split plan in bf16) and
+    "trains:gemma gpipe" (three steps of gemma's GPipe plan, tied embeddings on two devices, its trace
+    written)."""
     for sub in ("shapes", "recompute", "strategies", "heads"):
         (folder / sub).mkdir(exist_ok=True)
     shapes = shape_plans(folder / "shapes")
@@ -476,7 +480,11 @@ def two_rank_launch(folder: Path) -> dict[str, Ran]:
     named.append(("shapes:rank 1 drops a W", job(*shapes[("deepseek", "interleaved-zb")])))
     named += [(f"recompute:{fam} {name}", j) for fam, name, j in recompute_plans(folder / "recompute")]
     named += [(f"strategies:{label}", j) for label, j in strategy_jobs(folder / "strategies")]
-    named += [(f"heads:{label}", j) for label, j in head_chunk_jobs(folder / "heads")]
+    heads = head_chunk_jobs(folder / "heads")
+    named += [(f"heads:{label}", j) for label, j in heads]
+    named.append(("bf16:heads split1", dataclasses.replace(heads[1][1], dtype="bf16")))
+    gpipe = job(*shapes[("gemma", "gpipe")], folder / "gpipe-trace.json")
+    named.append(("trains:gemma gpipe", dataclasses.replace(gpipe, steps=3)))
     fault = next(i for i, (label, _) in enumerate(named) if label == "shapes:rank 1 drops a W")
     results = launch_with_faults([j for _, j in named], TWO_RANK_OPTIONS, f"skipw:1:0:{fault}")
     return {label: Ran(j.plan, j.model, r) for (label, j), r in zip(named, results, strict=True)}

@@ -150,7 +150,8 @@ class PlanJob:
     reported as `predicted_comm_s` beside the measured `comm_s`; None: no prediction given.
     `p2p_order`: this plan's order of sends and receives (`RunOptions.p2p_order`'s values; None: the
     launch's), so that one launch can run the same plans in several orders side by side.
-    `steps`: this plan's measured steps after the launch's warm-up (None: `RunOptions.steps`).
+    `steps`, `dtype`: this plan's measured steps after the launch's warm-up and its compute dtype (None: the
+    launch's `RunOptions.steps` / `dtype`), so that plans needing other values still share one launch.
     """
 
     plan: PlanFile
@@ -162,6 +163,7 @@ class PlanJob:
     predicted_comm_s: dict[str, float] | None = None
     p2p_order: str | None = None
     steps: int | None = None
+    dtype: str | None = None
 
     @property
     def predicted_step_time_s(self) -> float:
@@ -170,6 +172,19 @@ class PlanJob:
     @property
     def expected_step_time_s(self) -> float | None:
         return self.plan.predicted.expected_step_time_s if self.predicted_s is None else self.expected_s
+
+    def options(self, launch: RunOptions) -> RunOptions:
+        """The launch's options with this plan's own steps and dtype; `InputError` (naming the plan) if bad."""
+        mine = dataclasses.replace(
+            launch,
+            steps=launch.steps if self.steps is None else self.steps,
+            dtype=launch.dtype if self.dtype is None else self.dtype,
+        )
+        try:
+            mine.check()
+        except InputError as e:
+            raise located(e, self.label) from None
+        return mine
 
 
 def _check_p2p_order(order: str) -> None:
@@ -236,8 +251,7 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
     for job, size in zip(jobs, sizes, strict=True):
         if job.p2p_order is not None:
             _check_p2p_order(job.p2p_order)
-        if job.steps is not None and job.steps < 1:
-            raise InputError(f"{job.label}: steps = {job.steps}: use at least 1")
+        job.options(options)
         if size != sizes[0]:
             t = job.plan.training
             raise InputError(
@@ -266,6 +280,7 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
                     "model": str(model_file),
                     "p2p_order": job.p2p_order,
                     "steps": job.steps,
+                    "dtype": job.dtype,
                 }
             )
         write_json_atomic(manifest, run.work / "jobs.json")
@@ -280,7 +295,10 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
             worker_args.append("--verify")
         _supervise(run, cmd + worker_args, options, nproc, dev)
         references: dict[tuple[object, ...], Any] = {}  # one single-process step per model and global batch
-        return [_collect(job, run.out / f"job{j}", nproc, options, dev, references) for j, job in enumerate(jobs)]
+        return [
+            _collect(job, run.out / f"job{j}", nproc, job.options(options), dev, references)
+            for j, job in enumerate(jobs)
+        ]
 
 
 # ---------------------------------------------------------------- checks
@@ -673,7 +691,7 @@ def _collect(
     result: dict[str, Any] = {
         "plan": job.label,
         "strategy": plan.strategy,
-        "steps": options.steps if job.steps is None else job.steps,
+        "steps": options.steps,
         "warmup": options.warmup,
         "measured_step_time_s": statistics.median(times),
         "predicted_step_time_s": job.predicted_step_time_s,
@@ -751,8 +769,16 @@ def _verify(
             replica_losses.append(dump["loss"])
     pipe_loss = statistics.fmean(replica_losses)
     zero_fill = tr.dp > 1 and tr.zero >= 2  # flat shards step a gradient-less parameter with zeros
-    key = (model.model_dump_json(), tr.num_microbatches, tr.micro_batch_size, tr.seq_len, tr.dp, zero_fill)
-    if key not in references:  # the options are the launch's: the same for every job
+    key = (
+        model.model_dump_json(),
+        tr.num_microbatches,
+        tr.micro_batch_size,
+        tr.seq_len,
+        tr.dp,
+        zero_fill,
+        options.dtype,
+    )
+    if key not in references:  # the other options are the launch's: the same for every job
         references[key] = reference_update(
             model,
             num_microbatches=tr.num_microbatches,

@@ -215,9 +215,11 @@ def run_job(
     index: int = 0,
     p2p_order: str | None = None,
     steps: int | None = None,
+    dtype: str | None = None,
 ) -> None:
     """One plan of the launch: `index`, its number in launch order (what a `Fault` may name); `p2p_order`,
-    its own order of sends and receives (None: `--p2p-order`); `steps`, its own measured steps (None: `--steps`)."""
+    its own order of sends and receives (None: `--p2p-order`); `steps`, `dtype`: its own measured steps and
+    compute dtype (None: `--steps`, `--dtype`)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     # the launcher checked this pair (fingerprint, head chunks, layer count) and lowered the plan
     # before it started anything; here only what depends on the launch itself is checked
@@ -232,7 +234,7 @@ def run_job(
     if place.tp_group is not None:  # NCCL creates the tp communicator lazily: here, not mid-step
         all_reduce_(torch.zeros(1, device=device), place.tp_group)
     lowered = lower(plan_layout(plan), plan_programs(plan), tr.num_microbatches)
-    dtype = DTYPES[args.dtype]
+    torch_dtype = DTYPES[args.dtype if dtype is None else dtype]
     order = p2p_order or args.p2p_order
     order = order if order != "auto" else ("global" if device.type == "cuda" else "ahead")
     rt = RankRuntime(
@@ -245,7 +247,7 @@ def run_job(
         seq_len=tr.seq_len,
         seed=args.seed,
         device=device,
-        dtype=dtype,
+        dtype=torch_dtype,
         timeout_s=args.timeout_s,
         p2p_order=order,
         recompute=[st.recompute for st in plan.stages],
@@ -349,7 +351,10 @@ def main(argv: list[str] | None = None) -> None:
         for index, job in enumerate(jobs):
             job_out = out / job["name"]
             job_out.mkdir(parents=True, exist_ok=True)
-            run_job(args, job["plan"], job["model"], job_out, device, index, job.get("p2p_order"), job.get("steps"))
+            run_job(
+                args, job["plan"], job["model"], job_out, device, index, job.get("p2p_order"), job.get("steps"),
+                job.get("dtype"),
+            )  # fmt: skip
             dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher as a file

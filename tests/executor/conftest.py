@@ -39,6 +39,7 @@ def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
 
 @pytest.fixture(scope="session")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Ran]:
-    """The two-process cases of tests/executor that verify one step (plan shapes, recomputation, every strategy's
-    plan, split heads), by label: one torchrun launch of 2 gloo ranks for the whole session (`two_rank_launch`)."""
+    """The two-process cases of tests/executor that verify a step (plan shapes, recomputation, every strategy's
+    plan, split heads, one in bf16, three training steps), by label: one torchrun launch of 2 gloo ranks for the
+    whole session (`two_rank_launch`)."""
     return once_per_session(tmp_path_factory, "two-ranks", two_rank_launch)

@@ -89,8 +89,11 @@ def test_plans_run_together_need_the_same_number_of_processes(adaptive: Path) ->
         InputError, match=r"b: pp x dp x tp = 2 x 2 x 1 = 4 processes: .* the same number of processes \(2\)"
     ):
         run_plans(jobs, RunOptions(steps=1))
-    with pytest.raises(InputError, match=r"^c: steps = 0: use at least 1$"):
+    # a plan's own steps and dtype are checked as the launch's are, the message naming the plan
+    with pytest.raises(InputError, match=r"^c: --steps = 0: need at least 1 measured step$"):
         run_plans([PlanJob(plan, model, label="c", steps=0)], RunOptions(steps=1))
+    with pytest.raises(InputError, match=r"^d: dtype = 'fp8': use one of "):
+        run_plans([PlanJob(plan, model, label="d", dtype="fp8")], RunOptions(steps=1))
 
 
 @pytest.mark.unit

@@ -12,7 +12,7 @@ import torch
 from helpers_executor import HEAD_CHUNK_CASES, Ran, head_chunk_jobs, untied_gemma
 
 from adaptis_plan.errors import InputError
-from adaptis_plan.executor.launch import RunOptions, run_plan, run_plans
+from adaptis_plan.executor.launch import run_plan
 from adaptis_plan.executor.layers import build_layer
 from adaptis_plan.executor.profile import distinct_layers, profile_model
 from adaptis_plan.executor.wgrad import WeightGradStore
@@ -117,11 +117,13 @@ def test_split_head_plans_verify_under_torchrun(two_ranks: dict[str, Ran]) -> No
 
 
 @pytest.mark.slow
-def test_split_head_plan_verifies_in_bf16(tmp_path: Path) -> None:
-    """bf16: the packed boundary crosses devices in fp32 while the hidden states are bf16."""
-    _, job = head_chunk_jobs(tmp_path, M)[1]
-    (bf16,) = run_plans([job], RunOptions(steps=1, warmup=0, verify=True, dtype="bf16"))
-    assert bf16["verified"], bf16["mismatched_params"][:3]
+def test_split_head_plan_verifies_in_bf16(two_ranks: dict[str, Ran]) -> None:
+    """bf16: the packed boundary crosses devices in fp32 while the hidden states are bf16 (a job of the
+    session's fp32 two-process launch with its own dtype, `PlanJob.dtype`)."""
+    bf16 = two_ranks["bf16:heads split1"].result
+    assert bf16["dtype"] == "bf16" and bf16["verified"], bf16["mismatched_params"][:3]
+    fp32 = two_ranks["heads:split1"].result  # the same plan in fp32, checked against its own reference
+    assert fp32["dtype"] == "fp32" and fp32["tolerance"] != bf16["tolerance"]
 
 
 def test_profile_measures_every_head_chunk() -> None:

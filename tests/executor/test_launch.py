@@ -111,16 +111,16 @@ def test_compare_flags_a_changed_tensor() -> None:
 
 
 @pytest.mark.slow
-def test_run_reports_median_step_time_and_trains(plans: dict, tmp_path: Path) -> None:
-    path, model = plans[("gemma", "gpipe")]  # tied embeddings on two different devices
-    r = run_plan(
-        read_plan(path), model, RunOptions(steps=3, warmup=1, optimizer="sgd", lr=0.5), trace_path=tmp_path / "t.json"
-    )
-    assert r["steps"] == 3 and len(r["step_times_s"]) == 3
+def test_run_reports_median_step_time_and_trains(two_ranks: dict[str, Ran]) -> None:
+    """Three steps of gemma's GPipe plan (tied embeddings on two devices), a job of the session's shared
+    two-process launch with its own step count (`PlanJob.steps`): the median step, the losses of a model
+    that trains, the trace and the cores."""
+    r = two_ranks["trains:gemma gpipe"].result
+    assert r["steps"] == 3 and len(r["step_times_s"]) == 3 and r["warmup"] == 0
     assert r["measured_step_time_s"] == sorted(r["step_times_s"])[1]
-    assert r["predicted_step_time_s"] == 0.05 and "verified" not in r
-    assert len(r["losses"]) == 4 and r["losses"][0] != r["losses"][1]
-    assert (tmp_path / "t.json").is_file()
+    assert r["predicted_step_time_s"] == 0.05 and r["verified"]
+    assert len(r["losses"]) == 3 and r["losses"][0] != r["losses"][1] != r["losses"][2]
+    assert Path(r["trace"]).is_file()
     usable = sorted(os.sched_getaffinity(0))  # each rank pinned to a core of its own when they fit
     assert r["cpu_cores"] == (usable[:2] if len(usable) >= 2 and os.environ.get(PIN_ENV) != "0" else [None, None])
 
