@@ -751,8 +751,8 @@ def _verify(
     its own copy (so tp ranks whose copies drift apart fail too). The single-process step depends on the
     model, the global batch and the optimizer only: plans of a launch that share them share it
     (`references`, read-only), whatever their split, schedule or ZeRO stage."""
-    import torch
 
+    from adaptis_plan.executor.dumps import load_tensors
     from adaptis_plan.executor.verify import compare, compare_tensors, reference_update, step_with_grads, tolerance
     from adaptis_plan.executor.worker import DTYPES
 
@@ -760,13 +760,13 @@ def _verify(
     replicas: dict[tuple[int, int], tuple[dict, dict]] = {}
     replica_losses = []
     for r in ranks:
-        dump = torch.load(out / f"grads.rank{r}.pt", weights_only=True)
-        params = torch.load(out / f"params.rank{r}.pt", weights_only=True)["params"]
+        rank_grads, values = load_tensors(out / f"grads.rank{r}.pt")
+        params, _ = load_tensors(out / f"params.rank{r}.pt")
         grads, ps = replicas.setdefault(((r // tr.tp) % tr.dp, r % tr.tp), ({}, {}))
-        grads.update(dump["grads"])
+        grads.update(rank_grads)
         ps.update(params)
-        if dump["loss"] is not None:
-            replica_losses.append(dump["loss"])
+        if values["loss"] is not None:
+            replica_losses.append(values["loss"])
     pipe_loss = statistics.fmean(replica_losses)
     zero_fill = tr.dp > 1 and tr.zero >= 2  # flat shards step a gradient-less parameter with zeros
     key = (

@@ -129,7 +129,12 @@ def step_with_grads(
     far inside the gradient tolerance into one of up to lr * |dg| / eps in the parameter; a check of
     the whole step against `reference_update` alone would either miss bugs or flag rounding."""
     with cpu_rank() if device == "cpu" else nullcontext():
-        named = _named(build_model(model, seed=seed).to(device=device, dtype=dtype))
+        fresh: dict[int, torch.nn.Parameter] = {}  # a tied parameter stays one parameter under each name
+        named = []
+        for name, p in _initial(model, seed, device, dtype):
+            if id(p) not in fresh:
+                fresh[id(p)] = torch.nn.Parameter(p.detach().clone())
+            named.append((name, fresh[id(p)]))
         seen: set[int] = set()
         for name, p in named:  # a tied parameter takes the gradient under its first name
             g = grads.get(name)
@@ -137,6 +142,23 @@ def step_with_grads(
                 p.grad = g.to(device=device, dtype=p.dtype).clone()
             seen.add(id(p))
         return _step(named, optimizer, lr, none_grads_as_zero)
+
+
+#: the models `_initial` built last, by (model, seed, device, dtype): at most `_INITIAL_KEPT`
+_INITIAL: dict[tuple[str, int, str, torch.dtype], list[tuple[str, torch.nn.Parameter]]] = {}
+_INITIAL_KEPT = 2
+
+
+def _initial(model: ModelSpec, seed: int, device: str, dtype: torch.dtype) -> list[tuple[str, torch.nn.Parameter]]:
+    """The built model's initial parameters by name (`_named`), never modified: `step_with_grads` steps copies,
+    so the replicas and plans of a launch that share a model build it once (its random initialisation is most
+    of a small model's check)."""
+    key = (model.model_dump_json(), seed, device, dtype)
+    if key not in _INITIAL:
+        while len(_INITIAL) >= _INITIAL_KEPT:
+            del _INITIAL[next(iter(_INITIAL))]
+        _INITIAL[key] = _named(build_model(model, seed=seed).to(device=device, dtype=dtype))
+    return _INITIAL[key]
 
 
 def _named(layers: torch.nn.ModuleDict) -> list[tuple[str, torch.nn.Parameter]]:

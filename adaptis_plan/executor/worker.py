@@ -26,7 +26,8 @@ launcher uses to measure several plans side by side). Imports torch and the exec
 Output per job and rank, in `<out>/<job name>/`: `rank{r}.json` (step times, losses, action
 timeline and projection GEMM FLOPs of the last step: forward, recomputed forwards included,
 input-gradient, weight-gradient; `comm_s`: per step, the seconds in dp and tp collectives and in
-the optimizer step), `grads.rank{r}.pt` (with --verify: {param name: grad or None} after the first
+the optimizer step), `grads.rank{r}.pt` (with --verify, `dumps.save_tensors`: {param name: grad or None}
+and the loss, after the first
 step's backward, tied-gradient sync, tp sum of partial gradients and dp average, before the
 optimizer step; ZeRO 2/3 gather the full gradients for it, tp-sharded ones are gathered over tp,
 replicated ones are this rank's own copy) and `params.rank{r}.pt` (with --verify: {param name: parameter} after
@@ -58,6 +59,7 @@ import torch.distributed as dist
 from adaptis_plan.executor.cpu import enter_cpu_rank, local_position, pinned_core
 from adaptis_plan.executor.data import synthetic_batch
 from adaptis_plan.executor.dataparallel import DataParallel
+from adaptis_plan.executor.dumps import save_tensors
 from adaptis_plan.executor.lowering import P2P_ORDERS, lower
 from adaptis_plan.executor.processes import start_lifeline
 from adaptis_plan.executor.runtime import CommError, Fault, RankRuntime, warm_up_pairs
@@ -283,7 +285,7 @@ def run_job(
         dpx.sync_grads()  # after the rank's last backward / W of the step
         if args.verify and step == 0:
             grads = dpx.full_grads() if tpx is None else tpx.full(dpx.full_grads())
-            torch.save({"grads": grads, "loss": res.loss}, out / f"grads.rank{rank}.pt")
+            save_tensors(out / f"grads.rank{rank}.pt", grads, loss=res.loss)
         t_opt = time.perf_counter()
         dpx.step()
         opt_s = time.perf_counter() - t_opt
@@ -294,7 +296,7 @@ def run_job(
         comm.append({**dpx.comm_s, **tp_comm, "optimizer_step": opt_s})
         if args.verify and step == 0:
             params = dpx.full_params() if tpx is None else tpx.full(dpx.full_params())
-            torch.save({"params": params}, out / f"params.rank{rank}.pt")
+            save_tensors(out / f"params.rank{rank}.pt", params)
         if has_last and res.loss is not None:
             losses.append(res.loss)
         timeline = res.actions
