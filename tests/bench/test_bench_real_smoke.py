@@ -39,6 +39,9 @@ SMOKE = real.RealConfig(
     rounds=2,
     time_limit_s=0.5,
     profile_repeats=1,
+    # one copy of `adaptis profile` per profile (~3.5 s of CPU each, four in all with two): the copies' cores
+    # and their averaging are tested in test_bench_real_profile.py and below (`average_profiles`)
+    profile_procs=1,
     profile_sessions=1,  # one session (~25 s of both cores); the median over sessions is tested below
     profile_runtime=False,  # no time per action (~25 s of torchrun launches): tests/executor/test_profile.py's
     launches=1,  # one launch (~17 s of CPU each); rounds split over launches and merged: the last two tests
