@@ -108,7 +108,7 @@ class ShardedOptimizer:
     """ZeRO-1 on a dp group: every parameter is owned by one rank, largest first to the rank with the fewest
     elements so far (ties: the lowest rank), as torch's ZeroRedundancyOptimizer partitions them; this rank's
     optimizer (`local`) keeps state for its own parameters only, and after it steps them each owner
-    broadcasts its parameters to the group as one flat bucket. (torch's class would do the same, and
+    broadcasts its parameters to the group as one flat bucket per dtype. (torch's class would do the same, and
     building it imports `torch._dynamo` through `torch.optim.Optimizer`: seconds per rank; `optim`.)"""
 
     def __init__(self, params: list[nn.Parameter], name: str, lr: float, group: dist.ProcessGroup) -> None:
@@ -118,22 +118,21 @@ class ShardedOptimizer:
         self.owned = [[p for p, o in zip(params, owner, strict=True) if o == r] for r in range(world)]
         self.rank = me
         self.local = make_optimizer(self.owned[me], name, lr)
-        if len({p.dtype for p in params}) > 1:
-            raise RuntimeError("ZeRO 1 broadcasts each rank's parameters as one flat bucket: mixed dtypes")
 
     @torch.no_grad()
     def step(self) -> None:
         self.local.step()
         for r, params in enumerate(self.owned):
-            if not params:
-                continue
-            bucket = torch.cat([p.reshape(-1) for p in params])
-            dist.broadcast(bucket, src=dist.get_global_rank(self.group, r), group=self.group)
-            if r != self.rank:
-                offset = 0
-                for p in params:
-                    p.copy_(bucket[offset : offset + p.numel()].view_as(p))
-                    offset += p.numel()
+            src = dist.get_global_rank(self.group, r)
+            for dtype in sorted({p.dtype for p in params}, key=str):  # one bucket per owner and dtype
+                same = [p for p in params if p.dtype == dtype]
+                bucket = torch.cat([p.reshape(-1) for p in same])
+                dist.broadcast(bucket, src=src, group=self.group)
+                if r != self.rank:
+                    offset = 0
+                    for p in same:
+                        p.copy_(bucket[offset : offset + p.numel()].view_as(p))
+                        offset += p.numel()
 
 
 class _FlatStage:

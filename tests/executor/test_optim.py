@@ -53,10 +53,14 @@ def test_zero_1_owners_are_largest_first_to_the_least_loaded_rank() -> None:
 
 
 def test_zero_1_on_one_rank_steps_as_the_plain_optimizer(one_rank_group: object) -> None:
-    """On a group of one the sharded optimizer owns every parameter and steps as the plain one does."""
+    """On a group of one the sharded optimizer owns every parameter and steps as the plain one does (a bf16
+    parameter beside the fp32 ones goes in a bucket of its own)."""
     from adaptis_plan.executor.dataparallel import ShardedOptimizer
 
-    ours, theirs = _params(0), _params(0)
+    def params() -> list[torch.nn.Parameter]:
+        return [*_params(0), torch.nn.Parameter(torch.linspace(-1, 1, 6, dtype=torch.bfloat16))]
+
+    ours, theirs = params(), params()
     sharded, plain = ShardedOptimizer(ours, "adamw", 1e-2, one_rank_group), optim.AdamW(theirs, 1e-2)  # type: ignore[arg-type]
     for a, b in zip(ours, theirs, strict=True):
         a.grad = b.grad = torch.ones_like(a)
