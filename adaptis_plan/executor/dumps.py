@@ -9,6 +9,7 @@ less CPU at both ends. Imports torch only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -38,9 +39,7 @@ def load_tensors(path: Path) -> tuple[dict[str, torch.Tensor | None], dict[str, 
         if shape is None:
             out[name] = None
             continue
-        n = 1
-        for d in shape:
-            n *= d
+        n = math.prod(shape)
         out[name] = flat[offset : offset + n].view(shape)
         offset += n
     return out, dump["values"]

@@ -248,10 +248,10 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
     options.check()
     jobs = [_prepare(job) for job in jobs]
     sizes = [job.plan.training.pp * job.plan.training.dp * job.plan.training.tp for job in jobs]
+    job_options = [job.options(options) for job in jobs]  # each job's steps and dtype, checked
     for job, size in zip(jobs, sizes, strict=True):
         if job.p2p_order is not None:
             _check_p2p_order(job.p2p_order)
-        job.options(options)
         if size != sizes[0]:
             t = job.plan.training
             raise InputError(
@@ -296,8 +296,7 @@ def run_plans(jobs: list[PlanJob], options: RunOptions | None = None) -> list[di
         _supervise(run, cmd + worker_args, options, nproc, dev)
         references: dict[tuple[object, ...], Any] = {}  # one single-process step per model and global batch
         return [
-            _collect(job, run.out / f"job{j}", nproc, job.options(options), dev, references)
-            for j, job in enumerate(jobs)
+            _collect(job, run.out / f"job{j}", nproc, job_options[j], dev, references) for j, job in enumerate(jobs)
         ]
 
 

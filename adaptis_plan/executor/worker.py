@@ -354,8 +354,8 @@ def main(argv: list[str] | None = None) -> None:
             job_out = out / job["name"]
             job_out.mkdir(parents=True, exist_ok=True)
             run_job(
-                args, job["plan"], job["model"], job_out, device, index, job.get("p2p_order"), job.get("steps"),
-                job.get("dtype"),
+                args, job["plan"], job["model"], job_out, device, index,
+                p2p_order=job.get("p2p_order"), steps=job.get("steps"), dtype=job.get("dtype"),
             )  # fmt: skip
             dist.barrier()
         dist.destroy_process_group()
